@@ -1,0 +1,17 @@
+-- The log table. Times are microseconds since the Unix epoch (UTC); attributes are a JSON object.
+CREATE TABLE logs (
+    id          INTEGER PRIMARY KEY,
+    tenant      TEXT    NOT NULL,
+    ts          INTEGER NOT NULL,
+    received_at INTEGER NOT NULL,
+    severity    INTEGER NOT NULL,
+    service     TEXT    NOT NULL,
+    message     TEXT    NOT NULL,
+    attributes  TEXT    NOT NULL DEFAULT '{}',
+    trace_id    TEXT,
+    span_id     TEXT
+);
+
+-- Reads are "a tenant's logs in a time range, newest first"; one index serves them and the
+-- retention delete by time.
+CREATE INDEX logs_tenant_ts ON logs (tenant, ts);

@@ -1,0 +1,302 @@
+//! Every knob of `loghaul serve`, its default, and how flags, environment and a TOML file combine.
+//!
+//! Precedence, highest first: a command-line flag, its `LOGHAUL_*` environment twin, the `--config`
+//! file (same names as the flags, `batch-max-rows = 5000`), the built-in default.
+
+pub mod units;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+pub use units::{ByteSize, HumanDuration};
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {source}")]
+    Parse {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The parser's error.
+        source: toml::de::Error,
+    },
+    /// A key in the file names no option.
+    #[error(
+        "config file {path}: unknown key {key:?} (keys are the flag names, like batch-max-rows)"
+    )]
+    UnknownKey {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The offending key.
+        key: String,
+    },
+    /// A value in the file has the wrong type or form.
+    #[error("config file {path}: {message}")]
+    Value {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
+    /// A combination of values that cannot work.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// How the service writes its own logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Options of `loghaul serve`.
+#[derive(Clone, Debug, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Address of the gRPC listener (LogIngest, health, reflection).
+    #[arg(long, env = "LOGHAUL_LISTEN", default_value = "0.0.0.0:4317")]
+    pub listen: SocketAddr,
+
+    /// Address of the HTTP listener for /metrics, /healthz and /readyz.
+    #[arg(long, env = "LOGHAUL_METRICS_LISTEN", default_value = "0.0.0.0:9464")]
+    pub metrics_listen: SocketAddr,
+
+    /// Where logs are stored: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
+    #[arg(
+        long,
+        env = "LOGHAUL_DATABASE_URL",
+        default_value = "sqlite://loghaul.db"
+    )]
+    pub database_url: String,
+
+    /// Number of shards (queue + batching task + writer each); 0 means one per CPU core.
+    #[arg(long, env = "LOGHAUL_SHARDS", default_value_t = 0)]
+    pub shards: usize,
+
+    /// A shard flushes once it holds this many records.
+    #[arg(long, env = "LOGHAUL_BATCH_MAX_ROWS", default_value_t = 5000)]
+    pub batch_max_rows: usize,
+
+    /// A shard flushes once its records hold this many bytes.
+    #[arg(long, env = "LOGHAUL_BATCH_MAX_BYTES", default_value = "8MiB")]
+    pub batch_max_bytes: ByteSize,
+
+    /// A shard flushes when its oldest buffered record has waited this long.
+    #[arg(long, env = "LOGHAUL_BATCH_LINGER", default_value = "50ms")]
+    pub batch_linger: HumanDuration,
+
+    /// Chunks (PushRequest messages) each shard's queue holds before senders wait.
+    #[arg(long, env = "LOGHAUL_QUEUE_CAPACITY", default_value_t = 64)]
+    pub queue_capacity: usize,
+
+    /// How long a stream may wait for queue space before it ends with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LOGHAUL_ENQUEUE_TIMEOUT", default_value = "5s")]
+    pub enqueue_timeout: HumanDuration,
+
+    /// Bytes of records buffered in the whole process (queues and batches) before senders wait.
+    #[arg(long, env = "LOGHAUL_MAX_BUFFERED_BYTES", default_value = "64MiB")]
+    pub max_buffered_bytes: ByteSize,
+
+    /// Largest log message accepted; longer records are rejected individually.
+    #[arg(long, env = "LOGHAUL_MAX_MESSAGE_BYTES", default_value = "256KiB")]
+    pub max_message_bytes: ByteSize,
+
+    /// Largest gRPC message (after decompression); a larger one ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LOGHAUL_MAX_REQUEST_BYTES", default_value = "4MiB")]
+    pub max_request_bytes: ByteSize,
+
+    /// How long a batch is retried against an unreachable database before its streams get UNAVAILABLE.
+    #[arg(long, env = "LOGHAUL_STORE_RETRY_TIMEOUT", default_value = "15s")]
+    pub store_retry_timeout: HumanDuration,
+
+    /// Database connections; 0 means shards + 2 (PostgreSQL). SQLite always writes through one.
+    #[arg(long, env = "LOGHAUL_DB_MAX_CONNECTIONS", default_value_t = 0)]
+    pub db_max_connections: u32,
+
+    /// Connections older than this are asked to reconnect (GOAWAY), so long-lived streams spread
+    /// over replicas added later; 0s turns it off.
+    #[arg(long, env = "LOGHAUL_MAX_CONNECTION_AGE", default_value = "10m")]
+    pub max_connection_age: HumanDuration,
+
+    /// After GOAWAY, how long a connection's open streams may go on before it is closed.
+    #[arg(long, env = "LOGHAUL_MAX_CONNECTION_AGE_GRACE", default_value = "30s")]
+    pub max_connection_age_grace: HumanDuration,
+
+    /// On SIGTERM/SIGINT: how long open streams may take to finish before the final flush.
+    #[arg(long, env = "LOGHAUL_SHUTDOWN_GRACE", default_value = "20s")]
+    pub shutdown_grace: HumanDuration,
+
+    /// Format of the service's own logs (level from RUST_LOG, default info).
+    #[arg(long, env = "LOGHAUL_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// TOML file with any of these options (keys are the flag names without dashes prefix).
+    #[arg(long, env = "LOGHAUL_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+impl ServeConfig {
+    /// Fills every option not given on the command line or in the environment from `--config`.
+    pub fn merge_file(self, matches: &ArgMatches) -> Result<Self, ConfigError> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let given_explicitly = |id: &str| {
+            matches!(
+                matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        };
+        let mut merged = self.merge_toml(&path, &text, given_explicitly)?;
+        merged.config = Some(path);
+        Ok(merged)
+    }
+
+    /// Overlays the keys of a TOML document on the options for which `given_explicitly` is false.
+    pub fn merge_toml(
+        self,
+        path: &Path,
+        text: &str,
+        given_explicitly: impl Fn(&str) -> bool,
+    ) -> Result<Self, ConfigError> {
+        let table: toml::Table = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let value_error = |message: String| ConfigError::Value {
+            path: path.to_owned(),
+            message,
+        };
+        let serde_json::Value::Object(mut fields) =
+            serde_json::to_value(&self).map_err(|err| value_error(err.to_string()))?
+        else {
+            unreachable!("a struct serializes to a JSON object");
+        };
+        for (key, value) in table {
+            let id = key.replace('-', "_");
+            if !fields.contains_key(&id) {
+                return Err(ConfigError::UnknownKey {
+                    path: path.to_owned(),
+                    key,
+                });
+            }
+            if !given_explicitly(&id) {
+                let value =
+                    serde_json::to_value(value).map_err(|err| value_error(err.to_string()))?;
+                fields.insert(id, value);
+            }
+        }
+        serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|err| value_error(err.to_string()))
+    }
+
+    /// Checks combinations that parse but cannot work, with a message saying which knob to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |message: &str| Err(ConfigError::Invalid(message.to_owned()));
+        if self.batch_max_rows == 0 {
+            return fail("--batch-max-rows must be at least 1");
+        }
+        if self.queue_capacity == 0 {
+            return fail("--queue-capacity must be at least 1");
+        }
+        if self.max_request_bytes.0 > self.max_buffered_bytes.0 {
+            return fail("--max-request-bytes must not exceed --max-buffered-bytes, or one request could never be buffered");
+        }
+        if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
+            return fail("--max-buffered-bytes must be below 4GiB");
+        }
+        Ok(())
+    }
+
+    /// The number of shards to run: the configured count, or one per CPU core.
+    pub fn shard_count(&self) -> usize {
+        if self.shards > 0 {
+            return self.shards;
+        }
+        std::thread::available_parallelism().map_or(2, usize::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        serve: ServeConfig,
+    }
+
+    fn defaults() -> ServeConfig {
+        Wrapper::parse_from(["loghaul"]).serve
+    }
+
+    #[test]
+    fn file_values_fill_what_flags_left_at_default() {
+        let text = "batch-max-rows = 123\nbatch-linger = \"7ms\"\nmax-buffered-bytes = \"32MiB\"\n";
+        let merged = defaults()
+            .merge_toml(Path::new("x.toml"), text, |_| false)
+            .unwrap();
+        assert_eq!(merged.batch_max_rows, 123);
+        assert_eq!(merged.batch_linger.0, std::time::Duration::from_millis(7));
+        assert_eq!(merged.max_buffered_bytes.0, 32 << 20);
+    }
+
+    #[test]
+    fn explicit_flags_beat_the_file() {
+        let mut config = defaults();
+        config.batch_max_rows = 9;
+        let merged = config
+            .merge_toml(Path::new("x.toml"), "batch-max-rows = 123", |id| {
+                id == "batch_max_rows"
+            })
+            .unwrap();
+        assert_eq!(merged.batch_max_rows, 9);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let err = defaults()
+            .merge_toml(Path::new("x.toml"), "batch-max-rowz = 1", |_| false)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown key \"batch-max-rowz\""),
+            "{err}"
+        );
+        let err = defaults()
+            .merge_toml(Path::new("x.toml"), "batch-linger = \"soon\"", |_| false)
+            .unwrap_err();
+        assert!(err.to_string().contains("invalid duration"), "{err}");
+    }
+
+    #[test]
+    fn impossible_combinations_are_refused() {
+        let mut config = defaults();
+        config.max_request_bytes = ByteSize(128 << 20);
+        assert!(config.validate().is_err());
+        assert!(defaults().validate().is_ok());
+    }
+}

@@ -1,0 +1,28 @@
+//! loghaul: log ingestion over gRPC, batched into SQLite or PostgreSQL, acknowledged only after
+//! the records are committed.
+//!
+//! The modules follow one record's journey through the service:
+//!
+//! - [`proto`]: the generated gRPC contract (`loghaul.v1`).
+//! - [`server`]: the gRPC listener and the ingest handler; [`server::validate`] turns each wire
+//!   record into a storable [`record::Record`] or a rejection with a reason.
+//! - [`pipeline`]: the router pins a stream to a shard; each shard is a bounded queue drained by one
+//!   batching task ([`pipeline::batcher`]) that owns its buffer, so the hot path takes no lock.
+//! - [`storage`]: one multi-row insert per batch, PostgreSQL ([`storage::postgres`]) or SQLite
+//!   ([`storage::sqlite`]); acknowledgements are resolved after the commit.
+//! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
+//! - [`config`]: every knob, its default, and how flags, environment and file combine.
+//! - [`send`]: the `loghaul send` client.
+//!
+//! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
+//! same function with listeners on ephemeral ports.
+
+pub mod config;
+pub mod error;
+pub mod observability;
+pub mod pipeline;
+pub mod proto;
+pub mod record;
+pub mod send;
+pub mod server;
+pub mod storage;

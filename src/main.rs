@@ -1,0 +1,147 @@
+//! The `loghaul` binary: parses the command line and hands over to the library.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use loghaul::config::{LogFormat, ServeConfig};
+use loghaul::observability::logging;
+use loghaul::send::SendArgs;
+use loghaul::storage::{PoolOptions, Store};
+
+/// Log ingestion over gRPC into SQLite or PostgreSQL, acknowledged only after commit.
+#[derive(Parser)]
+#[command(name = "loghaul", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service.
+    Serve(ServeConfig),
+    /// Apply database migrations and exit.
+    Migrate(MigrateArgs),
+    /// Stream lines from files or stdin to a server; exit 0 if all were accepted, 1 if some were
+    /// rejected, 2 on failure.
+    Send(SendArgs),
+}
+
+#[derive(clap::Args)]
+struct MigrateArgs {
+    /// Database to migrate.
+    #[arg(
+        long,
+        env = "LOGHAUL_DATABASE_URL",
+        default_value = "sqlite://loghaul.db"
+    )]
+    database_url: String,
+}
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(config) => {
+                let serve_matches = matches
+                    .subcommand_matches("serve")
+                    .expect("clap matched the serve subcommand");
+                serve(config.merge_file(serve_matches)?).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Migrate(args) => {
+                logging::init(LogFormat::Text);
+                migrate(&args.database_url).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Send(args) => Ok(send(args).await),
+        }
+    });
+    outcome.unwrap_or_else(|err: anyhow::Error| {
+        eprintln!("error: {err:#}");
+        ExitCode::FAILURE
+    })
+}
+
+async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    logging::init(config.log_format);
+    let grpc = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen for gRPC on {}", config.listen))?;
+    let http = tokio::net::TcpListener::bind(config.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {}", config.metrics_listen))?;
+    loghaul::server::run(config, grpc, http, shutdown_signal()).await?;
+    Ok(())
+}
+
+async fn migrate(url: &str) -> anyhow::Result<()> {
+    let pool = PoolOptions {
+        max_connections: 1,
+        acquire_timeout: std::time::Duration::from_secs(10),
+    };
+    let store = Store::connect(url, pool).await?;
+    store.migrate().await?;
+    tracing::info!(backend = store.backend(), "migrations applied");
+    store.close().await;
+    Ok(())
+}
+
+async fn send(args: SendArgs) -> ExitCode {
+    match loghaul::send::send(args).await {
+        Ok(summary) => {
+            println!(
+                "accepted {} rejected {}",
+                summary.accepted, summary.rejected
+            );
+            for rejection in &summary.rejections {
+                println!("  record {}: {}", rejection.index, rejection.reason);
+            }
+            if summary.rejected == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Resolves on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

@@ -1,0 +1,88 @@
+//! The HTTP listener beside gRPC: `/metrics` (Prometheus text), `/healthz` (the process is alive)
+//! and `/readyz` (the store answers and the service is not draining).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+
+use super::readiness::Readiness;
+use crate::pipeline::Ingress;
+
+#[derive(Clone)]
+struct Probes {
+    metrics: PrometheusHandle,
+    readiness: Arc<Readiness>,
+    ingress: Ingress,
+    backend: &'static str,
+}
+
+/// Serves the probes and metrics until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: PrometheusHandle,
+    readiness: Arc<Readiness>,
+    ingress: Ingress,
+    backend: &'static str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    // Histograms and summaries are kept in buckets that the exporter rolls over in upkeep; with our
+    // own route nobody else runs it.
+    let upkeep = tokio::spawn({
+        let metrics = metrics.clone();
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                metrics.run_upkeep();
+            }
+        }
+    });
+    let state = Probes {
+        metrics,
+        readiness,
+        ingress,
+        backend,
+    };
+    let app = Router::new()
+        .route("/metrics", get(render_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(state);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    upkeep.abort();
+    served
+}
+
+async fn render_metrics(State(probes): State<Probes>) -> String {
+    probes.ingress.sample_gauges();
+    let ready = probes.readiness.is_ready();
+    metrics::gauge!("loghaul_ready").set(if ready { 1.0 } else { 0.0 });
+    probes.metrics.render()
+}
+
+async fn ready(State(probes): State<Probes>) -> (StatusCode, String) {
+    let readiness = &probes.readiness;
+    if readiness.draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: shutting down\n".into(),
+        );
+    }
+    if !readiness.store_up() {
+        let body = format!("not ready: the {} store is unreachable\n", probes.backend);
+        return (StatusCode::SERVICE_UNAVAILABLE, body);
+    }
+    (
+        StatusCode::OK,
+        format!("ready: {} store answers\n", probes.backend),
+    )
+}

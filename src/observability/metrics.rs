@@ -1,0 +1,133 @@
+//! The Prometheus recorder and the description of every metric the service emits.
+//!
+//! Names follow Prometheus conventions (`loghaul_` prefix, `_total`, `_seconds`, `_bytes`); labels
+//! are bounded by construction: `shard` by the shard count, `reason`/`kind`/`resource`/`code`/
+//! `trigger` by enums in the code.
+
+use std::sync::OnceLock;
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const ROWS_BUCKETS: &[f64] = &[
+    1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0,
+];
+
+/// The process-wide recorder. The `metrics` facade has one global recorder, so every server in a
+/// process (tests start several) shares it; it is installed on first use.
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("loghaul_batch_rows".into()),
+                        ROWS_BUCKETS,
+                    )
+                })
+                .expect("bucket lists are non-empty constants")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        "loghaul_records_received_total",
+        Unit::Count,
+        "Records received in Push streams, valid or not."
+    );
+    describe_counter!(
+        "loghaul_records_committed_total",
+        Unit::Count,
+        "Records committed to the database."
+    );
+    describe_counter!(
+        "loghaul_records_rejected_total",
+        Unit::Count,
+        "Records refused, by reason; each is reported to its client with its index."
+    );
+    describe_counter!(
+        "loghaul_records_failed_total",
+        Unit::Count,
+        "Records whose batch could not be stored after retries; their streams got UNAVAILABLE."
+    );
+    describe_gauge!(
+        "loghaul_queue_depth",
+        Unit::Count,
+        "Chunks waiting in a shard's queue."
+    );
+    describe_gauge!(
+        "loghaul_queue_capacity",
+        Unit::Count,
+        "Chunks a shard's queue holds before senders wait."
+    );
+    describe_gauge!(
+        "loghaul_buffered_bytes",
+        Unit::Bytes,
+        "Bytes of records held in queues and batches."
+    );
+    describe_gauge!(
+        "loghaul_buffered_bytes_limit",
+        Unit::Bytes,
+        "The process-wide buffer budget (--max-buffered-bytes)."
+    );
+    describe_histogram!("loghaul_batch_rows", Unit::Count, "Rows per flushed batch.");
+    describe_histogram!(
+        "loghaul_batch_age_seconds",
+        Unit::Seconds,
+        "Age of a batch's oldest row when its flush started."
+    );
+    describe_histogram!(
+        "loghaul_flush_duration_seconds",
+        Unit::Seconds,
+        "Time to write a batch, retries included."
+    );
+    describe_counter!(
+        "loghaul_batches_total",
+        Unit::Count,
+        "Batches flushed, by what triggered the flush."
+    );
+    describe_counter!(
+        "loghaul_insert_errors_total",
+        Unit::Count,
+        "Failed insert attempts, by kind (unavailable is retried; row_rejected is isolated)."
+    );
+    describe_gauge!(
+        "loghaul_active_streams",
+        Unit::Count,
+        "Push streams open now."
+    );
+    describe_counter!(
+        "loghaul_streams_total",
+        Unit::Count,
+        "Push streams ended, by gRPC status code."
+    );
+    describe_histogram!(
+        "loghaul_backpressure_wait_seconds",
+        Unit::Seconds,
+        "Time a chunk waited for room in the budget and its queue."
+    );
+    describe_counter!("loghaul_backpressure_timeouts_total", Unit::Count, "Streams ended with RESOURCE_EXHAUSTED after waiting the enqueue timeout, by full resource.");
+    describe_gauge!(
+        "loghaul_store_up",
+        Unit::Count,
+        "1 when the database answered the last write or probe, else 0."
+    );
+    describe_gauge!(
+        "loghaul_ready",
+        Unit::Count,
+        "1 when the service is ready for traffic, else 0."
+    );
+}

@@ -1,0 +1,30 @@
+//! Acknowledgements: each chunk carries a one-shot handle that the batcher resolves after the
+//! commit of the batch that holds it, or fails with the error that stopped it.
+
+use tokio::sync::oneshot;
+
+use crate::storage::StoreError;
+
+/// A record of a committed chunk that the database refused, by its position in the chunk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowRejection {
+    /// Position among the records the chunk carried.
+    pub position: usize,
+    /// The database's reason.
+    pub reason: String,
+}
+
+/// The outcome of one chunk: which of its records the database refused (usually none), or why
+/// none of them was stored.
+pub type AckResult = Result<Vec<RowRejection>, StoreError>;
+
+/// Resolved by the batcher.
+pub type AckSender = oneshot::Sender<AckResult>;
+
+/// Awaited by the stream handler.
+pub type AckReceiver = oneshot::Receiver<AckResult>;
+
+/// A new acknowledgement pair.
+pub fn channel() -> (AckSender, AckReceiver) {
+    oneshot::channel()
+}

@@ -1,0 +1,246 @@
+//! One batching task per shard. It owns its buffer (no lock on the hot path), flushes when the
+//! buffer holds `max_rows` rows or `max_bytes` bytes or its oldest row is `linger` old (a timer armed
+//! by the first row, never a poll loop), and resolves every chunk's acknowledgement after the commit.
+
+use std::time::Duration;
+
+use metrics::{counter, histogram};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::ack::RowRejection;
+use super::writer::Writer;
+use super::Chunk;
+use crate::server::validate::RejectReason;
+use crate::storage::Row;
+
+/// When a shard flushes.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchLimits {
+    /// Flush at this many rows.
+    pub max_rows: usize,
+    /// Flush at this many bytes.
+    pub max_bytes: usize,
+    /// Flush when the oldest row has waited this long.
+    pub linger: Duration,
+}
+
+/// The pure batching policy: what is buffered and when it must go. No I/O, so it is tested alone.
+#[derive(Debug)]
+pub struct Batch<T> {
+    items: Vec<T>,
+    rows: usize,
+    bytes: usize,
+    deadline: Option<Instant>,
+}
+
+impl<T> Default for Batch<T> {
+    fn default() -> Self {
+        Batch {
+            items: Vec::new(),
+            rows: 0,
+            bytes: 0,
+            deadline: None,
+        }
+    }
+}
+
+impl<T> Batch<T> {
+    /// Adds an item holding `rows` rows and `bytes` bytes that arrived at `arrived`; true when the
+    /// batch is now full and must be flushed.
+    pub fn push(
+        &mut self,
+        item: T,
+        rows: usize,
+        bytes: usize,
+        arrived: Instant,
+        limits: &BatchLimits,
+    ) -> bool {
+        if self.items.is_empty() {
+            self.deadline = Some(arrived + limits.linger);
+        }
+        self.items.push(item);
+        self.rows += rows;
+        self.bytes += bytes;
+        self.rows >= limits.max_rows || self.bytes >= limits.max_bytes
+    }
+
+    /// When the oldest item's linger runs out, if anything is buffered.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// True when nothing is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Empties the batch, returning its items and row count.
+    pub fn take(&mut self) -> (Vec<T>, usize) {
+        let rows = self.rows;
+        let taken = std::mem::take(self);
+        (taken.items, rows)
+    }
+}
+
+/// A shard's batching task.
+pub struct Batcher {
+    /// Shard number, the `shard` label of its metrics.
+    pub shard: usize,
+    /// The shard's queue.
+    pub queue: mpsc::Receiver<Chunk>,
+    /// Where batches go.
+    pub writer: Writer,
+    /// When to flush.
+    pub limits: BatchLimits,
+    /// Cancelled at shutdown: take what is queued, flush it, stop.
+    pub closing: CancellationToken,
+}
+
+impl Batcher {
+    /// Runs until shutdown, then flushes everything queued regardless of linger.
+    pub async fn run(mut self) {
+        let shard_label = self.shard.to_string();
+        let mut batch: Batch<Chunk> = Batch::default();
+        let mut closed = false;
+        loop {
+            let linger = batch.deadline();
+            tokio::select! {
+                biased;
+                _ = self.closing.cancelled(), if !closed => {
+                    // Refuse new chunks but keep draining those already queued; recv() then
+                    // returns None once the queue is empty.
+                    self.queue.close();
+                    closed = true;
+                }
+                received = self.queue.recv() => {
+                    let Some(chunk) = received else { break };
+                    let (rows, bytes, arrived) = (chunk.records.len(), chunk.bytes, chunk.enqueued_at);
+                    if batch.push(chunk, rows, bytes, arrived, &self.limits) {
+                        self.flush(&mut batch, &shard_label, "full").await;
+                    }
+                }
+                _ = sleep_until_some(linger) => {
+                    self.flush(&mut batch, &shard_label, "linger").await;
+                }
+            }
+        }
+        self.flush(&mut batch, &shard_label, "shutdown").await;
+    }
+
+    async fn flush(&self, batch: &mut Batch<Chunk>, shard: &str, trigger: &'static str) {
+        if batch.is_empty() {
+            return;
+        }
+        let oldest = batch
+            .deadline()
+            .map(|deadline| deadline - self.limits.linger);
+        let (chunks, row_count) = batch.take();
+        let rows: Vec<Row<'_>> = chunks
+            .iter()
+            .flat_map(|chunk| {
+                chunk.records.iter().map(|record| Row {
+                    tenant: &chunk.tenant,
+                    record,
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        let outcome = self.writer.write(&rows).await;
+        drop(rows);
+
+        let shard_label = shard.to_owned();
+        histogram!("loghaul_flush_duration_seconds", "shard" => shard_label.clone())
+            .record(started.elapsed().as_secs_f64());
+        histogram!("loghaul_batch_rows", "shard" => shard_label.clone()).record(row_count as f64);
+        if let Some(oldest) = oldest {
+            histogram!("loghaul_batch_age_seconds", "shard" => shard_label.clone())
+                .record((started - oldest).as_secs_f64());
+        }
+        counter!("loghaul_batches_total", "shard" => shard_label, "trigger" => trigger)
+            .increment(1);
+
+        match outcome {
+            Ok(rejected) => {
+                let committed = row_count - rejected.len();
+                counter!("loghaul_records_committed_total").increment(committed as u64);
+                if !rejected.is_empty() {
+                    counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str())
+                        .increment(rejected.len() as u64);
+                }
+                resolve(chunks, rejected);
+            }
+            Err(err) => {
+                tracing::error!(shard, rows = row_count, error = %err, "batch not stored; its streams get UNAVAILABLE");
+                counter!("loghaul_records_failed_total").increment(row_count as u64);
+                for chunk in chunks {
+                    // A closed receiver means the client left; nobody is waiting for this answer.
+                    let _ = chunk.ack.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Sends each chunk its outcome; `rejected` holds batch-wide row positions in ascending order.
+fn resolve(chunks: Vec<Chunk>, rejected: Vec<(usize, String)>) {
+    let mut rejected = rejected.into_iter().peekable();
+    let mut offset = 0;
+    for chunk in chunks {
+        let end = offset + chunk.records.len();
+        let mut mine = Vec::new();
+        while let Some((position, reason)) = rejected.next_if(|(position, _)| *position < end) {
+            mine.push(RowRejection {
+                position: position - offset,
+                reason,
+            });
+        }
+        offset = end;
+        let _ = chunk.ack.send(Ok(mine));
+    }
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> BatchLimits {
+        BatchLimits {
+            max_rows: 10,
+            max_bytes: 1000,
+            linger: Duration::from_millis(50),
+        }
+    }
+
+    #[test]
+    fn full_by_rows_or_by_bytes() {
+        let now = Instant::now();
+        let mut batch = Batch::default();
+        assert!(!batch.push("a", 6, 10, now, &limits()));
+        assert!(batch.push("b", 4, 10, now, &limits()));
+        let (items, rows) = batch.take();
+        assert_eq!((items, rows), (vec!["a", "b"], 10));
+        assert!(batch.is_empty());
+        assert!(batch.push("big", 1, 1000, now, &limits()));
+    }
+
+    #[test]
+    fn linger_runs_from_the_first_row_only() {
+        let first = Instant::now();
+        let mut batch = Batch::default();
+        assert_eq!(batch.deadline(), None);
+        batch.push(1, 1, 1, first, &limits());
+        batch.push(2, 1, 1, first + Duration::from_millis(40), &limits());
+        assert_eq!(batch.deadline(), Some(first + Duration::from_millis(50)));
+        batch.take();
+        assert_eq!(batch.deadline(), None);
+    }
+}

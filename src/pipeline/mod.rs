@@ -1,0 +1,209 @@
+//! From a validated chunk to a committed batch: a bounded queue per shard, one batching task each.
+//!
+//! The stream handler calls [`Ingress::enqueue`], which waits (up to the enqueue timeout) first for
+//! room in the process-wide byte budget, then for room in the shard's queue. While it waits the
+//! handler stops reading its stream, so HTTP/2 flow control slows the client down.
+
+pub mod ack;
+pub mod batcher;
+pub mod router;
+pub mod writer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, Gauge};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::IngestError;
+use crate::observability::readiness::Readiness;
+use crate::record::Record;
+use crate::storage::Store;
+use ack::AckReceiver;
+use batcher::{BatchLimits, Batcher};
+use writer::Writer;
+
+/// Records of one stream message on their way to the database.
+#[derive(Debug)]
+pub struct Chunk {
+    /// Tenant that sent them.
+    pub tenant: Arc<str>,
+    /// The valid records of the message, in stream order.
+    pub records: Vec<Record>,
+    /// What they are charged against the byte budget.
+    pub bytes: usize,
+    /// When the chunk was queued; a batch's linger runs from its first chunk's.
+    pub enqueued_at: Instant,
+    /// Resolved after the commit.
+    pub ack: ack::AckSender,
+    /// Returned to the budget when the chunk is dropped, after its batch is written.
+    _budget: OwnedSemaphorePermit,
+}
+
+/// How the pipeline is sized.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineConfig {
+    /// Number of shards.
+    pub shards: usize,
+    /// Chunks each shard's queue holds.
+    pub queue_capacity: usize,
+    /// When shards flush.
+    pub limits: BatchLimits,
+    /// How long a stream may wait for room.
+    pub enqueue_timeout: Duration,
+    /// Bytes buffered in the whole process.
+    pub max_buffered_bytes: usize,
+    /// How long a batch is retried against an unavailable store.
+    pub store_retry_timeout: Duration,
+}
+
+/// The running shards.
+pub struct Pipeline {
+    ingress: Ingress,
+    closing: CancellationToken,
+    batchers: Vec<JoinHandle<()>>,
+}
+
+impl Pipeline {
+    /// Starts one batching task per shard.
+    pub fn start(config: PipelineConfig, store: Store, readiness: Arc<Readiness>) -> Pipeline {
+        let closing = CancellationToken::new();
+        let writer = Writer::new(store, config.store_retry_timeout, readiness);
+        let mut queues = Vec::with_capacity(config.shards);
+        let mut batchers = Vec::with_capacity(config.shards);
+        for shard in 0..config.shards {
+            let (sender, queue) = mpsc::channel(config.queue_capacity);
+            gauge!("loghaul_queue_capacity", "shard" => shard.to_string())
+                .set(config.queue_capacity as f64);
+            queues.push(sender);
+            let batcher = Batcher {
+                shard,
+                queue,
+                writer: writer.clone(),
+                limits: config.limits,
+                closing: closing.clone(),
+            };
+            batchers.push(tokio::spawn(batcher.run()));
+        }
+        // The semaphore counts bytes; tokio caps permits per acquire at u32::MAX, config checks that.
+        let budget_total = u32::try_from(config.max_buffered_bytes).unwrap_or(u32::MAX);
+        gauge!("loghaul_buffered_bytes_limit").set(f64::from(budget_total));
+        let ingress = Ingress {
+            depth_gauges: (0..config.shards)
+                .map(|shard| gauge!("loghaul_queue_depth", "shard" => shard.to_string()))
+                .collect(),
+            buffered_gauge: gauge!("loghaul_buffered_bytes"),
+            queues: queues.into(),
+            budget: Arc::new(Semaphore::new(budget_total as usize)),
+            budget_total,
+            enqueue_timeout: config.enqueue_timeout,
+        };
+        Pipeline {
+            ingress,
+            closing,
+            batchers,
+        }
+    }
+
+    /// The handle stream handlers enqueue through.
+    pub fn ingress(&self) -> Ingress {
+        self.ingress.clone()
+    }
+
+    /// Stops taking chunks, flushes everything queued regardless of linger, and waits for every
+    /// acknowledgement to be resolved.
+    pub async fn shutdown(self) {
+        self.closing.cancel();
+        for batcher in self.batchers {
+            if let Err(err) = batcher.await {
+                tracing::error!(error = %err, "a batching task failed");
+            }
+        }
+    }
+}
+
+/// Cloneable entry to the shards, held by every stream handler.
+#[derive(Clone, Debug)]
+pub struct Ingress {
+    queues: Arc<[mpsc::Sender<Chunk>]>,
+    depth_gauges: Arc<[Gauge]>,
+    buffered_gauge: Gauge,
+    budget: Arc<Semaphore>,
+    budget_total: u32,
+    enqueue_timeout: Duration,
+}
+
+/// Delay suggested to clients refused for backpressure: long enough for a queue to drain.
+const BACKPRESSURE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+impl Ingress {
+    /// Sets the queue-depth and buffered-bytes gauges from the live values. Called when metrics are
+    /// scraped, so the hot path never touches a gauge.
+    pub fn sample_gauges(&self) {
+        for (queue, gauge) in self.queues.iter().zip(self.depth_gauges.iter()) {
+            gauge.set((queue.max_capacity() - queue.capacity()) as f64);
+        }
+        let in_use = self.budget_total as usize - self.budget.available_permits();
+        self.buffered_gauge.set(in_use as f64);
+    }
+
+    /// The shard a new stream is pinned to.
+    pub fn assign_shard(&self) -> usize {
+        router::pick_shard(&self.queues)
+    }
+
+    /// Queues records for `shard`, waiting for room up to the enqueue timeout. The receiver resolves
+    /// once the records are committed (or have failed for good).
+    pub async fn enqueue(
+        &self,
+        shard: usize,
+        tenant: Arc<str>,
+        records: Vec<Record>,
+    ) -> Result<AckReceiver, IngestError> {
+        let started = Instant::now();
+        let deadline = started + self.enqueue_timeout;
+        let bytes: usize = records.iter().map(Record::size_bytes).sum();
+        // A chunk larger than the whole budget would wait forever; let it take the whole budget.
+        let charge = u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .min(self.budget_total);
+        let budget = tokio::time::timeout_at(
+            deadline,
+            Arc::clone(&self.budget).acquire_many_owned(charge),
+        )
+        .await
+        .map_err(|_| self.backpressure("memory budget", started))?
+        .map_err(|_| IngestError::ShuttingDown)?;
+        let queue = &self.queues[shard];
+        let slot = tokio::time::timeout_at(deadline, queue.reserve())
+            .await
+            .map_err(|_| self.backpressure("shard queue", started))?
+            .map_err(|_| IngestError::ShuttingDown)?;
+        let waited = started.elapsed();
+        histogram!("loghaul_backpressure_wait_seconds").record(waited.as_secs_f64());
+        let (ack, receiver) = ack::channel();
+        slot.send(Chunk {
+            tenant,
+            records,
+            bytes,
+            enqueued_at: Instant::now(),
+            ack,
+            _budget: budget,
+        });
+        Ok(receiver)
+    }
+
+    fn backpressure(&self, resource: &'static str, started: Instant) -> IngestError {
+        let waited = started.elapsed();
+        histogram!("loghaul_backpressure_wait_seconds").record(waited.as_secs_f64());
+        counter!("loghaul_backpressure_timeouts_total", "resource" => resource).increment(1);
+        IngestError::Backpressure {
+            resource,
+            waited,
+            retry_after: BACKPRESSURE_RETRY_AFTER,
+        }
+    }
+}

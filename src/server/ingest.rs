@@ -1,0 +1,244 @@
+//! `loghaul.v1.LogIngest/Push`: reads a client stream chunk by chunk, validates each record,
+//! queues the valid ones on the stream's shard, and answers once every queued record is committed.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use metrics::{counter, gauge};
+use tokio::sync::oneshot::error::RecvError;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::validate::{validate, Limits};
+use crate::error::IngestError;
+use crate::pipeline::ack::AckResult;
+use crate::pipeline::Ingress;
+use crate::proto::v1::log_ingest_server::LogIngest;
+use crate::proto::v1::{PushRequest, PushResponse, Rejection};
+use crate::server::validate::RejectReason;
+use crate::storage::StoreError;
+
+/// Rejections listed in one response; the `rejected` count stays exact beyond it, and the cap keeps
+/// a stream of garbage from building an unbounded answer.
+pub const MAX_REPORTED_REJECTIONS: usize = 1000;
+
+/// The tenant of streams when no API keys are configured.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// The ingest service.
+#[derive(Clone, Debug)]
+pub struct IngestService {
+    ingress: Ingress,
+    limits: Limits,
+    max_request_bytes: u64,
+    tenant: Arc<str>,
+}
+
+impl IngestService {
+    /// A service feeding `ingress`.
+    pub fn new(ingress: Ingress, limits: Limits, max_request_bytes: u64) -> Self {
+        IngestService {
+            ingress,
+            limits,
+            max_request_bytes,
+            tenant: Arc::from(DEFAULT_TENANT),
+        }
+    }
+
+    async fn ingest(
+        &self,
+        mut stream: Streaming<PushRequest>,
+    ) -> Result<PushResponse, IngestError> {
+        let shard = self.ingress.assign_shard();
+        let mut tally = Tally::default();
+        let mut next_index: u64 = 0;
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            // Settle acknowledgements as they come so a long stream holds only what is in flight.
+            let message = tokio::select! {
+                biased;
+                Some((outcome, chunk)) = in_flight.next() => {
+                    tally.settle(outcome, &chunk)?;
+                    continue;
+                }
+                message = stream.message() => message
+                    .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?,
+            };
+            let Some(request) = message else { break };
+            let first_index = next_index;
+            let count = request.records.len();
+            next_index += count as u64;
+            counter!("loghaul_records_received_total").increment(count as u64);
+
+            let now = Utc::now();
+            let mut records = Vec::with_capacity(count);
+            let mut skipped = Vec::new();
+            for (position, wire) in request.records.into_iter().enumerate() {
+                match validate(wire, &self.limits, now) {
+                    Ok(record) => records.push(record),
+                    Err(invalid) => {
+                        counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str())
+                            .increment(1);
+                        tally.reject(first_index + position as u64, invalid.to_reason());
+                        skipped.push(position);
+                    }
+                }
+            }
+            if records.is_empty() {
+                continue;
+            }
+            let chunk = ChunkIndex {
+                first_index,
+                skipped,
+                valid: records.len(),
+            };
+            let ack = self
+                .ingress
+                .enqueue(shard, Arc::clone(&self.tenant), records)
+                .await?;
+            in_flight.push(settle_later(ack, chunk));
+        }
+        while let Some((outcome, chunk)) = in_flight.next().await {
+            tally.settle(outcome, &chunk)?;
+        }
+        Ok(tally.into_response())
+    }
+}
+
+async fn settle_later(
+    ack: crate::pipeline::ack::AckReceiver,
+    chunk: ChunkIndex,
+) -> (Result<AckResult, RecvError>, ChunkIndex) {
+    (ack.await, chunk)
+}
+
+#[tonic::async_trait]
+impl LogIngest for IngestService {
+    async fn push(
+        &self,
+        request: Request<Streaming<PushRequest>>,
+    ) -> Result<Response<PushResponse>, Status> {
+        let _open = OpenStream::start();
+        let outcome = self.ingest(request.into_inner()).await;
+        let code = match &outcome {
+            Ok(_) => "ok",
+            Err(err) => {
+                tracing::debug!(error = %err, "push stream failed");
+                err.kind()
+            }
+        };
+        counter!("loghaul_streams_total", "outcome" => code).increment(1);
+        outcome.map(Response::new).map_err(Status::from)
+    }
+}
+
+/// Where a chunk's records stand in the stream: which message positions were rejected before
+/// queueing, so a database refusal of the n-th queued record maps back to its stream index.
+#[derive(Debug)]
+struct ChunkIndex {
+    first_index: u64,
+    skipped: Vec<usize>,
+    valid: usize,
+}
+
+impl ChunkIndex {
+    fn stream_index(&self, queued_position: usize) -> u64 {
+        let mut position = queued_position;
+        for &skipped in &self.skipped {
+            if skipped <= position {
+                position += 1;
+            } else {
+                break;
+            }
+        }
+        self.first_index + position as u64
+    }
+}
+
+/// The running outcome of a stream.
+#[derive(Debug, Default)]
+struct Tally {
+    accepted: u64,
+    rejected: u64,
+    rejections: Vec<Rejection>,
+}
+
+impl Tally {
+    fn reject(&mut self, index: u64, reason: String) {
+        self.rejected += 1;
+        if self.rejections.len() < MAX_REPORTED_REJECTIONS {
+            self.rejections.push(Rejection { index, reason });
+        }
+    }
+
+    fn settle(
+        &mut self,
+        outcome: Result<AckResult, RecvError>,
+        chunk: &ChunkIndex,
+    ) -> Result<(), IngestError> {
+        let refused = outcome.map_err(|_| {
+            StoreError::Unavailable("the batch was dropped before its commit".into())
+        })??;
+        self.accepted += (chunk.valid - refused.len()) as u64;
+        for row in refused {
+            let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
+            self.reject(chunk.stream_index(row.position), reason);
+        }
+        Ok(())
+    }
+
+    fn into_response(mut self) -> PushResponse {
+        self.rejections.sort_by_key(|rejection| rejection.index);
+        PushResponse {
+            accepted: self.accepted,
+            rejected: self.rejected,
+            rejections: self.rejections,
+        }
+    }
+}
+
+/// Counts the stream in `loghaul_active_streams` for as long as it lives, however it ends.
+struct OpenStream;
+
+impl OpenStream {
+    fn start() -> Self {
+        gauge!("loghaul_active_streams").increment(1.0);
+        OpenStream
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        gauge!("loghaul_active_streams").decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_rows_map_back_past_rejected_positions() {
+        // Message positions 0..6 at stream index 100; positions 1 and 3 failed validation, so the
+        // queued records are positions 0, 2, 4, 5.
+        let chunk = ChunkIndex {
+            first_index: 100,
+            skipped: vec![1, 3],
+            valid: 4,
+        };
+        let mapped: Vec<u64> = (0..4).map(|queued| chunk.stream_index(queued)).collect();
+        assert_eq!(mapped, vec![100, 102, 104, 105]);
+    }
+
+    #[test]
+    fn the_rejection_list_is_capped_but_the_count_is_exact() {
+        let mut tally = Tally::default();
+        for index in 0..(MAX_REPORTED_REJECTIONS as u64 + 10) {
+            tally.reject(index, "bad".into());
+        }
+        let response = tally.into_response();
+        assert_eq!(response.rejected, MAX_REPORTED_REJECTIONS as u64 + 10);
+        assert_eq!(response.rejections.len(), MAX_REPORTED_REJECTIONS);
+    }
+}

@@ -1,0 +1,232 @@
+//! The service: wires the store, the pipeline, the gRPC services and the HTTP probes together, and
+//! shuts them down in the order that loses nothing.
+
+pub mod ingest;
+pub mod validate;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::Server;
+
+use crate::config::{ConfigError, ServeConfig};
+use crate::observability::readiness::Readiness;
+use crate::observability::{http, metrics};
+use crate::pipeline::batcher::BatchLimits;
+use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::proto::v1::log_ingest_server::LogIngestServer;
+use crate::storage::{redact_url, PoolOptions, Store, StoreError};
+use ingest::IngestService;
+use validate::Limits;
+
+/// Why the service could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The database could not be opened or migrated.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The reflection service could not be built.
+    #[error("reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The HTTP listener failed.
+    #[error("metrics listener failed: {0}")]
+    Http(#[from] std::io::Error),
+}
+
+/// HTTP/2 flow-control windows. A stream whose handler waits for queue room stops reading, so its
+/// client stops once `STREAM_WINDOW` bytes are in flight; the connection window is several stream
+/// windows so that one stalled stream cannot starve the others sharing its connection.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 16 << 20;
+/// Streams one connection may open at once.
+const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// How often idle connections are pinged, and how long a ping may go unanswered, so streams of
+/// clients that vanished without a FIN are closed instead of held forever.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the store is probed for readiness.
+const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Connections a writer waits for before an attempt counts as failed.
+const POOL_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the service on the given listeners until `shutdown` completes, then drains: readiness off,
+/// no new streams, open streams get `--shutdown-grace` to finish, every shard is flushed, every
+/// acknowledgement resolved, the pool closed.
+pub async fn run(
+    config: ServeConfig,
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    config.validate()?;
+    let metrics_handle = metrics::handle();
+    let shards = config.shard_count();
+    let pool = PoolOptions {
+        max_connections: if config.db_max_connections > 0 {
+            config.db_max_connections
+        } else {
+            shards as u32 + 2
+        },
+        acquire_timeout: POOL_ACQUIRE_TIMEOUT,
+    };
+    let store = Store::connect(&config.database_url, pool).await?;
+    store.migrate().await?;
+    tracing::info!(backend = store.backend(), url = %redact_url(&config.database_url), "store ready");
+    tracing::warn!("no API keys are configured: the service is open to anyone who can reach it, and every record is stored as tenant \"default\"");
+
+    let readiness = Arc::new(Readiness::default());
+    let pipeline = Pipeline::start(
+        PipelineConfig {
+            shards,
+            queue_capacity: config.queue_capacity,
+            limits: BatchLimits {
+                max_rows: config.batch_max_rows,
+                max_bytes: config.batch_max_bytes.as_usize(),
+                linger: config.batch_linger.0,
+            },
+            enqueue_timeout: config.enqueue_timeout.0,
+            max_buffered_bytes: config.max_buffered_bytes.as_usize(),
+            store_retry_timeout: config.store_retry_timeout.0,
+        },
+        store.clone(),
+        Arc::clone(&readiness),
+    );
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LogIngestServer<IngestService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+
+    let max_request_bytes = config.max_request_bytes.as_usize();
+    let ingest = IngestService::new(
+        pipeline.ingress(),
+        Limits {
+            max_message_bytes: config.max_message_bytes.as_usize(),
+        },
+        config.max_request_bytes.0,
+    );
+    let ingest = LogIngestServer::new(ingest)
+        .max_decoding_message_size(max_request_bytes)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd);
+
+    let stopping = CancellationToken::new();
+    let probe = tokio::spawn(probe_store(
+        store.clone(),
+        Arc::clone(&readiness),
+        health.clone(),
+        stopping.clone(),
+    ));
+    let http_addr = http_listener.local_addr()?;
+    let http_task = tokio::spawn(http::serve(
+        http_listener,
+        metrics_handle,
+        Arc::clone(&readiness),
+        pipeline.ingress(),
+        store.backend(),
+        stopping.clone().cancelled_owned(),
+    ));
+    let grpc_addr = grpc_listener.local_addr()?;
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, shards, "loghaul is serving");
+
+    let draining = CancellationToken::new();
+    let drain_signal = {
+        let draining = draining.clone();
+        let readiness = Arc::clone(&readiness);
+        let health = health.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutdown requested: draining open streams");
+            readiness.start_draining();
+            health
+                .set_not_serving::<LogIngestServer<IngestService>>()
+                .await;
+            draining.cancel();
+        }
+    };
+    let mut builder = Server::builder();
+    if !config.max_connection_age.0.is_zero() {
+        builder = builder
+            .max_connection_age(config.max_connection_age.0)
+            .max_connection_age_grace(config.max_connection_age_grace.0);
+    }
+    let grpc = builder
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .tcp_nodelay(true)
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(ingest)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);
+    let grace = config.shutdown_grace.0;
+    let served = tokio::select! {
+        served = grpc => served,
+        () = async { draining.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace = ?grace, "streams still open after the shutdown grace; flushing what they queued");
+            Ok(())
+        }
+    };
+
+    // Whatever happened to the listener, what was queued is flushed and acknowledged.
+    pipeline.shutdown().await;
+    store.close().await;
+    stopping.cancel();
+    let _ = probe.await;
+    match http_task.await {
+        Ok(Err(err)) => tracing::warn!(error = %err, "metrics listener failed"),
+        Err(err) => tracing::warn!(error = %err, "metrics listener panicked"),
+        Ok(Ok(())) => {}
+    }
+    tracing::info!("loghaul stopped");
+    served.map_err(ServeError::from)
+}
+
+/// Probes the store so readiness reflects it even when no writes are flowing.
+async fn probe_store(
+    store: Store,
+    readiness: Arc<Readiness>,
+    health: tonic_health::server::HealthReporter,
+    stopping: CancellationToken,
+) {
+    let mut every = tokio::time::interval(STORE_PROBE_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stopping.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let up = matches!(
+            tokio::time::timeout(STORE_PROBE_INTERVAL, store.ping()).await,
+            Ok(Ok(()))
+        );
+        readiness.set_store_up(up);
+        if readiness.draining() {
+            continue;
+        }
+        if up {
+            health.set_serving::<LogIngestServer<IngestService>>().await;
+        } else {
+            health
+                .set_not_serving::<LogIngestServer<IngestService>>()
+                .await;
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Turns a wire record into a storable [`Record`], or says precisely why it cannot be stored.
+//!
+//! Every check is per record: a bad record is rejected alone while the rest of its stream is stored.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::proto::v1::LogRecord;
+use crate::record::Record;
+
+/// Most attributes a record may carry.
+pub const MAX_ATTRIBUTES: usize = 128;
+/// Longest attribute key, in bytes.
+pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 256;
+/// Longest attribute value, in bytes.
+pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 16 * 1024;
+/// Longest service name, in bytes.
+pub const MAX_SERVICE_BYTES: usize = 256;
+/// How far in the future a timestamp may be (clock skew between hosts).
+pub const MAX_FUTURE_SKEW: TimeDelta = TimeDelta::minutes(10);
+/// The service name stored when a record names none (OpenTelemetry's convention).
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// Why a record was refused: the `reason` label of `loghaul_records_rejected_total` and the code
+/// before the colon in a rejection's reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The message exceeds `--max-message-bytes`.
+    MessageTooLarge,
+    /// More than [`MAX_ATTRIBUTES`] attributes.
+    TooManyAttributes,
+    /// An attribute key longer than [`MAX_ATTRIBUTE_KEY_BYTES`].
+    AttributeKeyTooLarge,
+    /// An attribute value longer than [`MAX_ATTRIBUTE_VALUE_BYTES`].
+    AttributeValueTooLarge,
+    /// A service name longer than [`MAX_SERVICE_BYTES`].
+    ServiceTooLarge,
+    /// A NUL character, which PostgreSQL text cannot hold.
+    NulCharacter,
+    /// More than [`MAX_FUTURE_SKEW`] ahead of the server's clock.
+    TimestampInFuture,
+    /// Out of the representable range, or not after the Unix epoch.
+    InvalidTimestamp,
+    /// A severity number outside 0..=24.
+    InvalidSeverity,
+    /// A trace id that is not 32 hex characters.
+    InvalidTraceId,
+    /// A span id that is not 16 hex characters.
+    InvalidSpanId,
+    /// The database refused the row (reported after the commit of its neighbours).
+    StorageRefused,
+}
+
+impl RejectReason {
+    /// Every reason, so dashboards can show zero-valued series.
+    pub const ALL: [RejectReason; 12] = [
+        RejectReason::MessageTooLarge,
+        RejectReason::TooManyAttributes,
+        RejectReason::AttributeKeyTooLarge,
+        RejectReason::AttributeValueTooLarge,
+        RejectReason::ServiceTooLarge,
+        RejectReason::NulCharacter,
+        RejectReason::TimestampInFuture,
+        RejectReason::InvalidTimestamp,
+        RejectReason::InvalidSeverity,
+        RejectReason::InvalidTraceId,
+        RejectReason::InvalidSpanId,
+        RejectReason::StorageRefused,
+    ];
+
+    /// The stable code used as metric label and reason prefix.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::MessageTooLarge => "message_too_large",
+            RejectReason::TooManyAttributes => "too_many_attributes",
+            RejectReason::AttributeKeyTooLarge => "attribute_key_too_large",
+            RejectReason::AttributeValueTooLarge => "attribute_value_too_large",
+            RejectReason::ServiceTooLarge => "service_too_large",
+            RejectReason::NulCharacter => "nul_character",
+            RejectReason::TimestampInFuture => "timestamp_in_future",
+            RejectReason::InvalidTimestamp => "invalid_timestamp",
+            RejectReason::InvalidSeverity => "invalid_severity",
+            RejectReason::InvalidTraceId => "invalid_trace_id",
+            RejectReason::InvalidSpanId => "invalid_span_id",
+            RejectReason::StorageRefused => "storage_refused",
+        }
+    }
+}
+
+/// A refused record: the reason code and a sentence for the person reading the response.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invalid {
+    /// The code.
+    pub reason: RejectReason,
+    /// What exactly was wrong.
+    pub detail: String,
+}
+
+impl Invalid {
+    fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
+        Invalid {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    /// `code: detail`, the form reported in `Rejection.reason`.
+    pub fn to_reason(&self) -> String {
+        format!("{}: {}", self.reason.as_str(), self.detail)
+    }
+}
+
+/// Limits that come from configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// `--max-message-bytes`.
+    pub max_message_bytes: usize,
+}
+
+/// Checks one record and converts it, moving its strings. `now` stands in for a missing timestamp.
+pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<Record, Invalid> {
+    let ts = match wire.timestamp {
+        None => now,
+        Some(timestamp) => {
+            let ts = to_datetime(timestamp.seconds, timestamp.nanos)?;
+            if ts > now + MAX_FUTURE_SKEW {
+                return Err(Invalid::new(
+                    RejectReason::TimestampInFuture,
+                    format!(
+                        "timestamp {} is more than 10 minutes ahead of the server clock",
+                        ts.to_rfc3339()
+                    ),
+                ));
+            }
+            ts
+        }
+    };
+    let severity = i16::try_from(wire.severity)
+        .ok()
+        .filter(|number| (0..=24).contains(number))
+        .ok_or_else(|| {
+            Invalid::new(
+                RejectReason::InvalidSeverity,
+                format!(
+                    "severity {} is outside OpenTelemetry's 0..=24",
+                    wire.severity
+                ),
+            )
+        })?;
+    if wire.message.len() > limits.max_message_bytes {
+        return Err(Invalid::new(
+            RejectReason::MessageTooLarge,
+            format!(
+                "message is {} bytes; the limit is {} (--max-message-bytes)",
+                wire.message.len(),
+                limits.max_message_bytes
+            ),
+        ));
+    }
+    if wire.service.len() > MAX_SERVICE_BYTES {
+        return Err(Invalid::new(
+            RejectReason::ServiceTooLarge,
+            format!(
+                "service name is {} bytes; the limit is {MAX_SERVICE_BYTES}",
+                wire.service.len()
+            ),
+        ));
+    }
+    check_attributes(&wire.attributes)?;
+    reject_nul("service", &wire.service)?;
+    reject_nul("message", &wire.message)?;
+    let trace_id = hex_id(&wire.trace_id, 32, RejectReason::InvalidTraceId, "trace_id")?;
+    let span_id = hex_id(&wire.span_id, 16, RejectReason::InvalidSpanId, "span_id")?;
+    let attributes = if wire.attributes.is_empty() {
+        String::from("{}")
+    } else {
+        serde_json::to_string(&wire.attributes).expect("a map of strings always serializes")
+    };
+    let service = if wire.service.is_empty() {
+        UNKNOWN_SERVICE.to_owned()
+    } else {
+        wire.service
+    };
+    Ok(Record {
+        ts,
+        severity,
+        service,
+        message: wire.message,
+        attributes,
+        trace_id,
+        span_id,
+    })
+}
+
+fn to_datetime(seconds: i64, nanos: i32) -> Result<DateTime<Utc>, Invalid> {
+    let invalid = || {
+        Invalid::new(
+            RejectReason::InvalidTimestamp,
+            format!("timestamp {seconds}s {nanos}ns is not a valid time after 1970-01-01"),
+        )
+    };
+    let nanos = u32::try_from(nanos)
+        .ok()
+        .filter(|n| *n < 1_000_000_000)
+        .ok_or_else(invalid)?;
+    if seconds <= 0 {
+        return Err(invalid());
+    }
+    let ts = DateTime::from_timestamp(seconds, nanos).ok_or_else(invalid)?;
+    // The databases keep microseconds; truncate here so what is stored is what we compare against.
+    DateTime::from_timestamp_micros(ts.timestamp_micros()).ok_or_else(invalid)
+}
+
+fn check_attributes(attributes: &HashMap<String, String>) -> Result<(), Invalid> {
+    if attributes.len() > MAX_ATTRIBUTES {
+        return Err(Invalid::new(
+            RejectReason::TooManyAttributes,
+            format!(
+                "{} attributes; the limit is {MAX_ATTRIBUTES}",
+                attributes.len()
+            ),
+        ));
+    }
+    for (key, value) in attributes {
+        if key.len() > MAX_ATTRIBUTE_KEY_BYTES {
+            return Err(Invalid::new(
+                RejectReason::AttributeKeyTooLarge,
+                format!(
+                    "attribute key of {} bytes; the limit is {MAX_ATTRIBUTE_KEY_BYTES}",
+                    key.len()
+                ),
+            ));
+        }
+        if value.len() > MAX_ATTRIBUTE_VALUE_BYTES {
+            return Err(Invalid::new(
+                RejectReason::AttributeValueTooLarge,
+                format!(
+                    "attribute {key:?} has a value of {} bytes; the limit is {MAX_ATTRIBUTE_VALUE_BYTES}",
+                    value.len()
+                ),
+            ));
+        }
+        reject_nul("attribute key", key)?;
+        reject_nul("attribute value", value)?;
+    }
+    Ok(())
+}
+
+fn reject_nul(field: &str, text: &str) -> Result<(), Invalid> {
+    match text.find('\0') {
+        None => Ok(()),
+        Some(offset) => Err(Invalid::new(
+            RejectReason::NulCharacter,
+            format!("{field} contains a NUL character at byte {offset}"),
+        )),
+    }
+}
+
+/// Lowercase hex of the expected length; empty and all-zero ids (W3C's "invalid") mean absent.
+fn hex_id(
+    text: &str,
+    len: usize,
+    reason: RejectReason,
+    field: &str,
+) -> Result<Option<String>, Invalid> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    if text.len() != len || !text.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+        let shown: String = text.chars().take(40).collect();
+        return Err(Invalid::new(
+            reason,
+            format!("{field} {shown:?} is not {len} hex characters"),
+        ));
+    }
+    if text.bytes().all(|byte| byte == b'0') {
+        return Ok(None);
+    }
+    Ok(Some(text.to_ascii_lowercase()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_types::Timestamp;
+
+    const LIMITS: Limits = Limits {
+        max_message_bytes: 1024,
+    };
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-29T12:00:00.123456789Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn record() -> LogRecord {
+        LogRecord {
+            timestamp: Some(Timestamp {
+                seconds: now().timestamp() - 5,
+                nanos: 987_654_321,
+            }),
+            severity: 13,
+            service: "checkout".into(),
+            message: "card declined".into(),
+            attributes: [("order".to_string(), "42".to_string())].into(),
+            trace_id: "4BF92F3577B34DA6A3CE929D0E0E4736".into(),
+            span_id: "00f067aa0ba902b7".into(),
+        }
+    }
+
+    fn reason_of(wire: LogRecord) -> RejectReason {
+        validate(wire, &LIMITS, now()).unwrap_err().reason
+    }
+
+    #[test]
+    fn a_good_record_converts_field_by_field() {
+        let stored = validate(record(), &LIMITS, now()).unwrap();
+        assert_eq!(stored.ts.timestamp_subsec_nanos(), 987_654_000);
+        assert_eq!(stored.severity, 13);
+        assert_eq!(stored.service, "checkout");
+        assert_eq!(stored.attributes, r#"{"order":"42"}"#);
+        assert_eq!(
+            stored.trace_id.as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(stored.span_id.as_deref(), Some("00f067aa0ba902b7"));
+    }
+
+    #[test]
+    fn missing_fields_get_their_defaults() {
+        let wire = LogRecord {
+            message: "hi".into(),
+            ..LogRecord::default()
+        };
+        let stored = validate(wire, &LIMITS, now()).unwrap();
+        assert_eq!(stored.ts, now());
+        assert_eq!(stored.service, UNKNOWN_SERVICE);
+        assert_eq!(stored.attributes, "{}");
+        assert_eq!((stored.trace_id, stored.span_id), (None, None));
+    }
+
+    #[test]
+    fn each_limit_has_its_reason() {
+        let mut wire = record();
+        wire.message = "x".repeat(1025);
+        assert_eq!(reason_of(wire), RejectReason::MessageTooLarge);
+
+        let mut wire = record();
+        wire.attributes = (0..129).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert_eq!(reason_of(wire), RejectReason::TooManyAttributes);
+
+        let mut wire = record();
+        wire.attributes = [("k".repeat(257), "v".into())].into();
+        assert_eq!(reason_of(wire), RejectReason::AttributeKeyTooLarge);
+
+        let mut wire = record();
+        wire.attributes = [("k".into(), "v".repeat(16 * 1024 + 1))].into();
+        assert_eq!(reason_of(wire), RejectReason::AttributeValueTooLarge);
+
+        let mut wire = record();
+        wire.service = "s".repeat(257);
+        assert_eq!(reason_of(wire), RejectReason::ServiceTooLarge);
+    }
+
+    #[test]
+    fn nul_characters_are_refused_wherever_they_are() {
+        let mut wire = record();
+        wire.message = "a\0b".into();
+        let invalid = validate(wire, &LIMITS, now()).unwrap_err();
+        assert_eq!(invalid.reason, RejectReason::NulCharacter);
+        assert_eq!(
+            invalid.to_reason(),
+            "nul_character: message contains a NUL character at byte 1"
+        );
+
+        let mut wire = record();
+        wire.attributes = [("k".into(), "\0".into())].into();
+        assert_eq!(reason_of(wire), RejectReason::NulCharacter);
+    }
+
+    #[test]
+    fn timestamps_must_be_sane() {
+        let mut wire = record();
+        wire.timestamp = Some(Timestamp {
+            seconds: now().timestamp() + 11 * 60,
+            nanos: 0,
+        });
+        assert_eq!(reason_of(wire), RejectReason::TimestampInFuture);
+
+        let mut wire = record();
+        wire.timestamp = Some(Timestamp {
+            seconds: now().timestamp() + 9 * 60,
+            nanos: 0,
+        });
+        assert!(validate(wire, &LIMITS, now()).is_ok());
+
+        for (seconds, nanos) in [
+            (0, 0),
+            (-5, 0),
+            (i64::MAX, 0),
+            (10, -1),
+            (10, 1_000_000_000),
+        ] {
+            let mut wire = record();
+            wire.timestamp = Some(Timestamp { seconds, nanos });
+            assert_eq!(
+                reason_of(wire),
+                RejectReason::InvalidTimestamp,
+                "{seconds} {nanos}"
+            );
+        }
+    }
+
+    #[test]
+    fn ids_and_severity_are_checked() {
+        let mut wire = record();
+        wire.trace_id = "xyz".into();
+        assert_eq!(reason_of(wire), RejectReason::InvalidTraceId);
+        let mut wire = record();
+        wire.span_id = "g".repeat(16);
+        assert_eq!(reason_of(wire), RejectReason::InvalidSpanId);
+        let mut wire = record();
+        wire.trace_id = "0".repeat(32);
+        assert_eq!(validate(wire, &LIMITS, now()).unwrap().trace_id, None);
+        let mut wire = record();
+        wire.severity = 25;
+        assert_eq!(reason_of(wire), RejectReason::InvalidSeverity);
+        let mut wire = record();
+        wire.severity = 24;
+        assert!(validate(wire, &LIMITS, now()).is_ok());
+    }
+}
