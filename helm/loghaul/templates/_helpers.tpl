@@ -1,0 +1,185 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "loghaul.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's resources. */}}
+{{- define "loghaul.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "loghaul.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every resource carries. */}}
+{{- define "loghaul.labels" -}}
+helm.sh/chart: {{ include "loghaul.chart" . }}
+{{ include "loghaul.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: loghaul
+{{- end }}
+
+{{/* Labels that select the server pods (immutable in the Deployment selector). */}}
+{{- define "loghaul.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "loghaul.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "loghaul.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "loghaul.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "loghaul.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The SQLite URL used when neither database.url nor database.existingSecret is set. */}}
+{{- define "loghaul.sqliteDefaultUrl" -}}
+{{- printf "sqlite://%s/loghaul.db" (trimSuffix "/" .Values.persistence.mountPath) }}
+{{- end }}
+
+{{/* The database URL the chart puts in its Secret ("" when database.existingSecret holds it). */}}
+{{- define "loghaul.databaseUrl" -}}
+{{- if .Values.database.url }}
+{{- .Values.database.url }}
+{{- else if not .Values.database.existingSecret }}
+{{- include "loghaul.sqliteDefaultUrl" . }}
+{{- end }}
+{{- end }}
+
+{{/* "sqlite" or "postgres". An existingSecret is taken to hold a PostgreSQL URL. */}}
+{{- define "loghaul.dbMode" -}}
+{{- $url := include "loghaul.databaseUrl" . }}
+{{- if and (not .Values.database.existingSecret) (hasPrefix "sqlite:" $url) }}sqlite{{ else }}postgres{{ end }}
+{{- end }}
+
+{{/* "true" when the chart creates its own Secret (database URL and/or API keys), else "". */}}
+{{- define "loghaul.createSecret" -}}
+{{- if or (not .Values.database.existingSecret) (and .Values.apiKeys (not .Values.apiKeysExistingSecret)) }}true{{ end }}
+{{- end }}
+
+{{- define "loghaul.databaseSecretName" -}}
+{{- default (include "loghaul.fullname" .) .Values.database.existingSecret }}
+{{- end }}
+
+{{- define "loghaul.databaseSecretKey" -}}
+{{- if .Values.database.existingSecret }}{{ .Values.database.existingSecretKey }}{{ else }}database-url{{ end }}
+{{- end }}
+
+{{/* "true" when LOGHAUL_API_KEYS is set from a Secret. */}}
+{{- define "loghaul.hasApiKeys" -}}
+{{- if or .Values.apiKeys .Values.apiKeysExistingSecret }}true{{ end }}
+{{- end }}
+
+{{- define "loghaul.apiKeysSecretName" -}}
+{{- default (include "loghaul.fullname" .) .Values.apiKeysExistingSecret }}
+{{- end }}
+
+{{- define "loghaul.apiKeysSecretKey" -}}
+{{- if .Values.apiKeysExistingSecret }}{{ .Values.apiKeysExistingSecretKey }}{{ else }}api-keys{{ end }}
+{{- end }}
+
+{{/* apiKeys rendered as LOGHAUL_API_KEYS: "key1=tenant_a,key2=tenant_b", sorted by key. */}}
+{{- define "loghaul.apiKeysValue" -}}
+{{- $pairs := list }}
+{{- range $key := keys .Values.apiKeys | sortAlpha }}
+{{- $tenant := toString (get $.Values.apiKeys $key) }}
+{{- if or (contains "," $key) (contains "=" $key) (contains "," $tenant) (contains "=" $tenant) (not $tenant) }}
+{{- fail (printf "loghaul: apiKeys entry %q: keys and tenants must be non-empty and contain no ',' or '='" $key) }}
+{{- end }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $tenant) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* terminationGracePeriodSeconds: the service's shutdown-grace plus preStop sleep plus a margin for the final flush. */}}
+{{- define "loghaul.terminationGracePeriodSeconds" -}}
+{{- add (int .Values.config.shutdownGraceSeconds) (int .Values.preStopSleepSeconds) (int .Values.shutdownMarginSeconds) }}
+{{- end }}
+
+{{/* PromQL label matchers selecting this release's series, as Prometheus Operator labels them. */}}
+{{- define "loghaul.metricSelector" -}}
+{{- if .Values.prometheusRule.metricSelector }}
+{{- .Values.prometheusRule.metricSelector }}
+{{- else }}
+{{- printf "job=%q, namespace=%q" (include "loghaul.fullname" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* The service's TOML config. Only keys `loghaul serve` knows: it refuses to start on any other. */}}
+{{- define "loghaul.configToml" -}}
+{{- $c := .Values.config -}}
+# loghaul serve --config file, rendered by the Helm chart. Keys are the flag names.
+# The database URL and API keys come from the environment (Secret), not from here.
+listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.grpc) | toJson }}
+metrics-listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.metrics) | toJson }}
+shards = {{ int64 $c.shards }}
+batch-max-rows = {{ int64 $c.batchMaxRows }}
+batch-max-bytes = {{ toString $c.batchMaxBytes | toJson }}
+batch-linger = {{ toString $c.batchLinger | toJson }}
+queue-capacity = {{ int64 $c.queueCapacity }}
+enqueue-timeout = {{ toString $c.enqueueTimeout | toJson }}
+max-buffered-bytes = {{ toString $c.maxBufferedBytes | toJson }}
+max-message-bytes = {{ toString $c.maxMessageBytes | toJson }}
+max-request-bytes = {{ toString $c.maxRequestBytes | toJson }}
+store-retry-timeout = {{ toString $c.storeRetryTimeout | toJson }}
+db-max-connections = {{ int64 $c.dbMaxConnections }}
+max-connection-age = {{ toString $c.maxConnectionAge | toJson }}
+max-connection-age-grace = {{ toString $c.maxConnectionAgeGrace | toJson }}
+shutdown-grace = {{ printf "%ds" (int $c.shutdownGraceSeconds) | toJson }}
+log-format = {{ toString $c.logFormat | toJson }}
+{{- end }}
+
+{{/* Combinations that render but cannot work; fails with a message saying what to change. */}}
+{{- define "loghaul.validate" -}}
+{{- if and .Values.database.url .Values.database.existingSecret }}
+{{- fail "loghaul: set either database.url or database.existingSecret, not both" }}
+{{- end }}
+{{- if and .Values.apiKeys .Values.apiKeysExistingSecret }}
+{{- fail "loghaul: set either apiKeys or apiKeysExistingSecret, not both" }}
+{{- end }}
+{{- if eq (include "loghaul.dbMode" .) "sqlite" }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "loghaul: SQLite mode supports at most one replica (replicaCount is %d): two pods must never share the database file. Use PostgreSQL (database.url=postgres://... or database.existingSecret) to run several replicas." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if .Values.autoscaling.enabled }}
+{{- fail "loghaul: autoscaling is not possible in SQLite mode (one pod owns the database file). Use PostgreSQL (database.url=postgres://... or database.existingSecret), or set autoscaling.enabled=false." }}
+{{- end }}
+{{- if not .Values.persistence.enabled }}
+{{- fail "loghaul: SQLite mode needs persistence.enabled=true, or the logs are lost whenever the pod restarts. Enable persistence, or use PostgreSQL (database.url=postgres://... or database.existingSecret)." }}
+{{- end }}
+{{- $url := include "loghaul.databaseUrl" . }}
+{{- if not (contains (printf "%s/" (trimSuffix "/" .Values.persistence.mountPath)) $url) }}
+{{- fail (printf "loghaul: the SQLite file of database.url %q must live under persistence.mountPath %q, or it is lost on restart." $url .Values.persistence.mountPath) }}
+{{- end }}
+{{- end }}
+{{- if .Values.autoscaling.enabled }}
+{{- if gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas) }}
+{{- fail "loghaul: autoscaling.minReplicas must not exceed autoscaling.maxReplicas" }}
+{{- end }}
+{{- if and (not .Values.autoscaling.targetCPUUtilizationPercentage) (not .Values.autoscaling.queueUtilization.enabled) }}
+{{- fail "loghaul: autoscaling needs a metric: set autoscaling.targetCPUUtilizationPercentage or enable autoscaling.queueUtilization" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level label selector used by anti-affinity and topology spread. */}}
+{{- define "loghaul.podLabelSelector" -}}
+matchLabels:
+  {{- include "loghaul.selectorLabels" . | nindent 2 }}
+{{- end }}

@@ -1,0 +1,780 @@
+#!/usr/bin/env python3
+"""Checks of the loghaul Helm chart, run by .ci/helm-check.
+
+Renders the chart with real Helm (helm-python-sdk: Helm 4 as a library, no helm
+binary) in several configurations and asserts what an operator relies on, then
+validates every rendered manifest against the Kubernetes 1.30 schemas in strict
+mode with kubernetes-validate.
+
+Run: python helm/tests/test_chart.py   (needs helm-python-sdk, kubernetes-validate)
+Plain asserts; prints one line per check and a final "N passed, M failed" line;
+exits non-zero when anything failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import re
+import sys
+import time
+import tomllib
+import traceback
+from pathlib import Path
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CHART_DIR = HERE.parent / "loghaul"
+REPO_ROOT = HERE.parent.parent
+KUBE_VERSION = "1.30.0"
+RELEASE = "loghaul"
+NAMESPACE = "logs"
+FULLNAME = "loghaul"  # release "loghaul" + chart "loghaul" -> "loghaul"
+
+# Custom resources: not part of the Kubernetes schemas, so kubernetes-validate
+# cannot check them. These kinds, and only these, are skipped (and counted).
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+# The `loghaul serve` flags a config file may set (the service refuses unknown keys).
+SERVE_FLAGS = {
+    "listen", "metrics-listen", "database-url", "shards", "batch-max-rows",
+    "batch-max-bytes", "batch-linger", "queue-capacity", "enqueue-timeout",
+    "max-buffered-bytes", "max-message-bytes", "max-request-bytes",
+    "store-retry-timeout", "db-max-connections", "max-connection-age",
+    "max-connection-age-grace", "shutdown-grace", "log-format",
+}
+# The database URL comes from the Secret (env), never from the ConfigMap.
+TOML_KEYS = SERVE_FLAGS - {"database-url"}
+
+POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
+
+# Every optional feature on.
+FULL = {
+    "replicaCount": 3,
+    "database": {"url": POSTGRES_URL},
+    "apiKeys": {"key-b": "tenant_b", "key-a": "tenant_a"},
+    "autoscaling": {
+        "enabled": True,
+        "minReplicas": 3,
+        "maxReplicas": 12,
+        "queueUtilization": {"enabled": True, "averageValue": "600m"},
+    },
+    "podDisruptionBudget": {"enabled": True},
+    "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "prometheusRule": {"enabled": True, "alertLabels": {"team": "logging"}},
+    "networkPolicy": {
+        "enabled": True,
+        "grpc": {"from": [{"namespaceSelector": {"matchLabels": {"loghaul-client": "true"}}}]},
+    },
+    "dashboards": {"enabled": True, "annotations": {"grafana_folder": "Logging"}},
+    "service": {"headless": {"enabled": True}},
+    "preStopSleepSeconds": 5,
+    "imagePullSecrets": [{"name": "regcred"}],
+    "podAnnotations": {"example.com/owner": "sre"},
+    "podLabels": {"team": "logging"},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "logging", "effect": "NoSchedule"}],
+    "extraEnv": [{"name": "RUST_LOG", "value": "info"}],
+    "priorityClassName": "high-priority",
+}
+
+EXISTING_SECRETS = {
+    "database": {"existingSecret": "db-credentials", "existingSecretKey": "url"},
+    "apiKeysExistingSecret": "ingest-keys",
+    "apiKeysExistingSecretKey": "keys",
+}
+
+# The alerts the chart promises, with the release selector stripped from the expressions.
+EXPECTED_ALERTS = {
+    "LoghaulQueueSaturated": ("max by (pod) (loghaul_queue_depth / loghaul_queue_capacity) > 0.9", "5m"),
+    "LoghaulInsertErrors": ("rate(loghaul_insert_errors_total[5m]) > 0", None),
+    "LoghaulRejectionsRising": (
+        "sum(rate(loghaul_records_rejected_total[5m])) / sum(rate(loghaul_records_received_total[5m])) > 0.05",
+        None,
+    ),
+    "LoghaulBackpressureTimeouts": ("rate(loghaul_backpressure_timeouts_total[5m]) > 0", None),
+    "LoghaulNotReady": ("loghaul_ready == 0", "5m"),
+    "LoghaulStoreDown": ("loghaul_store_up == 0", None),
+}
+
+CHART: helm.Chart | None = None
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def chart() -> helm.Chart:
+    global CHART
+    if CHART is None:
+        CHART = helm.Chart.load(str(CHART_DIR))
+    return CHART
+
+
+def merged(*layers: dict) -> dict:
+    """Deep-merges value layers (later wins), like repeated -f files."""
+    out: dict = {}
+    for layer in layers:
+        _deep_merge(out, copy.deepcopy(layer))
+    return out
+
+
+def _deep_merge(dst: dict, src: dict) -> None:
+    for key, value in src.items():
+        if isinstance(value, dict) and isinstance(dst.get(key), dict):
+            _deep_merge(dst[key], value)
+        else:
+            dst[key] = value
+
+
+def render(values: dict | None = None) -> dict[str, str]:
+    return chart().render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def manifests(rendered: dict[str, str]) -> list[dict]:
+    docs = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc.setdefault("__source__", path)
+                docs.append(doc)
+    return docs
+
+
+def of_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in of_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def deployment(docs: list[dict]) -> dict:
+    return one(docs, "Deployment", FULLNAME)
+
+
+def container(docs: list[dict]) -> dict:
+    containers = deployment(docs)["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1, containers
+    return containers[0]
+
+
+def env_of(ctr: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in ctr.get("env", [])}
+
+
+def config_toml(docs: list[dict]) -> dict:
+    cm = one(docs, "ConfigMap", FULLNAME)
+    return tomllib.loads(cm["data"]["loghaul.toml"])
+
+
+def secret_data(secret: dict) -> dict[str, str]:
+    return {k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()}
+
+
+def pod_annotations(docs: list[dict]) -> dict:
+    return deployment(docs)["spec"]["template"]["metadata"].get("annotations", {})
+
+
+def expect_render_failure(values: dict, *fragments: str) -> str:
+    try:
+        render(values)
+    except helm.HelmError as err:
+        message = str(err)
+        for fragment in fragments:
+            assert fragment in message, f"error message lacks {fragment!r}: {message}"
+        return message
+    raise AssertionError(f"rendering {values} should have failed")
+
+
+def expect_schema_rejects(values: dict, fragment: str) -> None:
+    try:
+        chart().validate_schema(values)
+    except helm.HelmValuesError as err:
+        assert fragment in str(err), f"schema error lacks {fragment!r}: {err}"
+    else:
+        raise AssertionError(f"values.schema.json accepted {values}")
+    # and an install with those values is refused too, not just the explicit check
+    try:
+        render(values)
+    except helm.HelmValuesError:
+        return
+    raise AssertionError(f"render accepted {values} despite the schema")
+
+
+def duration_seconds(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", text)
+    assert m, f"unexpected duration {text!r}"
+    return int(m.group(1)) * units[m.group(2)]
+
+
+def strip_selector(expr: str) -> str:
+    sel = f'{{job="{FULLNAME}", namespace="{NAMESPACE}"}}'
+    assert sel in expr, f"alert expression is not scoped to the release ({sel}): {expr}"
+    return expr.replace(sel, "")
+
+
+# ---------------------------------------------------------------- checks
+
+TESTS = []
+
+
+def check(fn):
+    TESTS.append(fn)
+    return fn
+
+
+@check
+def chart_metadata_matches_crate():
+    meta = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert meta["apiVersion"] == "v2"
+    assert meta["name"] == "loghaul"
+    assert meta["version"] == "0.1.0"
+    assert isinstance(meta["appVersion"], str)
+    cargo = tomllib.loads((REPO_ROOT / "Cargo.toml").read_text())
+    assert meta["appVersion"] == cargo["package"]["version"], (meta["appVersion"], cargo["package"]["version"])
+
+
+@check
+def lint_passes():
+    for label, values in [("defaults", None), ("all features", FULL), ("existing secrets", EXISTING_SECRETS)]:
+        report = helm.lint(str(CHART_DIR), values, strict=True, kube_version="v" + KUBE_VERSION)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not problems and not report["errors"], f"lint ({label}): {problems or report['errors']}"
+        assert report["total_charts_linted"] == 1
+
+
+@check
+def serve_flags_match_the_service_source():
+    """The chart's list of TOML keys is the ServeConfig of the Rust source (minus --config)."""
+    source = (REPO_ROOT / "src" / "config" / "mod.rs").read_text()
+    m = re.search(r"pub struct ServeConfig \{(.*?)\n\}", source, re.S)
+    assert m, "ServeConfig not found in src/config/mod.rs"
+    fields = {f.replace("_", "-") for f in re.findall(r"^\s*pub (\w+):", m.group(1), re.M)}
+    fields.discard("config")
+    assert fields == SERVE_FLAGS, f"flags differ: source-only {fields - SERVE_FLAGS}, chart-only {SERVE_FLAGS - fields}"
+
+
+@check
+def every_values_key_is_documented():
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    undocumented = []
+    for i, line in enumerate(lines):
+        if not re.match(r"^\s*(- )?[A-Za-z_][\w./-]*:(\s|$)", line):
+            continue
+        if re.search(r"\s#\s", line):
+            continue
+        j = i - 1
+        while j >= 0 and not lines[j].strip():
+            j -= 1
+        if j < 0 or not lines[j].strip().startswith("#"):
+            undocumented.append(f"{i + 1}: {line.strip()}")
+    assert not undocumented, "keys without a comment: " + "; ".join(undocumented)
+
+
+@check
+def schema_rejects_unknown_keys_and_wrong_types():
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    chart().validate_schema({})  # defaults are valid
+    chart().validate_schema(FULL)
+    chart().validate_schema(EXISTING_SECRETS)
+    expect_schema_rejects({"replicaCountt": 2}, "replicaCountt")
+    expect_schema_rejects({"replicaCount": "three"}, "replicaCount")
+    expect_schema_rejects({"config": {"batchLinger": 50}}, "batchLinger")
+    expect_schema_rejects({"config": {"batchMaxBytes": "8 parsecs"}}, "batchMaxBytes")
+    expect_schema_rejects({"config": {"flushEvery": "1s"}}, "flushEvery")
+    expect_schema_rejects({"config": {"logFormat": "xml"}}, "logFormat")
+    expect_schema_rejects({"autoscaling": {"enabled": "yes"}}, "enabled")
+    expect_schema_rejects({"apiKeys": {"k": 5}}, "apiKeys")
+
+
+@check
+def defaults_are_sqlite_with_persistence():
+    docs = manifests(render())
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        ["ConfigMap", "Deployment", "PersistentVolumeClaim", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"]
+    ), kinds
+    dep = deployment(docs)
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}, dep["spec"]["strategy"]
+    pvc = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-data")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    pod = dep["spec"]["template"]["spec"]
+    data = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert data == [{"name": "data", "persistentVolumeClaim": {"claimName": f"{FULLNAME}-data"}}], data
+    mounts = {m["name"]: m["mountPath"] for m in container(docs)["volumeMounts"]}
+    assert mounts["data"] == "/data"
+    assert secret_data(one(docs, "Secret", FULLNAME)) == {"database-url": "sqlite:///data/loghaul.db"}
+    assert not of_kind(docs, "Job"), "no migration Job for SQLite"
+    assert pod["securityContext"]["fsGroup"] == 65532, "the PVC must be writable by the nonroot user"
+
+
+@check
+def deployment_container_wiring():
+    docs = manifests(render())
+    ctr = container(docs)
+    assert ctr["image"] == "loghaul/loghaul:0.1.0", ctr["image"]  # tag defaults to appVersion
+    assert ctr["args"] == ["serve", "--config", "/etc/loghaul/loghaul.toml"], ctr["args"]
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    assert ports == {"grpc": 4317, "metrics": 9464}, ports
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert ctr["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    env = env_of(ctr)
+    assert env["LOGHAUL_LOG_FORMAT"] == {"name": "LOGHAUL_LOG_FORMAT", "value": "json"}
+    assert env["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "database-url"}
+    assert "LOGHAUL_API_KEYS" not in env, "no API keys configured"
+    pod = deployment(docs)["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False, "service links would inject LOGHAUL_* variables"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == FULLNAME
+    one(docs, "ServiceAccount", FULLNAME)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["tmp"]
+    assert volumes["config"]["configMap"]["name"] == FULLNAME
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert mounts["tmp"]["mountPath"] == "/tmp"
+    assert mounts["config"]["mountPath"] == "/etc/loghaul" and mounts["config"]["readOnly"] is True
+    res = ctr["resources"]
+    assert res["requests"] == {"cpu": "500m", "memory": "512Mi"} and res["limits"] == {"memory": "1Gi"}, res
+    # image tag override
+    ctr2 = container(manifests(render({"image": {"tag": "0.2.0-rc1"}})))
+    assert ctr2["image"].endswith(":0.2.0-rc1")
+
+
+@check
+def security_context_is_locked_down():
+    for values in (None, FULL):
+        docs = manifests(render(values))
+        pod = deployment(docs)["spec"]["template"]["spec"]
+        ctx = container(docs)["securityContext"]
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] == 65532
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["capabilities"]["drop"] == ["ALL"]
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    job = one(manifests(render({"database": {"url": POSTGRES_URL}})), "Job")
+    jctx = job["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert jctx["readOnlyRootFilesystem"] is True and jctx["capabilities"]["drop"] == ["ALL"]
+
+
+@check
+def termination_grace_derives_from_shutdown_grace():
+    for values, grace, expected in [
+        ({}, 20, 30),
+        ({"config": {"shutdownGraceSeconds": 45}}, 45, 55),
+        ({"config": {"shutdownGraceSeconds": 45}, "shutdownMarginSeconds": 15}, 45, 60),
+        ({"preStopSleepSeconds": 5}, 20, 35),
+    ]:
+        docs = manifests(render(values))
+        toml_grace = duration_seconds(config_toml(docs)["shutdown-grace"])
+        tgps = deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert toml_grace == grace, (values, toml_grace)
+        assert tgps == expected, (values, tgps)
+        assert tgps > toml_grace
+    ctr = container(manifests(render({"preStopSleepSeconds": 5})))
+    assert ctr["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert "lifecycle" not in container(manifests(render()))
+
+
+@check
+def config_toml_has_only_known_keys():
+    docs = manifests(render())
+    cfg = config_toml(docs)
+    assert set(cfg) <= TOML_KEYS, f"unknown keys: {set(cfg) - TOML_KEYS}"
+    assert set(cfg) == TOML_KEYS, f"missing keys: {TOML_KEYS - set(cfg)}"
+    assert cfg["listen"] == "0.0.0.0:4317" and cfg["metrics-listen"] == "0.0.0.0:9464"
+    assert cfg["batch-max-rows"] == 5000 and isinstance(cfg["batch-max-rows"], int)
+    assert cfg["queue-capacity"] == 64 and cfg["db-max-connections"] == 0
+    for key, value in [("batch-max-bytes", "8MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
+                       ("max-request-bytes", "4MiB"), ("batch-linger", "50ms"), ("enqueue-timeout", "5s"),
+                       ("store-retry-timeout", "15s"), ("max-connection-age", "10m"),
+                       ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json")]:
+        assert cfg[key] == value, (key, cfg[key])
+    # every config value reaches the file
+    custom = {
+        "shards": 4, "batchMaxRows": 1234, "batchMaxBytes": "16MiB", "batchLinger": "20ms",
+        "queueCapacity": 32, "enqueueTimeout": "2s", "maxBufferedBytes": "128MiB", "maxMessageBytes": "1MiB",
+        "maxRequestBytes": "8MiB", "storeRetryTimeout": "30s", "dbMaxConnections": 9,
+        "maxConnectionAge": "5m", "maxConnectionAgeGrace": "1m", "shutdownGraceSeconds": 40, "logFormat": "text",
+        "bindAddress": "[::]",
+    }
+    cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
+    assert cfg2 == {
+        "listen": "[::]:5000", "metrics-listen": "[::]:9464", "shards": 4, "batch-max-rows": 1234,
+        "batch-max-bytes": "16MiB", "batch-linger": "20ms", "queue-capacity": 32, "enqueue-timeout": "2s",
+        "max-buffered-bytes": "128MiB", "max-message-bytes": "1MiB", "max-request-bytes": "8MiB",
+        "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
+        "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
+    }, cfg2
+    assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
+
+
+@check
+def checksum_annotations_roll_pods():
+    rendered = render()
+    docs = manifests(rendered)
+    ann = pod_annotations(docs)
+    cm_text = rendered["loghaul/templates/configmap.yaml"]
+    assert ann["checksum/config"] == hashlib.sha256(cm_text.encode()).hexdigest(), "checksum/config is not the ConfigMap's sha256"
+    assert re.fullmatch(r"[0-9a-f]{64}", ann["checksum/secret"])
+    changed = pod_annotations(manifests(render({"config": {"batchMaxRows": 1000}})))
+    assert changed["checksum/config"] != ann["checksum/config"], "config change must change checksum/config"
+    assert changed["checksum/secret"] == ann["checksum/secret"]
+    unrelated = pod_annotations(manifests(render({"podLabels": {"x": "y"}})))
+    assert unrelated["checksum/config"] == ann["checksum/config"], "unrelated change must not roll pods"
+    pg = pod_annotations(manifests(render({"database": {"url": POSTGRES_URL}})))
+    pg2 = pod_annotations(manifests(render({"database": {"url": POSTGRES_URL + "?sslmode=require"}})))
+    assert pg["checksum/secret"] != pg2["checksum/secret"], "secret change must change checksum/secret"
+    full = pod_annotations(manifests(render(FULL)))
+    assert full["example.com/owner"] == "sre" and "checksum/config" in full
+
+
+@check
+def services_name_ports_and_protocols():
+    docs = manifests(render(FULL))
+    svc = one(docs, "Service", FULLNAME)
+    assert svc["spec"]["type"] == "ClusterIP"
+    ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    assert ports["grpc"]["port"] == 4317 and ports["grpc"]["targetPort"] == "grpc" and ports["grpc"]["appProtocol"] == "grpc"
+    assert ports["metrics"]["port"] == 9464 and ports["metrics"]["targetPort"] == "metrics" and ports["metrics"]["appProtocol"] == "http"
+    pod_labels = deployment(docs)["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()), "Service does not select the pods"
+    assert deployment(docs)["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    headless = one(docs, "Service", f"{FULLNAME}-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert [(p["name"], p["appProtocol"]) for p in headless["spec"]["ports"]] == [("grpc", "grpc")]
+    assert headless["spec"]["selector"] == svc["spec"]["selector"]
+    assert not [d for d in manifests(render()) if d["kind"] == "Service" and d["metadata"]["name"].endswith("-headless")]
+
+
+@check
+def replicas_land_on_different_nodes():
+    pod = deployment(manifests(render({"database": {"url": POSTGRES_URL}, "replicaCount": 3})))["spec"]["template"]["spec"]
+    selector = {"app.kubernetes.io/name": "loghaul", "app.kubernetes.io/instance": RELEASE}
+    pref = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert pref[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == selector
+    tsc = pod["topologySpreadConstraints"]
+    assert len(tsc) == 1 and tsc[0]["topologyKey"] == "kubernetes.io/hostname" and tsc[0]["maxSkew"] == 1
+    assert tsc[0]["labelSelector"]["matchLabels"] == selector
+    assert tsc[0]["matchLabelKeys"] == ["pod-template-hash"]
+    hard = deployment(manifests(render({"podAntiAffinityPreset": "hard"})))["spec"]["template"]["spec"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in hard["affinity"]["podAntiAffinity"]
+    custom = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["logging"]}]}]}}}
+    pod2 = deployment(manifests(render({"affinity": custom, "topologySpreadConstraints": []})))["spec"]["template"]["spec"]
+    assert pod2["affinity"] == custom and "topologySpreadConstraints" not in pod2
+    pod3 = deployment(manifests(render({"podAntiAffinityPreset": "none"})))["spec"]["template"]["spec"]
+    assert "affinity" not in pod3
+
+
+@check
+def all_features_render():
+    rendered = render(FULL)
+    docs = manifests(rendered)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted([
+        "ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Job", "NetworkPolicy",
+        "PodDisruptionBudget", "PrometheusRule", "Secret", "Secret", "Service", "Service", "ServiceAccount",
+        "ServiceMonitor",
+    ]), kinds
+    assert not of_kind(docs, "PersistentVolumeClaim"), "no PVC with PostgreSQL"
+    dep = deployment(docs)
+    assert "replicas" not in dep["spec"], "the HPA owns the replica count"
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = dep["spec"]["template"]["spec"]
+    assert "data" not in {v["name"] for v in pod["volumes"]}
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+    assert pod["priorityClassName"] == "high-priority"
+    assert dep["spec"]["template"]["metadata"]["labels"]["team"] == "logging"
+    assert env_of(container(docs))["RUST_LOG"]["value"] == "info"
+    keys = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert len(keys) == len(docs), "duplicate resource names"
+    notes = rendered["loghaul/templates/NOTES.txt"]
+    assert f"{FULLNAME}.{NAMESPACE}.svc:4317" in notes and f"dns:///{FULLNAME}-headless.{NAMESPACE}.svc:4317" in notes
+    assert "port-forward" in notes and "/metrics" in notes and "x-api-key" in notes
+
+
+@check
+def autoscaler_cpu_and_queue_metric():
+    hpa = one(manifests(render(FULL)), "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": FULLNAME}
+    assert hpa["spec"]["minReplicas"] == 3 and hpa["spec"]["maxReplicas"] == 12
+    metrics = hpa["spec"]["metrics"]
+    assert metrics[0] == {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}
+    assert metrics[1] == {"type": "Pods", "pods": {"metric": {"name": "loghaul_queue_utilization"},
+                                                   "target": {"type": "AverageValue", "averageValue": "600m"}}}
+    cpu_only = one(manifests(render({"database": {"url": POSTGRES_URL}, "autoscaling": {"enabled": True}})), "HorizontalPodAutoscaler")
+    assert [m["type"] for m in cpu_only["spec"]["metrics"]] == ["Resource"]
+    expect_render_failure({"database": {"url": POSTGRES_URL},
+                           "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}, "minReplicas")
+
+
+@check
+def disruption_budget():
+    pdb = one(manifests(render(FULL)), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment(manifests(render(FULL)))["spec"]["selector"]["matchLabels"]
+    pdb2 = one(manifests(render(merged(FULL, {"podDisruptionBudget": {"minAvailable": 2}}))), "PodDisruptionBudget")
+    assert pdb2["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb2["spec"]
+    assert not of_kind(manifests(render({"podDisruptionBudget": {"enabled": False}})), "PodDisruptionBudget")
+
+
+@check
+def service_monitor_scrapes_metrics_once():
+    docs = manifests(render(FULL))
+    sm = one(docs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert len(sm["spec"]["endpoints"]) == 1
+    ep = sm["spec"]["endpoints"][0]
+    assert ep["port"] == "metrics" and ep["path"] == "/metrics"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    wanted = sm["spec"]["selector"]["matchLabels"]
+    selected = [d["metadata"]["name"] for d in of_kind(docs, "Service")
+                if all(d["metadata"]["labels"].get(k) == v for k, v in wanted.items())]
+    assert selected == [FULLNAME], f"ServiceMonitor selects {selected}, expected only the main Service"
+
+
+@check
+def prometheus_rule_alerts():
+    rule = one(manifests(render(FULL)), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    alerts = {r["alert"]: r for r in rules}
+    assert set(alerts) == set(EXPECTED_ALERTS), sorted(alerts)
+    for name, (expr, for_) in EXPECTED_ALERTS.items():
+        alert = alerts[name]
+        assert strip_selector(alert["expr"]) == expr, (name, alert["expr"])
+        if for_:
+            assert alert["for"] == for_, (name, alert.get("for"))
+        assert alert["labels"]["severity"] in ("warning", "critical")
+        assert alert["labels"]["team"] == "logging"
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+        assert "{{ $labels" in alert["annotations"]["description"] or "{{ $value" in alert["annotations"]["description"]
+    assert alerts["LoghaulStoreDown"]["labels"]["severity"] == "critical"
+    custom = one(manifests(render(merged(FULL, {"prometheusRule": {"metricSelector": 'app="loghaul"'}}))), "PrometheusRule")
+    exprs = [r["expr"] for g in custom["spec"]["groups"] for r in g["rules"]]
+    assert all('{app="loghaul"}' in e and "job=" not in e for e in exprs), exprs
+
+
+@check
+def network_policy_restricts_ingress():
+    np = one(manifests(render(FULL)), "NetworkPolicy")
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    assert np["spec"]["podSelector"]["matchLabels"] == deployment(manifests(render(FULL)))["spec"]["selector"]["matchLabels"]
+    rules = {r["ports"][0]["port"]: r for r in np["spec"]["ingress"]}
+    assert rules["grpc"]["from"] == [{"namespaceSelector": {"matchLabels": {"loghaul-client": "true"}}}]
+    assert rules["metrics"]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    open_np = one(manifests(render({"networkPolicy": {"enabled": True}})), "NetworkPolicy")
+    grpc_rule = [r for r in open_np["spec"]["ingress"] if r["ports"][0]["port"] == "grpc"][0]
+    assert "from" not in grpc_rule, "empty grpc.from means any source"
+
+
+@check
+def grafana_dashboard():
+    cm = one(manifests(render(FULL)), "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"]["grafana_folder"] == "Logging"
+    dash = json.loads(cm["data"]["loghaul.json"])
+    exprs = {}
+    for panel in dash["panels"]:
+        if panel["type"] == "row":
+            continue
+        exprs[panel["title"]] = " ".join(t["expr"] for t in panel["targets"])
+    joined = " ".join(exprs.values())
+    for needle in [
+        "loghaul_queue_depth", "loghaul_queue_capacity",
+        "rate(loghaul_records_received_total", "rate(loghaul_records_committed_total",
+        "loghaul_records_rejected_total", "by (reason)",
+        "loghaul_batch_rows_bucket", "loghaul_flush_duration_seconds_bucket",
+        "loghaul_backpressure_wait_seconds_bucket", "loghaul_backpressure_timeouts_total",
+        "loghaul_active_streams", "loghaul_buffered_bytes", "loghaul_buffered_bytes_limit",
+    ]:
+        assert needle in joined, f"dashboard lacks {needle}"
+    assert re.search(r"rate\(loghaul_records_received_total\{[^}]*\}\[1m\]\)", exprs["Records/s received vs committed"])
+    assert exprs["Batch size (rows)"].count("histogram_quantile") == 2
+    assert "histogram_quantile(0.5" in exprs["Flush latency"] and "histogram_quantile(0.99" in exprs["Flush latency"]
+    assert "shard" in json.dumps([p for p in dash["panels"] if p["title"].startswith("Queue depth")])
+    assert not of_kind(manifests(render()), "ConfigMap")[1:], "no dashboard by default"
+
+
+@check
+def migration_hook_job_for_postgres():
+    docs = manifests(render({"database": {"url": POSTGRES_URL}}))
+    job = one(docs, "Job", f"{FULLNAME}-migrate")
+    ann = job["metadata"]["annotations"]
+    assert ann["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert ann["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    spec = job["spec"]["template"]["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert "serviceAccountName" not in spec, "the chart's ServiceAccount does not exist yet when pre-install hooks run"
+    ctr = spec["containers"][0]
+    assert ctr["args"] == ["migrate"] and ctr["image"] == container(docs)["image"]
+    ref = env_of(ctr)["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    # The Job must not read the chart's main Secret: it does not exist yet on a first install.
+    hook_secret = one(docs, "Secret", ref["name"])
+    assert ref["name"] != FULLNAME
+    hann = hook_secret["metadata"]["annotations"]
+    assert hann["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(hann["helm.sh/hook-weight"]) < int(ann.get("helm.sh/hook-weight", "0")), "the Secret must be created before the Job"
+    assert "before-hook-creation" in hann["helm.sh/hook-delete-policy"]
+    assert secret_data(hook_secret)[ref["key"]] == POSTGRES_URL
+    main = one(docs, "Secret", FULLNAME)
+    assert "helm.sh/hook" not in main["metadata"].get("annotations", {}), "main Secret stays a release resource"
+    assert secret_data(main)["database-url"] == POSTGRES_URL
+    env = env_of(container(docs))
+    assert env["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "database-url"}
+    # The Job's pod is not one of the server pods (Service, PDB and NetworkPolicy select those).
+    selector = deployment(docs)["spec"]["selector"]["matchLabels"]
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not all(job_labels.get(k) == v for k, v in selector.items())
+    # with an existing Secret the Job reads it directly and no hook Secret is made
+    docs2 = manifests(render(EXISTING_SECRETS))
+    job2 = one(docs2, "Job", f"{FULLNAME}-migrate")
+    ref2 = env_of(job2["spec"]["template"]["spec"]["containers"][0])["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref2 == {"name": "db-credentials", "key": "url"}
+    assert not of_kind(docs2, "Secret")
+    # and it can be switched off
+    assert not of_kind(manifests(render({"database": {"url": POSTGRES_URL}, "migrations": {"enabled": False}})), "Job")
+
+
+@check
+def postgres_mode_switch():
+    docs = manifests(render({"database": {"url": POSTGRES_URL}, "replicaCount": 3}))
+    dep = deployment(docs)
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert not of_kind(docs, "PersistentVolumeClaim"), "persistence is SQLite-only"
+    assert "data" not in {m["name"] for m in container(docs)["volumeMounts"]}
+    docs2 = manifests(render({"database": {"url": "postgresql://u@h/db"}, "persistence": {"enabled": False}, "replicaCount": 2}))
+    assert deployment(docs2)["spec"]["replicas"] == 2
+
+
+@check
+def existing_secrets_are_referenced_not_created():
+    docs = manifests(render(EXISTING_SECRETS))
+    assert not of_kind(docs, "Secret"), "no chart Secret when both secrets exist"
+    env = env_of(container(docs))
+    assert env["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "db-credentials", "key": "url"}
+    assert env["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "ingest-keys", "key": "keys"}
+    ann = pod_annotations(docs)
+    assert "checksum/config" in ann and "checksum/secret" not in ann
+    assert not of_kind(docs, "PersistentVolumeClaim"), "an existing secret means PostgreSQL"
+    # default key names
+    docs2 = manifests(render({"database": {"existingSecret": "db"}, "apiKeysExistingSecret": "keys"}))
+    env2 = env_of(container(docs2))
+    assert env2["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "db", "key": "database-url"}
+    assert env2["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": "api-keys"}
+    # only the database secret exists: the chart still creates one for the API keys
+    docs3 = manifests(render({"database": {"existingSecret": "db"}, "apiKeys": {"k1": "t1"}}))
+    secret = one(docs3, "Secret", FULLNAME)
+    assert secret_data(secret) == {"api-keys": "k1=t1"}
+    assert "checksum/secret" in pod_annotations(docs3)
+
+
+@check
+def api_keys_rendered_as_env_format():
+    docs = manifests(render(FULL))
+    data = secret_data(one(docs, "Secret", FULLNAME))
+    assert data["api-keys"] == "key-a=tenant_a,key-b=tenant_b", data
+    env = env_of(container(docs))
+    assert env["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "api-keys"}
+    expect_render_failure({"apiKeys": {"a,b": "t"}}, "apiKeys")
+    expect_render_failure({"apiKeys": {"k": "t"}, "apiKeysExistingSecret": "s"}, "apiKeysExistingSecret")
+
+
+@check
+def sqlite_guards_fail_clearly():
+    expect_render_failure({"replicaCount": 3}, "SQLite", "replicaCount is 3", "PostgreSQL")
+    expect_render_failure({"database": {"url": "sqlite:///data/x.db"}, "replicaCount": 2}, "SQLite", "replica")
+    expect_render_failure({"autoscaling": {"enabled": True}}, "autoscaling is not possible in SQLite mode")
+    expect_render_failure({"persistence": {"enabled": False}}, "SQLite mode needs persistence.enabled=true")
+    expect_render_failure({"database": {"url": "sqlite:///var/lib/loghaul.db"}}, "persistence.mountPath")
+    expect_render_failure({"database": {"url": POSTGRES_URL, "existingSecret": "x"}}, "not both")
+    # what does work in SQLite mode
+    docs = manifests(render({"replicaCount": 0}))
+    assert deployment(docs)["spec"]["replicas"] == 0
+    docs = manifests(render({"persistence": {"existingClaim": "old-data", "mountPath": "/var/lib/loghaul"}}))
+    assert not of_kind(docs, "PersistentVolumeClaim")
+    vol = [v for v in deployment(docs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "data"][0]
+    assert vol["persistentVolumeClaim"]["claimName"] == "old-data"
+    assert secret_data(one(docs, "Secret", FULLNAME))["database-url"] == "sqlite:///var/lib/loghaul/loghaul.db"
+
+
+@check
+def manifests_pass_kubernetes_validate_strict():
+    scenarios = {
+        "defaults": {},
+        "all features": FULL,
+        "existing secrets": EXISTING_SECRETS,
+        "postgres": {"database": {"url": POSTGRES_URL}, "replicaCount": 3},
+        "sqlite existing claim + storage class": {"persistence": {"existingClaim": "c", "storageClass": "fast"}},
+        "sqlite storage class": {"persistence": {"storageClass": "-"}, "preStopSleepSeconds": 3},
+        "hard anti-affinity + min pdb": {"podAntiAffinityPreset": "hard", "podDisruptionBudget": {"minAvailable": 1}},
+    }
+    validated = 0
+    skipped: set[str] = set()
+    for label, values in scenarios.items():
+        for doc in manifests(render(values)):
+            doc = {k: v for k, v in doc.items() if k != "__source__"}
+            assert doc["metadata"]["namespace"], (label, doc["kind"])
+            if doc["kind"] in CRD_KINDS:
+                skipped.add(doc["kind"])
+                continue
+            try:
+                kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as err:
+                raise AssertionError(f"{label}: {doc['kind']}/{doc['metadata']['name']}: {err.message} at {list(err.path)}")
+            validated += 1
+    assert skipped == CRD_KINDS, skipped
+    assert validated >= 50, validated
+    print(f"      validated {validated} manifests against Kubernetes {KUBE_VERSION} (strict); skipped CRD kinds: {', '.join(sorted(skipped))}")
+
+
+# ---------------------------------------------------------------- runner
+
+
+def main() -> int:
+    print(f"helm SDK {helm.helm_sdk_version()}, kubernetes-validate {kubernetes_validate.__version__ if hasattr(kubernetes_validate, '__version__') else ''}".rstrip(", "))
+    passed = failed = 0
+    for fn in TESTS:
+        started = time.monotonic()
+        try:
+            fn()
+        except Exception as err:  # noqa: BLE001 - report every failure, keep going
+            failed += 1
+            print(f"FAIL  {fn.__name__} ({time.monotonic() - started:.1f}s)")
+            if isinstance(err, AssertionError):
+                print(f"      {err}")
+            else:
+                print("      " + traceback.format_exc().replace("\n", "\n      "))
+        else:
+            passed += 1
+            print(f"ok    {fn.__name__} ({time.monotonic() - started:.1f}s)")
+    if CHART is not None:
+        CHART.close()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

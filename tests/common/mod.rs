@@ -1,0 +1,369 @@
+//! Shared harness for the end-to-end tests: a real server on ephemeral ports over a real database.
+//!
+//! PostgreSQL tests connect to `LOGHAUL_TEST_POSTGRES_URL` (default: the local server as `postgres`,
+//! then as `root`, database `test`), create a database of their own and drop it afterwards. When no
+//! PostgreSQL answers they print a loud SKIPPED line, unless `LOGHAUL_REQUIRE_POSTGRES=1` (CI sets
+//! it), in which case they fail.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use loghaul::config::ServeConfig;
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
+use sqlx::{Connection, Row};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// Which database a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A database created for one test and removed when it is dropped.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    admin_url: Option<String>,
+    name: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+const POSTGRES_CANDIDATES: [&str; 2] = [
+    "postgres://postgres@127.0.0.1:5432/test",
+    "postgres://root@127.0.0.1:5432/test",
+];
+
+async fn postgres_admin_url() -> Option<String> {
+    let candidates: Vec<String> = match std::env::var("LOGHAUL_TEST_POSTGRES_URL") {
+        Ok(url) => vec![url],
+        Err(_) => POSTGRES_CANDIDATES
+            .iter()
+            .map(|url| url.to_string())
+            .collect(),
+    };
+    for url in candidates {
+        if sqlx::PgConnection::connect(&url).await.is_ok() {
+            return Some(url);
+        }
+    }
+    None
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, _) = url
+        .rsplit_once('/')
+        .expect("a postgres url names a database");
+    format!("{base}/{database}")
+}
+
+impl TestDb {
+    /// A fresh, empty database; `None` (after a loud message) when PostgreSQL is not reachable
+    /// and not required.
+    pub async fn create(backend: Backend, test: &str) -> Option<TestDb> {
+        let name = format!("loghaul_{}_{}", test, fastrand::u32(..));
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let url = format!("sqlite://{}", dir.path().join("logs.db").display());
+                Some(TestDb {
+                    backend,
+                    url,
+                    admin_url: None,
+                    name,
+                    _dir: Some(dir),
+                })
+            }
+            Backend::Postgres => {
+                let Some(admin_url) = postgres_admin_url().await else {
+                    if std::env::var("LOGHAUL_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                        panic!(
+                            "PostgreSQL is required (LOGHAUL_REQUIRE_POSTGRES=1) but not reachable"
+                        );
+                    }
+                    eprintln!("\n*** SKIPPED {test} on PostgreSQL: no server answers at {POSTGRES_CANDIDATES:?} (set LOGHAUL_TEST_POSTGRES_URL) ***\n");
+                    return None;
+                };
+                let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                let url = with_database(&admin_url, &name);
+                Some(TestDb {
+                    backend,
+                    url,
+                    admin_url: Some(admin_url),
+                    name,
+                    _dir: None,
+                })
+            }
+        }
+    }
+
+    /// Rows in `logs`.
+    pub async fn count(&self) -> i64 {
+        self.query_scalar("SELECT count(*) FROM logs").await
+    }
+
+    /// One number from a query.
+    pub async fn query_scalar(&self, sql: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).fetch_one(&mut conn).await.unwrap().get(0)
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).fetch_one(&mut conn).await.unwrap().get(0)
+            }
+        }
+    }
+
+    /// Every stored row, as the fields a client sent, ordered by message.
+    pub async fn stored(&self) -> Vec<StoredRow> {
+        let sql_pg = "SELECT tenant, (extract(epoch from ts) * 1000000)::bigint AS ts_micros, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs ORDER BY message";
+        let sql_lite = "SELECT tenant, ts AS ts_micros, severity, service, message, attributes, trace_id, span_id FROM logs ORDER BY message";
+        macro_rules! collect {
+            ($conn:expr, $sql:expr) => {
+                sqlx::query($sql)
+                    .fetch_all(&mut $conn)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|row| StoredRow {
+                        tenant: row.get("tenant"),
+                        ts_micros: row.get("ts_micros"),
+                        severity: i64::from(row.get::<i16, _>("severity")),
+                        service: row.get("service"),
+                        message: row.get("message"),
+                        attributes: serde_json::from_str(row.get::<&str, _>("attributes")).unwrap(),
+                        trace_id: row.get("trace_id"),
+                        span_id: row.get("span_id"),
+                    })
+                    .collect()
+            };
+        }
+        match self.backend {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                collect!(conn, sql_lite)
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                collect!(conn, sql_pg)
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    /// Drops the test's PostgreSQL database, even when the test panicked. Drop cannot await, so a
+    /// short-lived thread with its own runtime does it.
+    fn drop(&mut self) {
+        let Some(admin_url) = self.admin_url.take() else {
+            return;
+        };
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("warning: could not drop test database {}", self.name);
+        }
+    }
+}
+
+/// A row read back from `logs`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRow {
+    pub tenant: String,
+    pub ts_micros: i64,
+    pub severity: i64,
+    pub service: String,
+    pub message: String,
+    pub attributes: serde_json::Value,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+}
+
+/// Options with test-friendly defaults: loopback listeners, two shards, short linger.
+pub fn config(db: &TestDb) -> ServeConfig {
+    let mut config = ServeArgs::parse_from(["serve"]).serve;
+    config.database_url = db.url.clone();
+    config.shards = 2;
+    config.batch_linger = "20ms".parse().unwrap();
+    config.shutdown_grace = "5s".parse().unwrap();
+    config
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    #[command(flatten)]
+    serve: ServeConfig,
+}
+
+/// A server running in this process.
+pub struct TestServer {
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), loghaul::server::ServeError>>,
+}
+
+impl TestServer {
+    /// Starts `loghaul::server::run` on ephemeral loopback ports and waits until it answers.
+    pub async fn start(config: ServeConfig) -> TestServer {
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = grpc_listener.local_addr().unwrap();
+        let http = http_listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(loghaul::server::run(
+            config,
+            grpc_listener,
+            http_listener,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let server = TestServer {
+            grpc,
+            http,
+            stop: Some(stop),
+            task,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if let Ok((200, _)) = http_get(self.http, "/readyz").await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the server did not become ready");
+    }
+
+    /// A client on a fresh connection.
+    pub async fn client(&self) -> LogIngestClient<Channel> {
+        LogIngestClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    /// Asks the server to shut down (as SIGTERM does) without waiting.
+    pub fn request_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Shuts down and waits for the drain to finish.
+    pub async fn stop(mut self) {
+        self.request_shutdown();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the server stops within 30 s")
+            .expect("the server task does not panic")
+            .expect("the server stops cleanly");
+    }
+}
+
+/// A minimal HTTP/1.0 GET, enough for the probes and /metrics.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: loghaul\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// A realistic record whose message is `message`.
+pub fn record(message: impl Into<String>) -> LogRecord {
+    let now = chrono::Utc::now();
+    LogRecord {
+        timestamp: Some(prost_types::Timestamp {
+            seconds: now.timestamp(),
+            nanos: now.timestamp_subsec_micros() as i32 * 1000,
+        }),
+        severity: 9,
+        service: "checkout".into(),
+        message: message.into(),
+        attributes: [("region".to_string(), "eu-west-1".to_string())].into(),
+        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+        span_id: "00f067aa0ba902b7".into(),
+    }
+}
+
+/// Sends the chunks as one Push stream and returns the server's answer.
+pub async fn push(
+    client: &mut LogIngestClient<Channel>,
+    chunks: Vec<Vec<LogRecord>>,
+) -> Result<PushResponse, tonic::Status> {
+    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    client
+        .push(tokio_stream::iter(requests))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Runs a test body on SQLite and, when reachable, PostgreSQL.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($name:ident, $body:ident) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                if let Some(db) =
+                    common::TestDb::create(common::Backend::Sqlite, stringify!($name)).await
+                {
+                    $body(&db).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if let Some(db) =
+                    common::TestDb::create(common::Backend::Postgres, stringify!($name)).await
+                {
+                    $body(&db).await;
+                }
+            }
+        }
+    };
+}

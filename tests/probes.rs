@@ -1,0 +1,137 @@
+//! What operators and tools see: /metrics, /healthz, /readyz, gRPC health and reflection.
+
+mod common;
+
+use common::{config, http_get, push, record, Backend, TestDb, TestServer};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+async fn channel(server: &TestServer) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_queues_batches_and_records() {
+    let db = TestDb::create(Backend::Sqlite, "metrics").await.unwrap();
+    let mut settings = config(&db);
+    settings.shards = 3;
+    let server = TestServer::start(settings).await;
+    let mut client = server.client().await;
+    let mut bad = record("bad");
+    bad.severity = 99;
+    push(&mut client, vec![vec![record("a"), record("b"), bad]])
+        .await
+        .unwrap();
+
+    let (status, body) = http_get(server.http, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    for series in [
+        "loghaul_queue_depth{shard=\"0\"}",
+        "loghaul_queue_depth{shard=\"2\"}",
+        "loghaul_queue_capacity{shard=\"2\"} 64",
+        "loghaul_records_received_total",
+        "loghaul_records_committed_total",
+        "loghaul_records_rejected_total{reason=\"invalid_severity\"}",
+        "loghaul_batch_rows_bucket",
+        "loghaul_flush_duration_seconds_bucket",
+        "loghaul_backpressure_wait_seconds_bucket",
+        "loghaul_buffered_bytes_limit",
+        "loghaul_active_streams",
+        "loghaul_ready 1",
+    ] {
+        assert!(body.contains(series), "/metrics lacks {series}:\n{body}");
+    }
+    assert_eq!(http_get(server.http, "/healthz").await.unwrap().0, 200);
+    let (status, body) = http_get(server.http, "/readyz").await.unwrap();
+    assert_eq!((status, body.trim()), (200, "ready: sqlite store answers"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_health_and_reflection_answer() {
+    let db = TestDb::create(Backend::Sqlite, "health").await.unwrap();
+    let server = TestServer::start(config(&db)).await;
+    let mut health = HealthClient::new(channel(&server).await);
+    let status = health
+        .check(HealthCheckRequest {
+            service: "loghaul.v1.LogIngest".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(status, ServingStatus::Serving as i32);
+
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    let mut reflection = ServerReflectionClient::new(channel(&server).await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("unexpected reflection answer {answer:?}");
+    };
+    let names: Vec<String> = list
+        .service
+        .into_iter()
+        .map(|service| service.name)
+        .collect();
+    assert!(
+        names.contains(&"loghaul.v1.LogIngest".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_turns_off_while_draining() {
+    let db = TestDb::create(Backend::Sqlite, "draining").await.unwrap();
+    let mut server = TestServer::start(config(&db)).await;
+    // An open stream keeps the server draining rather than stopped.
+    let mut client = server.client().await;
+    let (chunks, outgoing) = tokio::sync::mpsc::channel(1);
+    let open = tokio::spawn(async move {
+        client
+            .push(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+    });
+    chunks
+        .send(loghaul::proto::v1::PushRequest {
+            records: vec![record("open")],
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    server.request_shutdown();
+    let mut draining = false;
+    for _ in 0..40 {
+        let (status, body) = http_get(server.http, "/readyz").await.unwrap();
+        if status == 503 && body.contains("draining") {
+            draining = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(draining, "readiness goes off as soon as shutdown starts");
+    drop(chunks);
+    assert_eq!(open.await.unwrap().unwrap().into_inner().accepted, 1);
+    server.stop().await;
+}

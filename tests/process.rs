@@ -1,0 +1,228 @@
+//! The real binary as an operator runs it: SIGTERM under load, `loghaul migrate`, start-up errors.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{record, TestDb};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use loghaul::proto::v1::PushRequest;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
+
+/// A `loghaul serve` process on ephemeral ports; killed on drop if still running.
+struct Process {
+    child: Child,
+    grpc: SocketAddr,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Process {
+    fn serve(database_url: &str) -> Process {
+        let mut child = Command::new(BINARY)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--database-url",
+                database_url,
+                "--shards",
+                "2",
+                "--log-format",
+                "json",
+            ])
+            .args(["--shutdown-grace", "10s"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let grpc = loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the server logs that it is serving");
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if event["message"] == "loghaul is serving" {
+                break event["grpc"].as_str().unwrap().parse().unwrap();
+            }
+        };
+        Process { child, grpc, lines }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "the server did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn logs(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
+    let mut server = Process::serve(&db.url);
+    let endpoint = format!("http://{}", server.grpc);
+    let mut feeders = Vec::new();
+    let mut streams = Vec::new();
+    for stream in 0..8 {
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        let (chunks, outgoing) = mpsc::channel::<PushRequest>(2);
+        streams.push(tokio::spawn(async move {
+            client.push(ReceiverStream::new(outgoing)).await
+        }));
+        feeders.push(tokio::spawn(async move {
+            for chunk in 0..40 {
+                let records = (0..100)
+                    .map(|n| record(format!("{stream}-{chunk}-{n}")))
+                    .collect();
+                if chunks.send(PushRequest { records }).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.signal("TERM");
+    for feeder in feeders {
+        feeder.await.unwrap();
+    }
+    let mut acknowledged = 0;
+    for stream in streams {
+        // Streams open at SIGTERM are allowed to finish within the grace period.
+        let response = stream
+            .await
+            .unwrap()
+            .expect("an open stream finishes during the grace")
+            .into_inner();
+        assert_eq!(response.rejected, 0);
+        acknowledged += response.accepted as i64;
+    }
+    assert_eq!(acknowledged, 8 * 40 * 100);
+    let status = server.wait(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "exit status {status:?}; logs: {:#?}",
+        server.logs()
+    );
+    assert_eq!(
+        db.count().await,
+        acknowledged,
+        "every acknowledged record is stored"
+    );
+    // A new stream after shutdown is refused: nothing listens any more.
+    assert!(LogIngestClient::connect(endpoint).await.is_err());
+}
+on_both_backends!(sigterm, sigterm_under_load_loses_no_acknowledged_record);
+
+async fn migrate_creates_the_schema_and_is_idempotent(db: &TestDb) {
+    for _ in 0..2 {
+        let output = Command::new(BINARY)
+            .args(["migrate", "--database-url", &db.url])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(db.count().await, 0);
+}
+on_both_backends!(migrate, migrate_creates_the_schema_and_is_idempotent);
+
+#[test]
+fn an_unreachable_database_is_a_clear_error_at_start_up() {
+    let output = Command::new(BINARY)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--database-url",
+            "postgres://loghaul:secret-password@127.0.0.1:1/logs",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot connect to postgres://loghaul:***@127.0.0.1:1/logs"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("secret-password"),
+        "passwords never reach logs: {stderr}"
+    );
+}
+
+#[test]
+fn a_bad_flag_value_says_how_to_write_it() {
+    let output = Command::new(BINARY)
+        .args(["serve", "--batch-linger", "soon"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("write it like 50ms, 5s, 2m"), "{stderr}");
+}
+
+#[test]
+fn a_config_file_sets_options_and_rejects_unknown_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loghaul.toml");
+    std::fs::write(&file, "batch-max-rows = 10\nbogus-knob = 1\n").unwrap();
+    let output = Command::new(BINARY)
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown key \"bogus-knob\""), "{stderr}");
+}
