@@ -14,6 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("loghaul_descriptor.bin"),
         file_descriptors.encode_to_vec(),
     )?;
-    tonic_prost_build::configure().compile_fds(file_descriptors)?;
+    tonic_prost_build::configure()
+        // Attribute maps are only iterated and serialized: a BTreeMap needs no hashing and
+        // serializes in key order, so stored JSON is deterministic.
+        .btree_map(".")
+        .compile_fds(file_descriptors)?;
     Ok(())
 }

@@ -17,6 +17,7 @@
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports.
 
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod observability;

@@ -3,7 +3,7 @@
 //! A line that is a JSON object with `timestamp`, `severity`, `service`, `message`, `attributes`
 //! maps onto those fields; any other line is the message.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use chrono::DateTime;
@@ -179,7 +179,7 @@ pub fn parse_line(line: &str, default_service: &str) -> LogRecord {
                 };
                 (key.clone(), value)
             })
-            .collect::<HashMap<_, _>>();
+            .collect::<BTreeMap<_, _>>();
     }
     record.trace_id = text("trace_id").unwrap_or_default().to_owned();
     record.span_id = text("span_id").unwrap_or_default().to_owned();

@@ -2,7 +2,7 @@
 //!
 //! Every check is per record: a bad record is rejected alone while the rest of its stream is stored.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -170,8 +170,8 @@ pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<
     check_attributes(&wire.attributes)?;
     reject_nul("service", &wire.service)?;
     reject_nul("message", &wire.message)?;
-    let trace_id = hex_id(&wire.trace_id, 32, RejectReason::InvalidTraceId, "trace_id")?;
-    let span_id = hex_id(&wire.span_id, 16, RejectReason::InvalidSpanId, "span_id")?;
+    let trace_id = hex_id(wire.trace_id, 32, RejectReason::InvalidTraceId, "trace_id")?;
+    let span_id = hex_id(wire.span_id, 16, RejectReason::InvalidSpanId, "span_id")?;
     let attributes = if wire.attributes.is_empty() {
         String::from("{}")
     } else {
@@ -212,7 +212,7 @@ fn to_datetime(seconds: i64, nanos: i32) -> Result<DateTime<Utc>, Invalid> {
     DateTime::from_timestamp_micros(ts.timestamp_micros()).ok_or_else(invalid)
 }
 
-fn check_attributes(attributes: &HashMap<String, String>) -> Result<(), Invalid> {
+fn check_attributes(attributes: &BTreeMap<String, String>) -> Result<(), Invalid> {
     if attributes.len() > MAX_ATTRIBUTES {
         return Err(Invalid::new(
             RejectReason::TooManyAttributes,
@@ -259,7 +259,7 @@ fn reject_nul(field: &str, text: &str) -> Result<(), Invalid> {
 
 /// Lowercase hex of the expected length; empty and all-zero ids (W3C's "invalid") mean absent.
 fn hex_id(
-    text: &str,
+    mut text: String,
     len: usize,
     reason: RejectReason,
     field: &str,
@@ -277,7 +277,8 @@ fn hex_id(
     if text.bytes().all(|byte| byte == b'0') {
         return Ok(None);
     }
-    Ok(Some(text.to_ascii_lowercase()))
+    text.make_ascii_lowercase();
+    Ok(Some(text))
 }
 
 #[cfg(test)]

@@ -1,0 +1,282 @@
+//! Drives a server over real gRPC: concurrent Push streams of pre-encoded chunks, each answered
+//! only after its records are committed, with the ack latency of every stream recorded.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codec::{Codec, EncodeBuf, Encoder};
+use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+use crate::proto::v1::PushResponse;
+
+const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
+
+/// When a run stops.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// After this long (streams in flight finish).
+    After(Duration),
+    /// After this many records have been sent.
+    Records(u64),
+}
+
+/// How to load the server.
+#[derive(Clone, Debug)]
+pub struct LoadPlan {
+    /// The server's gRPC address, `http://host:port`.
+    pub endpoint: String,
+    /// Concurrent streams, each on its own connection.
+    pub streams: usize,
+    /// Chunks a stream sends before it half-closes and waits for its response.
+    pub chunks_per_stream: usize,
+    /// When to stop.
+    pub stop: Stop,
+    /// Records per second across all streams; `None` sends as fast as acknowledgements allow.
+    pub rate: Option<f64>,
+    /// Sent as `x-api-key`.
+    pub api_key: Option<String>,
+}
+
+/// Live counters, read by the progress line.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Records acknowledged so far.
+    pub acked: AtomicU64,
+}
+
+/// What a run measured.
+#[derive(Debug, Default)]
+pub struct LoadOutcome {
+    /// Records acknowledged as committed.
+    pub acked: u64,
+    /// Records rejected by the server.
+    pub rejected: u64,
+    /// Streams that ended with an error status, by code.
+    pub failed_streams: Vec<(tonic::Code, u64)>,
+    /// From each stream's half-close to its response.
+    pub ack_latencies: Vec<Duration>,
+    /// From the first send to the last response.
+    pub elapsed: Duration,
+}
+
+/// Runs the plan and returns what it measured.
+pub async fn run(
+    plan: LoadPlan,
+    chunks: Arc<Vec<Bytes>>,
+    records_per_chunk: usize,
+    progress: Arc<Progress>,
+) -> Result<LoadOutcome, tonic::transport::Error> {
+    let started = Instant::now();
+    let deadline = match plan.stop {
+        Stop::After(duration) => Some(started + duration),
+        Stop::Records(_) => None,
+    };
+    let chunk_budget = match plan.stop {
+        Stop::Records(records) => Some(Arc::new(AtomicU64::new(
+            records.div_ceil(records_per_chunk as u64),
+        ))),
+        Stop::After(_) => None,
+    };
+    // Spread the wanted rate over the streams: each sends a chunk every `interval`.
+    let interval = plan
+        .rate
+        .map(|rate| Duration::from_secs_f64(records_per_chunk as f64 * plan.streams as f64 / rate));
+    let mut tasks = Vec::with_capacity(plan.streams);
+    for stream in 0..plan.streams {
+        let channel = Endpoint::from_shared(plan.endpoint.clone())
+            .expect("the endpoint was validated")
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        let ctx = StreamContext {
+            channel,
+            chunks: Arc::clone(&chunks),
+            first_chunk: stream * 7919,
+            chunks_per_stream: plan.chunks_per_stream,
+            deadline,
+            chunk_budget: chunk_budget.clone(),
+            interval,
+            api_key: plan.api_key.clone(),
+            progress: Arc::clone(&progress),
+        };
+        tasks.push(tokio::spawn(ctx.run()));
+    }
+    let mut outcome = LoadOutcome::default();
+    let mut failures: std::collections::BTreeMap<i32, u64> = Default::default();
+    for task in tasks {
+        let stream = task.await.expect("a load task does not panic");
+        outcome.acked += stream.acked;
+        outcome.rejected += stream.rejected;
+        outcome.ack_latencies.extend(stream.latencies);
+        for code in stream.failures {
+            *failures.entry(code as i32).or_default() += 1;
+        }
+    }
+    outcome.failed_streams = failures
+        .into_iter()
+        .map(|(code, count)| (tonic::Code::from_i32(code), count))
+        .collect();
+    outcome.elapsed = started.elapsed();
+    Ok(outcome)
+}
+
+struct StreamContext {
+    channel: Channel,
+    chunks: Arc<Vec<Bytes>>,
+    first_chunk: usize,
+    chunks_per_stream: usize,
+    deadline: Option<Instant>,
+    chunk_budget: Option<Arc<AtomicU64>>,
+    interval: Option<Duration>,
+    api_key: Option<String>,
+    progress: Arc<Progress>,
+}
+
+#[derive(Default)]
+struct StreamOutcome {
+    acked: u64,
+    rejected: u64,
+    latencies: Vec<Duration>,
+    failures: Vec<tonic::Code>,
+}
+
+impl StreamContext {
+    async fn run(self) -> StreamOutcome {
+        let mut outcome = StreamOutcome::default();
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut next_chunk = self.first_chunk;
+        let mut next_send = tokio::time::Instant::now();
+        loop {
+            if self
+                .deadline
+                .is_some_and(|deadline| Instant::now() >= deadline)
+            {
+                break;
+            }
+            let (sender, receiver) = mpsc::channel::<Bytes>(2);
+            let feeder = {
+                let chunks = Arc::clone(&self.chunks);
+                let budget = self.chunk_budget.clone();
+                let (count, interval, deadline) =
+                    (self.chunks_per_stream, self.interval, self.deadline);
+                let start = next_chunk;
+                let mut next = next_send;
+                tokio::spawn(async move {
+                    let mut sent = 0;
+                    for offset in 0..count {
+                        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                            break;
+                        }
+                        if let Some(budget) = &budget {
+                            let claimed =
+                                budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                                    left.checked_sub(1)
+                                });
+                            if claimed.is_err() {
+                                break;
+                            }
+                        }
+                        if let Some(interval) = interval {
+                            tokio::time::sleep_until(next).await;
+                            next += interval;
+                        }
+                        let chunk = chunks[(start + offset) % chunks.len()].clone();
+                        if sender.send(chunk).await.is_err() {
+                            break;
+                        }
+                        sent += 1;
+                    }
+                    // Dropping the sender half-closes the stream: the latency clock starts here.
+                    drop(sender);
+                    (sent, Instant::now(), next)
+                })
+            };
+            if grpc.ready().await.is_err() {
+                outcome.failures.push(tonic::Code::Unavailable);
+                break;
+            }
+            let mut request = tonic::Request::new(ReceiverStream::new(receiver));
+            if let Some(key) = &self.api_key {
+                if let Ok(value) = key.parse::<MetadataValue<_>>() {
+                    request.metadata_mut().insert("x-api-key", value);
+                }
+            }
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(PUSH_PATH);
+            let response = grpc
+                .client_streaming(request, path, PreEncoded::<PushResponse>::default())
+                .await;
+            let answered = Instant::now();
+            let (sent, closed, next) = feeder.await.expect("the feeder does not panic");
+            next_chunk += sent;
+            next_send = next;
+            match response {
+                Ok(response) => {
+                    let response = response.into_inner();
+                    outcome.acked += response.accepted;
+                    outcome.rejected += response.rejected;
+                    self.progress
+                        .acked
+                        .fetch_add(response.accepted, Ordering::Relaxed);
+                    if sent > 0 {
+                        outcome
+                            .latencies
+                            .push(answered.saturating_duration_since(closed));
+                    }
+                }
+                Err(status) => {
+                    outcome.failures.push(status.code());
+                    // Back off as the server asks instead of hammering it.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            if sent < self.chunks_per_stream || sent == 0 {
+                break;
+            }
+        }
+        outcome
+    }
+}
+
+/// A codec that sends already-encoded protobuf bytes and decodes the response with prost.
+struct PreEncoded<R>(PhantomData<R>);
+
+impl<R> Default for PreEncoded<R> {
+    fn default() -> Self {
+        PreEncoded(PhantomData)
+    }
+}
+
+impl<R: prost::Message + Default + Send + 'static> Codec for PreEncoded<R> {
+    type Encode = Bytes;
+    type Decode = R;
+    type Encoder = BytesEncoder;
+    type Decoder = tonic_prost::ProstDecoder<R>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        BytesEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::<R>::default()
+    }
+}
+
+/// Writes the bytes as they are.
+struct BytesEncoder;
+
+impl Encoder for BytesEncoder {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}

@@ -1,0 +1,428 @@
+//! `loghaul bench`: measures committed-and-acknowledged records per second over real gRPC, ack
+//! latency, server memory, and (PostgreSQL) the COPY ceiling on the same machine.
+//!
+//! The records are generated and encoded before the clock starts; the server runs as a child
+//! process (unless `--endpoint` names one) so its peak RSS is its own; the acknowledged count is
+//! re-checked against `count(*)` in the database at the end.
+
+pub mod copy_ceiling;
+pub mod load;
+pub mod server_process;
+pub mod workload;
+
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::Connection;
+
+use crate::config::HumanDuration;
+use load::{LoadPlan, Progress, Stop};
+use server_process::ServerProcess;
+use workload::WorkloadShape;
+
+/// Options of `loghaul bench`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Drive this running server instead of starting one.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Database for the server the benchmark starts (and for the final count(*) and
+    /// --compare-copy). Default: a fresh SQLite file in a temporary directory.
+    #[arg(long, env = "LOGHAUL_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Concurrent streams; a comma-separated list runs one measurement per value, each against a
+    /// fresh server (e.g. 1,4,16,64,256).
+    #[arg(long, default_value = "8", value_delimiter = ',')]
+    pub streams: Vec<usize>,
+    /// Records per PushRequest.
+    #[arg(long, default_value_t = 1000)]
+    pub records_per_chunk: usize,
+    /// Chunks a stream sends before it half-closes and waits for its acknowledgement.
+    #[arg(long, default_value_t = 10)]
+    pub chunks_per_stream: usize,
+    /// Approximate bytes per log message.
+    #[arg(long, default_value_t = 200)]
+    pub message_bytes: usize,
+    /// Attributes per record.
+    #[arg(long, default_value_t = 4)]
+    pub attributes: usize,
+    /// How long each measurement runs.
+    #[arg(long, default_value = "20s", conflicts_with = "records")]
+    pub duration: HumanDuration,
+    /// Stop after this many records instead of after --duration.
+    #[arg(long)]
+    pub records: Option<u64>,
+    /// Offered load in records per second across all streams; default: as fast as acks allow.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Sent as `x-api-key`.
+    #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// After the run, COPY the same number of rows into the same table over one connection and
+    /// report the ratio (PostgreSQL only).
+    #[arg(long)]
+    pub compare_copy: bool,
+    /// Extra argument for the server the benchmark starts (repeatable): --server-arg=--shards=4.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
+    /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// Print the report as one JSON object on the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Options that cannot work together.
+    #[error("{0}")]
+    Usage(String),
+    /// The server could not be started.
+    #[error(transparent)]
+    Server(#[from] server_process::ServerProcessError),
+    /// The server could not be reached.
+    #[error("cannot connect to the server: {0}")]
+    Connect(#[from] tonic::transport::Error),
+    /// The database could not be read or loaded.
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A temporary directory could not be made.
+    #[error("temporary directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One measurement.
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    /// Concurrent streams.
+    pub streams: usize,
+    /// Committed and acknowledged records per second.
+    pub records_per_sec: f64,
+    /// Records acknowledged.
+    pub acked: u64,
+    /// Records rejected.
+    pub rejected: u64,
+    /// Streams that ended with an error, by gRPC code.
+    pub failed_streams: Vec<(String, u64)>,
+    /// Seconds from the first send to the last response.
+    pub elapsed_sec: f64,
+    /// Ack latency from half-close to response.
+    pub ack_latency_ms: Latency,
+    /// Rows the table gained during the run (None without database access).
+    pub stored_delta: Option<i64>,
+    /// `stored_delta == acked`.
+    pub verified: Option<bool>,
+    /// Peak RSS of the server process, when the benchmark started it.
+    pub server_peak_rss_bytes: Option<u64>,
+    /// COPY of the same number of rows over one connection.
+    pub copy_records_per_sec: Option<f64>,
+    /// records_per_sec / copy_records_per_sec.
+    pub copy_ratio: Option<f64>,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Default, Serialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// The whole report: settings and one entry per stream count.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    /// What was run.
+    pub settings: serde_json::Value,
+    /// The measurements.
+    pub runs: Vec<RunReport>,
+}
+
+/// Runs every measurement the arguments ask for and prints the report.
+pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
+    if args.streams.is_empty() || args.streams.contains(&0) {
+        return Err(BenchError::Usage("--streams needs positive numbers".into()));
+    }
+    let scratch = tempfile::tempdir()?;
+    let database_url = match (&args.database_url, &args.endpoint) {
+        (Some(url), _) => Some(url.clone()),
+        (None, None) => Some(format!(
+            "sqlite://{}",
+            scratch.path().join("bench.db").display()
+        )),
+        (None, Some(_)) => None,
+    };
+    if args.compare_copy && !database_url.as_deref().is_some_and(is_postgres) {
+        return Err(BenchError::Usage(
+            "--compare-copy needs a postgres:// --database-url".into(),
+        ));
+    }
+    let shape = WorkloadShape {
+        records_per_chunk: args.records_per_chunk,
+        message_bytes: args.message_bytes,
+        attributes: args.attributes,
+        distinct_chunks: 64,
+    };
+    let workload = workload::generate(shape);
+    let chunks = Arc::new(workload.encoded.clone());
+    let settings = serde_json::json!({
+        "endpoint": args.endpoint,
+        "database": database_url.as_deref().map(crate::storage::redact_url),
+        "records_per_chunk": args.records_per_chunk,
+        "chunks_per_stream": args.chunks_per_stream,
+        "message_bytes": args.message_bytes,
+        "attributes": args.attributes,
+        "duration_sec": args.records.map_or(Some(args.duration.0.as_secs_f64()), |_| None),
+        "records": args.records,
+        "rate": args.rate,
+        "server_args": args.server_args,
+        "protocol": "loghaul.v1.LogIngest/Push",
+    });
+    eprintln!(
+        "workload: {} distinct chunks of {} records, ~{} B messages, {} attributes",
+        workload.encoded.len(),
+        args.records_per_chunk,
+        args.message_bytes,
+        args.attributes
+    );
+
+    let mut runs = Vec::new();
+    for &streams in &args.streams {
+        let server = match &args.endpoint {
+            Some(_) => None,
+            None => Some(ServerProcess::start(
+                database_url.as_deref().expect("set above"),
+                &args.server_args,
+            )?),
+        };
+        let endpoint = match (&args.endpoint, &server) {
+            (Some(endpoint), _) => endpoint.clone(),
+            (None, Some(server)) => format!("http://{}", server.grpc),
+            (None, None) => unreachable!("a server was started"),
+        };
+        let metrics_url = args
+            .metrics_url
+            .clone()
+            .or_else(|| server.as_ref().map(|server| server.http.clone()));
+        let before = match &database_url {
+            Some(url) => Some(count_rows(url).await?),
+            None => None,
+        };
+        let plan = LoadPlan {
+            endpoint,
+            streams,
+            chunks_per_stream: args.chunks_per_stream,
+            stop: args
+                .records
+                .map_or(Stop::After(args.duration.0), Stop::Records),
+            rate: args.rate,
+            api_key: args.api_key.clone(),
+        };
+        let progress = Arc::new(Progress::default());
+        let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
+        let outcome =
+            load::run(plan, Arc::clone(&chunks), args.records_per_chunk, progress).await?;
+        reporter.abort();
+        let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
+        if let Some(server) = server {
+            server.stop()?;
+        }
+        let stored_delta = match (&database_url, before) {
+            (Some(url), Some(before)) => Some(count_rows(url).await? - before),
+            _ => None,
+        };
+        let records_per_sec = outcome.acked as f64 / outcome.elapsed.as_secs_f64();
+        let (copy_records_per_sec, copy_ratio) = if args.compare_copy {
+            let url = database_url.as_deref().expect("checked above");
+            eprintln!("COPY of {} rows over one connection…", outcome.acked);
+            let took = copy_ceiling::copy_rows(url, &workload.records, outcome.acked).await?;
+            let copy_rate = outcome.acked as f64 / took.as_secs_f64();
+            (Some(copy_rate), Some(records_per_sec / copy_rate))
+        } else {
+            (None, None)
+        };
+        runs.push(RunReport {
+            streams,
+            records_per_sec,
+            acked: outcome.acked,
+            rejected: outcome.rejected,
+            failed_streams: outcome
+                .failed_streams
+                .iter()
+                .map(|(code, count)| (format!("{code:?}"), *count))
+                .collect(),
+            elapsed_sec: outcome.elapsed.as_secs_f64(),
+            ack_latency_ms: latency(outcome.ack_latencies),
+            verified: stored_delta.map(|delta| delta == outcome.acked as i64),
+            stored_delta,
+            server_peak_rss_bytes,
+            copy_records_per_sec,
+            copy_ratio,
+        });
+    }
+    let report = BenchReport { settings, runs };
+    print_table(&report);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("the report serializes")
+        );
+    }
+    Ok(report)
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {
+    let sql = "SELECT count(*) FROM logs";
+    if is_postgres(url) {
+        let mut conn = sqlx::PgConnection::connect(url).await?;
+        return sqlx::query_scalar(sql).fetch_one(&mut conn).await;
+    }
+    let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
+    let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true)).await?;
+    // A fresh file has no table until the server migrates it.
+    let exists: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE name = 'logs'")
+        .fetch_one(&mut conn)
+        .await?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar(sql).fetch_one(&mut conn).await
+}
+
+fn latency(mut samples: Vec<Duration>) -> Latency {
+    if samples.is_empty() {
+        return Latency::default();
+    }
+    samples.sort_unstable();
+    let at = |quantile: f64| {
+        let index = ((samples.len() as f64 * quantile).ceil() as usize).clamp(1, samples.len()) - 1;
+        samples[index].as_secs_f64() * 1000.0
+    };
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: samples[samples.len() - 1].as_secs_f64() * 1000.0,
+    }
+}
+
+async fn report_progress(progress: Arc<Progress>, metrics: Option<String>) {
+    let started = Instant::now();
+    let mut last = 0;
+    let mut every = tokio::time::interval(Duration::from_secs(2));
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let acked = progress.acked.load(Ordering::Relaxed);
+        let rate = (acked - last) as f64 / 2.0;
+        last = acked;
+        let queue = match &metrics {
+            Some(addr) => queue_depth(addr)
+                .await
+                .map_or_else(String::new, |(depth, capacity)| {
+                    format!("  queue {depth:.0}/{capacity:.0} chunks")
+                }),
+            None => String::new(),
+        };
+        eprintln!(
+            "[{:>4.0}s] {:>10.0} records/s  acked {:>10}{queue}",
+            started.elapsed().as_secs_f64(),
+            rate,
+            acked
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// Sums `loghaul_queue_depth` and `loghaul_queue_capacity` over shards from the metrics page.
+async fn queue_depth(addr: &str) -> Option<(f64, f64)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = addr
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .await
+        .ok()?;
+    let mut page = String::new();
+    stream.read_to_string(&mut page).await.ok()?;
+    let sum = |name: &str| -> f64 {
+        page.lines()
+            .filter(|line| line.starts_with(name))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Some((sum("loghaul_queue_depth{"), sum("loghaul_queue_capacity{")))
+}
+
+fn print_table(report: &BenchReport) {
+    println!(
+        "{:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>12} {:>6}",
+        "streams",
+        "records/s",
+        "acked",
+        "rejected",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "peak RSS",
+        "verified",
+        "COPY rec/s",
+        "ratio"
+    );
+    for run in &report.runs {
+        let opt = |value: Option<f64>, digits: usize| {
+            value.map_or("-".to_owned(), |v| format!("{v:.digits$}"))
+        };
+        let failures: u64 = run.failed_streams.iter().map(|(_, count)| count).sum();
+        println!(
+            "{:>8} {:>12.0} {:>11} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>8} {:>12} {:>6}",
+            run.streams,
+            run.records_per_sec,
+            run.acked,
+            run.rejected,
+            run.ack_latency_ms.p50,
+            run.ack_latency_ms.p99,
+            run.ack_latency_ms.max,
+            run.server_peak_rss_bytes
+                .map_or("-".to_owned(), |bytes| format!(
+                    "{:.0} MiB",
+                    bytes as f64 / 1048576.0
+                )),
+            run.verified.map_or("-".to_owned(), |ok| if ok {
+                "yes".into()
+            } else {
+                "NO".into()
+            }),
+            opt(run.copy_records_per_sec, 0),
+            opt(run.copy_ratio, 2),
+        );
+        if failures > 0 {
+            println!("         failed streams: {:?}", run.failed_streams);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_the_nearest_rank() {
+        let samples = (1..=100).map(Duration::from_millis).collect();
+        let latency = latency(samples);
+        assert_eq!((latency.p50, latency.p99, latency.max), (50.0, 99.0, 100.0));
+        assert_eq!(super::latency(Vec::new()).max, 0.0);
+    }
+}

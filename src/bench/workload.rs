@@ -1,0 +1,184 @@
+//! Realistic records, generated and encoded before the timed loop so the load generator spends its
+//! CPU on sending, not on building messages.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::proto::v1::{LogRecord, PushRequest};
+
+const SERVICES: [&str; 12] = [
+    "checkout",
+    "payments",
+    "cart",
+    "search",
+    "auth",
+    "inventory",
+    "shipping",
+    "frontend",
+    "recommendations",
+    "notifications",
+    "billing",
+    "gateway",
+];
+const ROUTES: [&str; 8] = [
+    "/api/v1/orders",
+    "/api/v1/cart/items",
+    "/api/v1/search",
+    "/login",
+    "/api/v1/payments",
+    "/healthz",
+    "/api/v1/users/me",
+    "/api/v1/shipments",
+];
+const MESSAGES: [&str; 8] = [
+    "request completed",
+    "payment authorised for order",
+    "cache miss, loading from database",
+    "retrying upstream call after timeout",
+    "user session refreshed",
+    "inventory reservation released",
+    "slow query detected",
+    "connection pool exhausted, waiting for a connection",
+];
+const ATTRIBUTE_KEYS: [&str; 10] = [
+    "http.method",
+    "http.route",
+    "http.status_code",
+    "user.id",
+    "region",
+    "k8s.pod.name",
+    "duration_ms",
+    "order.id",
+    "peer.service",
+    "retry",
+];
+
+/// What to generate.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkloadShape {
+    /// Records per PushRequest.
+    pub records_per_chunk: usize,
+    /// Approximate bytes per message.
+    pub message_bytes: usize,
+    /// Attributes per record.
+    pub attributes: usize,
+    /// Distinct chunks in the pool.
+    pub distinct_chunks: usize,
+}
+
+/// Chunks ready to send, and the records they hold (for the COPY comparison).
+pub struct Workload {
+    /// Each chunk encoded once as a `PushRequest`.
+    pub encoded: Vec<Bytes>,
+    /// The records of every chunk, in order.
+    pub records: Vec<LogRecord>,
+    /// Records per chunk.
+    pub records_per_chunk: usize,
+}
+
+/// Builds the pool. Deterministic for a given shape, so runs are comparable.
+pub fn generate(shape: WorkloadShape) -> Workload {
+    let mut rng = fastrand::Rng::with_seed(0x10c_4a01);
+    let now = chrono::Utc::now();
+    let mut records = Vec::with_capacity(shape.distinct_chunks * shape.records_per_chunk);
+    let mut encoded = Vec::with_capacity(shape.distinct_chunks);
+    for _ in 0..shape.distinct_chunks {
+        let chunk: Vec<LogRecord> = (0..shape.records_per_chunk)
+            .map(|_| record(&mut rng, now, shape))
+            .collect();
+        let request = PushRequest {
+            records: chunk.clone(),
+        };
+        encoded.push(Bytes::from(request.encode_to_vec()));
+        records.extend(chunk);
+    }
+    Workload {
+        encoded,
+        records,
+        records_per_chunk: shape.records_per_chunk,
+    }
+}
+
+fn record(
+    rng: &mut fastrand::Rng,
+    now: chrono::DateTime<chrono::Utc>,
+    shape: WorkloadShape,
+) -> LogRecord {
+    // Mostly INFO, some DEBUG and WARN, a few ERROR: what production logs look like.
+    let severity = match rng.u8(..100) {
+        0..=14 => 5,
+        15..=79 => 9,
+        80..=93 => 13,
+        94..=98 => 17,
+        _ => 21,
+    };
+    let mut message = format!(
+        "{} route={} latency_ms={} request_id={:016x}",
+        MESSAGES[rng.usize(..MESSAGES.len())],
+        ROUTES[rng.usize(..ROUTES.len())],
+        rng.u32(1..2000),
+        rng.u64(..)
+    );
+    while message.len() < shape.message_bytes {
+        message.push_str(" detail=");
+        message.push_str(&format!("{:x}", rng.u64(..)));
+    }
+    message.truncate(shape.message_bytes.max(16));
+    let attributes = (0..shape.attributes)
+        .map(|i| {
+            let key = ATTRIBUTE_KEYS[i % ATTRIBUTE_KEYS.len()];
+            let key = if i < ATTRIBUTE_KEYS.len() {
+                key.to_owned()
+            } else {
+                format!("{key}.{i}")
+            };
+            (key, format!("{}", rng.u32(..100_000)))
+        })
+        .collect();
+    let traced = rng.u8(..10) < 8;
+    let ts = now - chrono::TimeDelta::milliseconds(i64::from(rng.u32(..5000)));
+    LogRecord {
+        timestamp: Some(prost_types::Timestamp {
+            seconds: ts.timestamp(),
+            nanos: ts.timestamp_subsec_nanos() as i32,
+        }),
+        severity,
+        service: SERVICES[rng.usize(..SERVICES.len())].to_owned(),
+        message,
+        attributes,
+        trace_id: if traced {
+            format!("{:016x}{:016x}", rng.u64(..), rng.u64(..))
+        } else {
+            String::new()
+        },
+        span_id: if traced {
+            format!("{:016x}", rng.u64(1..))
+        } else {
+            String::new()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_has_the_requested_shape_and_decodes() {
+        let shape = WorkloadShape {
+            records_per_chunk: 50,
+            message_bytes: 120,
+            attributes: 4,
+            distinct_chunks: 3,
+        };
+        let workload = generate(shape);
+        assert_eq!(workload.encoded.len(), 3);
+        assert_eq!(workload.records.len(), 150);
+        let decoded = PushRequest::decode(workload.encoded[1].clone()).unwrap();
+        assert_eq!(decoded.records, workload.records[50..100]);
+        assert!(workload
+            .records
+            .iter()
+            .all(|r| r.message.len() == 120 && r.attributes.len() == 4));
+    }
+}
