@@ -1,8 +1,10 @@
 //! From a validated chunk to a committed batch: a bounded queue per shard, one batching task each.
 //!
-//! The stream handler calls [`Ingress::enqueue`], which waits (up to the enqueue timeout) first for
-//! room in the process-wide byte budget, then for room in the shard's queue. While it waits the
-//! handler stops reading its stream, so HTTP/2 flow control slows the client down.
+//! Before reading a message the stream handler takes a [`Reservation`] of the process-wide byte
+//! budget ([`Ingress::reserve`]); after decoding it calls [`Ingress::enqueue`], which trims or tops
+//! up that reservation to the records' size and waits for room in the shard's queue. While it waits
+//! the handler stops reading its stream, so HTTP/2 flow control slows the client down; after the
+//! enqueue timeout the stream is told to back off.
 
 pub mod ack;
 pub mod batcher;
@@ -12,7 +14,7 @@ pub mod writer;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Gauge};
+use metrics::{counter, gauge, histogram, Gauge, Histogram};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -96,6 +98,7 @@ impl Pipeline {
                 .map(|shard| gauge!("loghaul_queue_depth", "shard" => shard.to_string()))
                 .collect(),
             buffered_gauge: gauge!("loghaul_buffered_bytes"),
+            wait_histogram: histogram!("loghaul_backpressure_wait_seconds"),
             queues: queues.into(),
             budget: Arc::new(Semaphore::new(budget_total as usize)),
             budget_total,
@@ -125,12 +128,17 @@ impl Pipeline {
     }
 }
 
+/// Budget held for a message about to be read; returned when dropped.
+#[derive(Debug)]
+pub struct Reservation(OwnedSemaphorePermit);
+
 /// Cloneable entry to the shards, held by every stream handler.
 #[derive(Clone, Debug)]
 pub struct Ingress {
     queues: Arc<[mpsc::Sender<Chunk>]>,
     depth_gauges: Arc<[Gauge]>,
     buffered_gauge: Gauge,
+    wait_histogram: Histogram,
     budget: Arc<Semaphore>,
     budget_total: u32,
     enqueue_timeout: Duration,
@@ -155,35 +163,71 @@ impl Ingress {
         router::pick_shard(&self.queues)
     }
 
-    /// Queues records for `shard`, waiting for room up to the enqueue timeout. The receiver resolves
-    /// once the records are committed (or have failed for good).
-    pub async fn enqueue(
+    /// Holds `bytes` of the budget for a message not yet read, waiting until `deadline` for room.
+    /// Taking it before reading is what keeps memory bounded: while the budget is full the handler
+    /// stops reading, so the message stays on the client's side of HTTP/2 flow control instead of
+    /// being decoded into memory nobody accounts for.
+    pub async fn reserve(
         &self,
-        shard: usize,
-        tenant: Arc<str>,
-        records: Vec<Record>,
-    ) -> Result<AckReceiver, IngestError> {
+        bytes: usize,
+        deadline: Instant,
+    ) -> Result<Reservation, IngestError> {
         let started = Instant::now();
-        let deadline = started + self.enqueue_timeout;
-        let bytes: usize = records.iter().map(Record::size_bytes).sum();
-        // A chunk larger than the whole budget would wait forever; let it take the whole budget.
-        let charge = u32::try_from(bytes)
-            .unwrap_or(u32::MAX)
-            .min(self.budget_total);
-        let budget = tokio::time::timeout_at(
+        let charge = self.clamp_to_budget(bytes);
+        let permit = tokio::time::timeout_at(
             deadline,
             Arc::clone(&self.budget).acquire_many_owned(charge),
         )
         .await
         .map_err(|_| self.backpressure("memory budget", started))?
         .map_err(|_| IngestError::ShuttingDown)?;
+        Ok(Reservation(permit))
+    }
+
+    /// Queues records for `shard`, charging them to `held` (a reservation taken before the message
+    /// was read, topped up or trimmed to the records' size) and waiting until `deadline` for room
+    /// in the queue. The receiver resolves once the records are committed (or have failed for good).
+    pub async fn enqueue(
+        &self,
+        shard: usize,
+        tenant: Arc<str>,
+        records: Vec<Record>,
+        held: Option<Reservation>,
+        deadline: Instant,
+    ) -> Result<AckReceiver, IngestError> {
+        let started = Instant::now();
+        let bytes: usize = records.iter().map(Record::size_bytes).sum();
+        let charge = self.clamp_to_budget(bytes) as usize;
+        let budget = match held {
+            Some(Reservation(mut permit)) if permit.num_permits() >= charge => {
+                // Give back what the message did not need.
+                let _surplus = permit.split(permit.num_permits() - charge);
+                permit
+            }
+            held => {
+                let have = held
+                    .as_ref()
+                    .map_or(0, |Reservation(permit)| permit.num_permits());
+                let missing = u32::try_from(charge - have).unwrap_or(u32::MAX);
+                let mut extra = tokio::time::timeout_at(
+                    deadline,
+                    Arc::clone(&self.budget).acquire_many_owned(missing),
+                )
+                .await
+                .map_err(|_| self.backpressure("memory budget", started))?
+                .map_err(|_| IngestError::ShuttingDown)?;
+                if let Some(Reservation(permit)) = held {
+                    extra.merge(permit);
+                }
+                extra
+            }
+        };
         let queue = &self.queues[shard];
         let slot = tokio::time::timeout_at(deadline, queue.reserve())
             .await
             .map_err(|_| self.backpressure("shard queue", started))?
             .map_err(|_| IngestError::ShuttingDown)?;
-        let waited = started.elapsed();
-        histogram!("loghaul_backpressure_wait_seconds").record(waited.as_secs_f64());
+        self.wait_histogram.record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
             tenant,
@@ -196,9 +240,21 @@ impl Ingress {
         Ok(receiver)
     }
 
+    /// How long a stream may wait for room before it is told to back off.
+    pub fn enqueue_timeout(&self) -> Duration {
+        self.enqueue_timeout
+    }
+
+    /// A chunk larger than the whole budget would wait forever; let it take the whole budget.
+    fn clamp_to_budget(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .min(self.budget_total)
+    }
+
     fn backpressure(&self, resource: &'static str, started: Instant) -> IngestError {
         let waited = started.elapsed();
-        histogram!("loghaul_backpressure_wait_seconds").record(waited.as_secs_f64());
+        self.wait_histogram.record(waited.as_secs_f64());
         counter!("loghaul_backpressure_timeouts_total", "resource" => resource).increment(1);
         IngestError::Backpressure {
             resource,

@@ -3,11 +3,14 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use chrono::Utc;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use metrics::{counter, gauge};
 use tokio::sync::oneshot::error::RecvError;
+use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::validate::{validate, Limits};
@@ -16,12 +19,20 @@ use crate::pipeline::ack::AckResult;
 use crate::pipeline::Ingress;
 use crate::proto::v1::log_ingest_server::LogIngest;
 use crate::proto::v1::{PushRequest, PushResponse, Rejection};
+use crate::record::Record;
 use crate::server::validate::RejectReason;
 use crate::storage::StoreError;
 
 /// Rejections listed in one response; the `rejected` count stays exact beyond it, and the cap keeps
 /// a stream of garbage from building an unbounded answer.
 pub const MAX_REPORTED_REJECTIONS: usize = 1000;
+
+/// How long a stream may hold its reservation while the client sends nothing; after that it waits
+/// for the next message without one (idle streams hold no budget).
+const IDLE_RESERVATION: Duration = Duration::from_millis(50);
+
+/// The smallest reservation taken before reading a message.
+const MIN_RESERVATION: usize = 64 * 1024;
 
 /// The tenant of streams when no API keys are configured.
 pub const DEFAULT_TENANT: &str = "default";
@@ -54,18 +65,36 @@ impl IngestService {
         let mut tally = Tally::default();
         let mut next_index: u64 = 0;
         let mut in_flight = FuturesUnordered::new();
+        // Until the stream has shown its chunk size, assume the largest message allowed.
+        let mut expected_bytes = self.max_request_bytes as usize;
         loop {
-            // Settle acknowledgements as they come so a long stream holds only what is in flight.
-            let message = tokio::select! {
-                biased;
-                Some((outcome, chunk)) = in_flight.next() => {
-                    tally.settle(outcome, &chunk)?;
-                    continue;
+            let deadline = Instant::now() + self.ingress.enqueue_timeout();
+            let mut held = Some(self.ingress.reserve(expected_bytes, deadline).await?);
+            let message = {
+                let read = stream.message();
+                tokio::pin!(read);
+                let idle = tokio::time::sleep(IDLE_RESERVATION);
+                tokio::pin!(idle);
+                loop {
+                    tokio::select! {
+                        biased;
+                        // Settle acknowledgements as they come so a long stream holds only what
+                        // is in flight.
+                        Some((outcome, chunk)) = in_flight.next() => tally.settle(outcome, &chunk)?,
+                        // A client with nothing to send must not sit on budget others need.
+                        () = &mut idle, if held.is_some() => held = None,
+                        message = &mut read => break message
+                            .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?,
+                    }
                 }
-                message = stream.message() => message
-                    .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?,
             };
             let Some(request) = message else { break };
+            // A stream that gave its reservation back waited for its client, not for room: its
+            // wait for room starts now.
+            let deadline = match held {
+                Some(_) => deadline,
+                None => Instant::now() + self.ingress.enqueue_timeout(),
+            };
             let first_index = next_index;
             let count = request.records.len();
             next_index += count as u64;
@@ -88,6 +117,8 @@ impl IngestService {
             if records.is_empty() {
                 continue;
             }
+            let chunk_bytes: usize = records.iter().map(Record::size_bytes).sum();
+            expected_bytes = (chunk_bytes + chunk_bytes / 4).max(MIN_RESERVATION);
             let chunk = ChunkIndex {
                 first_index,
                 skipped,
@@ -95,7 +126,7 @@ impl IngestService {
             };
             let ack = self
                 .ingress
-                .enqueue(shard, Arc::clone(&self.tenant), records)
+                .enqueue(shard, Arc::clone(&self.tenant), records, held, deadline)
                 .await?;
             in_flight.push(settle_later(ack, chunk));
         }

@@ -44,11 +44,13 @@ pub enum ServeError {
     Http(#[from] std::io::Error),
 }
 
-/// HTTP/2 flow-control windows. A stream whose handler waits for queue room stops reading, so its
-/// client stops once `STREAM_WINDOW` bytes are in flight; the connection window is several stream
-/// windows so that one stalled stream cannot starve the others sharing its connection.
-const STREAM_WINDOW: u32 = 1 << 20;
-const CONNECTION_WINDOW: u32 = 16 << 20;
+/// HTTP/2 flow-control windows. A stream whose handler waits for room stops reading, so its client
+/// stops once `STREAM_WINDOW` bytes are in flight; those bytes sit in the server's memory outside
+/// the budget, so the window is small (a stalled stream holds at most 256 KiB). The connection
+/// window is several stream windows so that one stalled stream cannot starve the others sharing
+/// its connection.
+const STREAM_WINDOW: u32 = 256 << 10;
+const CONNECTION_WINDOW: u32 = 4 << 20;
 /// Streams one connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// How often idle connections are pinged, and how long a ping may go unanswered, so streams of
