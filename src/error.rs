@@ -57,10 +57,11 @@ impl IngestError {
 
     /// Classifies an error the transport returned while reading the stream.
     pub fn from_stream(status: Status, max_request_bytes: u64) -> Self {
-        // tonic reports an oversized message as OUT_OF_RANGE, which clients do not read as
-        // "send less": say RESOURCE_EXHAUSTED with the limit instead.
+        // tonic reports an oversized message as OUT_OF_RANGE ("... too large"), and a compressed
+        // one that inflates past the limit as RESOURCE_EXHAUSTED ("size limit ... exceeded while
+        // decompressing"); neither names the option: say RESOURCE_EXHAUSTED with the limit.
         let oversized = matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted)
-            && status.message().contains("too large");
+            && (status.message().contains("too large") || status.message().contains("size limit"));
         if oversized {
             return IngestError::RequestTooLarge {
                 detail: status.message().to_owned(),

@@ -5,7 +5,8 @@
 //!
 //! - [`proto`]: the generated gRPC contract (`loghaul.v1`).
 //! - [`server`]: the gRPC listener and the ingest handler; [`server::validate`] turns each wire
-//!   record into a storable [`record::Record`] or a rejection with a reason.
+//!   record into a storable [`record::Record`] or a rejection with a reason; [`server::otlp`]
+//!   serves OpenTelemetry's OTLP logs `Export` by mapping its records onto the same wire record.
 //! - [`pipeline`]: the router pins a stream to a shard; each shard is a bounded queue drained by one
 //!   batching task ([`pipeline::batcher`]) that owns its buffer, so the hot path takes no lock.
 //! - [`storage`]: one multi-row insert per batch, PostgreSQL ([`storage::postgres`]) or SQLite

@@ -6,6 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::held_lock::HeldLock;
 use common::{config, push, record, Backend, TestDb, TestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest};
 use sqlx::Connection;
@@ -67,48 +68,6 @@ on_both_backends!(
     concurrent_streams,
     many_concurrent_streams_store_exactly_their_records
 );
-
-/// A write lock held by another connection: the table cannot be written until it is released.
-enum HeldLock {
-    Sqlite(sqlx::SqliteConnection),
-    Postgres(sqlx::PgConnection),
-}
-
-impl HeldLock {
-    async fn take(db: &TestDb) -> HeldLock {
-        match db.backend {
-            Backend::Sqlite => {
-                let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-                sqlx::query("BEGIN IMMEDIATE")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                HeldLock::Sqlite(conn)
-            }
-            Backend::Postgres => {
-                let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-                sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-                // SHARE blocks inserts but not reads, so the test can still count rows.
-                sqlx::query("LOCK TABLE logs IN SHARE MODE")
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                HeldLock::Postgres(conn)
-            }
-        }
-    }
-
-    async fn release(self) {
-        match self {
-            HeldLock::Sqlite(mut conn) => {
-                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
-            }
-            HeldLock::Postgres(mut conn) => {
-                sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
-            }
-        }
-    }
-}
 
 async fn the_response_waits_for_the_commit(db: &TestDb) {
     let mut settings = config(db);

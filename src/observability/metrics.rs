@@ -46,7 +46,7 @@ fn describe() {
     describe_counter!(
         "loghaul_records_received_total",
         Unit::Count,
-        "Records received in Push streams, valid or not."
+        "Records received in Push streams and OTLP exports, valid or not."
     );
     describe_counter!(
         "loghaul_records_committed_total",
@@ -113,6 +113,11 @@ fn describe() {
         "loghaul_streams_total",
         Unit::Count,
         "Push streams ended, by gRPC status code."
+    );
+    describe_counter!(
+        "loghaul_otlp_exports_total",
+        Unit::Count,
+        "OTLP Export requests answered, by outcome (ok, possibly with partial success, or the error)."
     );
     describe_histogram!(
         "loghaul_backpressure_wait_seconds",

@@ -2,6 +2,7 @@
 //! shuts them down in the order that loses nothing.
 
 pub mod ingest;
+pub mod otlp;
 pub mod validate;
 
 use std::future::Future;
@@ -13,6 +14,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
+use tonic_health::ServingStatus;
 
 use crate::config::{ConfigError, ServeConfig};
 use crate::observability::readiness::Readiness;
@@ -107,19 +109,21 @@ pub async fn run(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<LogIngestServer<IngestService>>().await;
+    health
+        .set_service_status(otlp::SERVICE_NAME, ServingStatus::Serving)
+        .await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .register_file_descriptor_set(otlp::file_descriptor_set())
         .build_v1()?;
 
     let max_request_bytes = config.max_request_bytes.as_usize();
-    let ingest = IngestService::new(
-        pipeline.ingress(),
-        Limits {
-            max_message_bytes: config.max_message_bytes.as_usize(),
-        },
-        config.max_request_bytes.0,
-    );
+    let limits = Limits {
+        max_message_bytes: config.max_message_bytes.as_usize(),
+    };
+    let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0);
+    let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
     let ingest = LogIngestServer::new(ingest)
         .max_decoding_message_size(max_request_bytes)
         .accept_compressed(CompressionEncoding::Gzip)
@@ -158,6 +162,9 @@ pub async fn run(
             health
                 .set_not_serving::<LogIngestServer<IngestService>>()
                 .await;
+            health
+                .set_service_status(otlp::SERVICE_NAME, ServingStatus::NotServing)
+                .await;
             draining.cancel();
         }
     };
@@ -177,6 +184,7 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(ingest)
+        .add_service(otlp_logs)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);
     let grace = config.shutdown_grace.0;
     let served = tokio::select! {
@@ -230,5 +238,13 @@ async fn probe_store(
                 .set_not_serving::<LogIngestServer<IngestService>>()
                 .await;
         }
+        let otlp_status = if up {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        health
+            .set_service_status(otlp::SERVICE_NAME, otlp_status)
+            .await;
     }
 }

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod held_lock;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

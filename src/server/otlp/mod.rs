@@ -1,0 +1,95 @@
+//! OpenTelemetry compatibility: `opentelemetry.proto.collector.logs.v1.LogsService/Export` on the
+//! same port and through the same pipeline as `LogIngest`, with the same durable acknowledgement.
+//!
+//! - [`mapping`]: an OTLP record → loghaul's wire record (pure, no I/O), then the shared validation.
+//! - [`service`]: the `Export` handler: partial success, enqueue, answer after the commit.
+//! - [`oversize`]: tonic rejects oversized unary requests before the handler; this rewrites that
+//!   answer into the precise status.
+
+pub mod mapping;
+pub mod oversize;
+pub mod service;
+
+use std::collections::HashSet;
+
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
+use prost::Message;
+use prost_types::FileDescriptorSet;
+use tonic::codec::CompressionEncoding;
+
+use crate::pipeline::Ingress;
+use crate::server::validate::Limits;
+use oversize::ExplainOversize;
+use service::OtlpLogsService;
+
+pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
+
+/// The `.proto` file that defines the service; reflection serves it and what it imports.
+const SERVICE_FILE: &str = "opentelemetry/proto/collector/logs/v1/logs_service.proto";
+
+/// The gRPC service as it is mounted: decoding capped at `max_request_bytes` (after
+/// decompression), gzip and zstd accepted, and answers compressed when the client accepts it.
+pub fn logs_server(
+    ingress: Ingress,
+    limits: Limits,
+    max_request_bytes: u64,
+) -> ExplainOversize<LogsServiceServer<OtlpLogsService>> {
+    let server = LogsServiceServer::new(OtlpLogsService::new(ingress, limits))
+        .max_decoding_message_size(usize::try_from(max_request_bytes).unwrap_or(usize::MAX))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd);
+    ExplainOversize::new(server, max_request_bytes)
+}
+
+/// Descriptors of the logs service and the files it imports, for server reflection. The crate
+/// ships descriptors of every OTLP signal; serving them all would make reflection list trace,
+/// metrics and profiles services this server does not implement.
+pub fn file_descriptor_set() -> FileDescriptorSet {
+    let all = FileDescriptorSet::decode(opentelemetry_proto::DESCRIPTORS)
+        .expect("opentelemetry-proto ships a valid descriptor set");
+    let mut wanted = HashSet::from([SERVICE_FILE.to_owned()]);
+    let mut pending = vec![SERVICE_FILE.to_owned()];
+    while let Some(name) = pending.pop() {
+        let Some(file) = all.file.iter().find(|file| file.name() == name) else {
+            continue;
+        };
+        for dependency in &file.dependency {
+            if wanted.insert(dependency.clone()) {
+                pending.push(dependency.clone());
+            }
+        }
+    }
+    FileDescriptorSet {
+        file: all
+            .file
+            .into_iter()
+            .filter(|file| wanted.contains(file.name()))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reflection_gets_the_logs_service_and_its_imports_only() {
+        let mut names: Vec<String> = file_descriptor_set()
+            .file
+            .iter()
+            .map(|file| file.name().to_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "opentelemetry/proto/collector/logs/v1/logs_service.proto",
+                "opentelemetry/proto/common/v1/common.proto",
+                "opentelemetry/proto/logs/v1/logs.proto",
+                "opentelemetry/proto/resource/v1/resource.proto",
+            ]
+        );
+    }
+}

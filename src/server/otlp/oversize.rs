@@ -1,0 +1,121 @@
+//! Makes tonic's answer to an oversized unary request say what the client should do.
+//!
+//! For a unary method tonic decodes the message before the handler runs, so a request over
+//! `max_decoding_message_size` never reaches it: tonic answers `OUT_OF_RANGE` ("decoded message
+//! length too large") or, for a compressed message that inflates past the limit,
+//! `RESOURCE_EXHAUSTED` ("size limit … exceeded while decompressing"). OTLP clients treat
+//! `OUT_OF_RANGE` as "retry" and neither message names the option to change. This wrapper rewrites
+//! such an answer into the status `LogIngest` gives, built by the one mapping in `crate::error`:
+//! `RESOURCE_EXHAUSTED` without `RetryInfo` (so OTLP clients do not retry the same request), with a
+//! message naming `--max-request-bytes`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use metrics::counter;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::{Code, Status};
+use tower::Service;
+
+use crate::error::IngestError;
+
+/// A gRPC service whose "message too large" answers are rewritten; see the module docs.
+#[derive(Clone, Debug)]
+pub struct ExplainOversize<S> {
+    inner: S,
+    max_request_bytes: u64,
+}
+
+impl<S> ExplainOversize<S> {
+    /// Wraps `inner`, whose decoding limit is `max_request_bytes`.
+    pub fn new(inner: S, max_request_bytes: u64) -> Self {
+        ExplainOversize {
+            inner,
+            max_request_bytes,
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for ExplainOversize<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for ExplainOversize<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let answer = self.inner.call(request);
+        let limit = self.max_request_bytes;
+        Box::pin(async move { Ok(explain(answer.await?, limit)) })
+    }
+}
+
+/// The response itself, unless it is a trailers-only error that says the message was too large.
+fn explain(response: http::Response<Body>, limit: u64) -> http::Response<Body> {
+    // A successful answer carries its status in the trailers, so only errors match here.
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    if status.code() == Code::Ok {
+        return response;
+    }
+    match IngestError::from_stream(status, limit) {
+        oversize @ IngestError::RequestTooLarge { .. } => {
+            counter!("loghaul_otlp_exports_total", "outcome" => oversize.kind()).increment(1);
+            Status::from(oversize).into_http()
+        }
+        _ => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_of(response: &http::Response<Body>) -> Status {
+        Status::from_header_map(response.headers()).unwrap()
+    }
+
+    #[test]
+    fn tonic_oversize_answers_become_resource_exhausted_naming_the_option() {
+        for tonic_says in [
+            Status::out_of_range(
+                "Error, decoded message length too large: found 70000 bytes, the limit is: 65536 bytes",
+            ),
+            Status::resource_exhausted(
+                "Error decompressing: size limit, of 65536 bytes, exceeded while decompressing message",
+            ),
+        ] {
+            let explained = status_of(&explain(tonic_says.into_http(), 65536));
+            assert_eq!(explained.code(), Code::ResourceExhausted);
+            assert!(
+                explained.message().contains("--max-request-bytes"),
+                "{}",
+                explained.message()
+            );
+            assert!(explained.message().contains("65536"));
+        }
+    }
+
+    #[test]
+    fn other_answers_pass_untouched() {
+        let invalid = Status::invalid_argument("nope").into_http();
+        assert_eq!(status_of(&explain(invalid, 1)).message(), "nope");
+        let success = http::Response::new(Body::empty());
+        assert!(Status::from_header_map(explain(success, 1).headers()).is_none());
+    }
+}
