@@ -2,108 +2,18 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::process::{Process, BINARY};
 use common::{record, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
-
-/// A `loghaul serve` process on ephemeral ports; killed on drop if still running.
-struct Process {
-    child: Child,
-    grpc: SocketAddr,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Process {
-    fn serve(database_url: &str) -> Process {
-        let mut child = Command::new(BINARY)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ])
-            .args([
-                "--database-url",
-                database_url,
-                "--shards",
-                "2",
-                "--log-format",
-                "json",
-            ])
-            .args(["--shutdown-grace", "10s"])
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("the binary starts");
-        let stderr = child.stderr.take().unwrap();
-        let (sender, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let grpc = loop {
-            let line = lines
-                .recv_timeout(Duration::from_secs(30))
-                .expect("the server logs that it is serving");
-            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if event["message"] == "loghaul is serving" {
-                break event["grpc"].as_str().unwrap().parse().unwrap();
-            }
-        };
-        Process { child, grpc, lines }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let started = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "the server did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn logs(&self) -> Vec<String> {
-        self.lines.try_iter().collect()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
-    let mut server = Process::serve(&db.url);
+    let mut server = Process::serve(&db.url, &["--shutdown-grace", "10s"]);
     let endpoint = format!("http://{}", server.grpc);
     let mut feeders = Vec::new();
     let mut streams = Vec::new();

@@ -1,7 +1,7 @@
 //! The Prometheus recorder and the description of every metric the service emits.
 //!
 //! Names follow Prometheus conventions (`loghaul_` prefix, `_total`, `_seconds`, `_bytes`); labels
-//! are bounded by construction: `shard` by the shard count, `reason`/`kind`/`resource`/`code`/
+//! are bounded by construction: `shard` by the shard count, `reason`/`kind`/`resource`/`outcome`/
 //! `trigger` by enums in the code.
 
 use std::sync::OnceLock;
@@ -112,7 +112,7 @@ fn describe() {
     describe_counter!(
         "loghaul_streams_total",
         Unit::Count,
-        "Push streams ended, by gRPC status code."
+        "Push streams ended, by outcome (ok or the error kind)."
     );
     describe_counter!(
         "loghaul_otlp_exports_total",

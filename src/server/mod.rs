@@ -48,10 +48,10 @@ pub enum ServeError {
 
 /// HTTP/2 flow-control windows. A stream whose handler waits for room stops reading, so its client
 /// stops once `STREAM_WINDOW` bytes are in flight; those bytes sit in the server's memory outside
-/// the budget, so the window is small (a stalled stream holds at most 256 KiB). The connection
+/// the budget, so the window is small (a stalled stream holds at most 64 KiB). The connection
 /// window is several stream windows so that one stalled stream cannot starve the others sharing
 /// its connection.
-const STREAM_WINDOW: u32 = 256 << 10;
+const STREAM_WINDOW: u32 = 64 << 10;
 const CONNECTION_WINDOW: u32 = 4 << 20;
 /// Streams one connection may open at once.
 const MAX_CONCURRENT_STREAMS: u32 = 256;

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod held_lock;
+pub mod process;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,0 +1,124 @@
+//! The real binary as a child process, for tests that signal it or measure its memory.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
+
+/// A `loghaul serve` process on ephemeral ports; killed on drop if still running.
+pub struct Process {
+    child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Process {
+    /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
+    pub fn serve(database_url: &str, extra: &[&str]) -> Process {
+        let mut child = Command::new(BINARY)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--database-url",
+                database_url,
+                "--shards",
+                "2",
+                "--log-format",
+                "json",
+            ])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let (grpc, http) = loop {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the server logs that it is serving");
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if event["message"] == "loghaul is serving" {
+                let addr = |field: &str| event[field].as_str().unwrap().parse().unwrap();
+                break (addr("grpc"), addr("http"));
+            }
+        };
+        Process {
+            child,
+            grpc,
+            http,
+            lines,
+        }
+    }
+
+    /// Sends a signal by name (TERM, KILL…).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the exit, failing the test after `limit`.
+    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "the server did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What the server logged since the last call.
+    pub fn logs(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+}
+
+impl Process {
+    /// Resident memory now and at its peak, in bytes, from /proc.
+    pub fn rss(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| -> u64 {
+            let line = status.lines().find(|line| line.starts_with(name)).unwrap();
+            line.split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

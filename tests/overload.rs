@@ -1,0 +1,210 @@
+//! Overload must be boring: a blocked database makes streams wait, then back off with a retry
+//! delay; memory stays within the budget whatever the number of streams; nothing acknowledged is
+//! lost; throughput comes back when the database does.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::held_lock::HeldLock;
+use common::process::Process;
+use common::{config, http_get, record, Backend, TestDb, TestServer};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use loghaul::proto::v1::PushRequest;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+fn chunk(tag: &str, records: usize) -> PushRequest {
+    PushRequest {
+        records: (0..records).map(|n| record(format!("{tag}-{n}"))).collect(),
+    }
+}
+
+async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers(db: &TestDb) {
+    let mut settings = config(db);
+    settings.shards = 1;
+    settings.queue_capacity = 1;
+    settings.batch_max_rows = 100;
+    settings.enqueue_timeout = "1s".parse().unwrap();
+    settings.store_retry_timeout = "120s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let lock = HeldLock::take(db).await;
+
+    let mut streams = Vec::new();
+    for stream in 0..4 {
+        let mut client = server.client().await;
+        let chunks: Vec<PushRequest> = (0..20)
+            .map(|n| chunk(&format!("{stream}-{n}"), 100))
+            .collect();
+        streams.push(tokio::spawn(async move {
+            client.push(tokio_stream::iter(chunks)).await
+        }));
+    }
+    let mut refused = 0;
+    for stream in streams {
+        let status = stream
+            .await
+            .unwrap()
+            .expect_err("nothing can commit while the table is locked");
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        let details = tonic_types::StatusExt::get_error_details(&status);
+        let delay = details.retry_info().and_then(|info| info.retry_delay);
+        assert_eq!(
+            delay,
+            Some(Duration::from_secs(1)),
+            "RetryInfo tells the client when to come back"
+        );
+        refused += 1;
+    }
+    assert_eq!(refused, 4);
+
+    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("loghaul_backpressure_timeouts_total{resource="),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("loghaul_queue_depth{shard=\"0\"} 1"),
+        "the queue is full: {metrics}"
+    );
+    if db.backend == Backend::Postgres {
+        // Full is not down: a blocked table is not a reason to take the replica out of rotation.
+        let (status, body) = http_get(server.http, "/readyz").await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+
+    lock.release().await;
+    let started = Instant::now();
+    let mut client = server.client().await;
+    let response = loop {
+        match client
+            .push(tokio_stream::iter(vec![chunk("after", 50)]))
+            .await
+        {
+            Ok(response) => break response.into_inner(),
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "throughput did not recover"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    assert_eq!(response.accepted, 50);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let stored = db
+        .query_scalar("SELECT count(*) FROM logs WHERE message LIKE 'after-%'")
+        .await;
+    assert_eq!(stored, 50, "every acknowledged record is in the table");
+    server.stop().await;
+}
+on_both_backends!(
+    backpressure,
+    a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
+);
+
+/// 256 streams push as fast as they can into a table that cannot be written. The server must stop
+/// reading once its buffer budget is full, so its memory stays near the budget, not near what the
+/// clients want to send; when the table is released every stream completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
+    let Some(db) = TestDb::create(Backend::Postgres, "memory_bound").await else {
+        return;
+    };
+    // The default budget, which the bound in the README is stated for.
+    const BUDGET: u64 = 64 << 20;
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--max-buffered-bytes",
+            "64MiB",
+            "--enqueue-timeout",
+            "120s",
+            "--store-retry-timeout",
+            "120s",
+        ],
+    );
+    let (baseline, _) = server.rss();
+    let lock = HeldLock::take(&db).await;
+
+    let endpoint = format!("http://{}", server.grpc);
+    let mut feeders = Vec::new();
+    let mut streams = Vec::new();
+    for stream in 0..256 {
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        let (chunks, outgoing) = mpsc::channel::<PushRequest>(1);
+        streams.push(tokio::spawn(async move {
+            client.push(ReceiverStream::new(outgoing)).await
+        }));
+        feeders.push(tokio::spawn(async move {
+            let mut sent = 0u64;
+            // Together the streams offer about five times the budget: 256 × 6 × 500 records.
+            for n in 0..6 {
+                let Ok(permit) = chunks.reserve().await else {
+                    break;
+                };
+                permit.send(chunk(&format!("{stream}-{n}"), 500));
+                sent += 500;
+            }
+            sent
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (during, peak) = server.rss();
+    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    let buffered: f64 = metrics
+        .lines()
+        .find(|line| line.starts_with("loghaul_buffered_bytes "))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+        .unwrap();
+    assert!(
+        buffered > (BUDGET / 2) as f64,
+        "the budget is what fills up: {buffered}"
+    );
+    assert!(buffered <= BUDGET as f64);
+    let (ready, _) = http_get(server.http, "/readyz").await.unwrap();
+    assert_eq!(ready, 200, "a full service is still a healthy one");
+    // Beyond the budget each stream may hold its HTTP/2 window (64 KiB) and its decode buffer
+    // (about one message); 3 × the budget leaves room for that and the allocator's slack.
+    let limit = baseline + 3 * BUDGET;
+    eprintln!(
+        "RSS baseline {} MiB, under load {} MiB, peak {} MiB, limit {} MiB",
+        baseline >> 20,
+        during >> 20,
+        peak >> 20,
+        limit >> 20
+    );
+    assert!(
+        peak < limit,
+        "peak RSS {} MiB over the {} MiB bound",
+        peak >> 20,
+        limit >> 20
+    );
+
+    // Release the table: everything offered is committed and acknowledged.
+    lock.release().await;
+    let released = Instant::now();
+    let mut offered = 0;
+    for feeder in feeders {
+        offered += feeder.await.unwrap();
+    }
+    let mut acknowledged = 0;
+    for stream in streams {
+        let response = stream
+            .await
+            .unwrap()
+            .expect("every stream completes once the table is free");
+        acknowledged += response.into_inner().accepted;
+    }
+    eprintln!(
+        "{acknowledged} records committed {:?} after the release",
+        released.elapsed()
+    );
+    assert_eq!(acknowledged, offered);
+    assert_eq!(db.count().await, acknowledged as i64);
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
+}
