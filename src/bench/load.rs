@@ -14,9 +14,12 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
+use super::workload::Protocol;
 use crate::proto::v1::PushResponse;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 
 /// When a run stops.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +45,8 @@ pub struct LoadPlan {
     pub rate: Option<f64>,
     /// Sent as `x-api-key`.
     pub api_key: Option<String>,
+    /// Push streams or OTLP exports.
+    pub protocol: Protocol,
 }
 
 /// Live counters, read by the progress line.
@@ -100,13 +105,17 @@ pub async fn run(
             chunks: Arc::clone(&chunks),
             first_chunk: stream * 7919,
             chunks_per_stream: plan.chunks_per_stream,
+            records_per_chunk,
             deadline,
             chunk_budget: chunk_budget.clone(),
             interval,
             api_key: plan.api_key.clone(),
             progress: Arc::clone(&progress),
         };
-        tasks.push(tokio::spawn(ctx.run()));
+        tasks.push(match plan.protocol {
+            Protocol::Native => tokio::spawn(ctx.run()),
+            Protocol::Otlp => tokio::spawn(ctx.run_otlp()),
+        });
     }
     let mut outcome = LoadOutcome::default();
     let mut failures: std::collections::BTreeMap<i32, u64> = Default::default();
@@ -132,6 +141,7 @@ struct StreamContext {
     chunks: Arc<Vec<Bytes>>,
     first_chunk: usize,
     chunks_per_stream: usize,
+    records_per_chunk: usize,
     deadline: Option<Instant>,
     chunk_budget: Option<Arc<AtomicU64>>,
     interval: Option<Duration>,
@@ -148,6 +158,77 @@ struct StreamOutcome {
 }
 
 impl StreamContext {
+    /// Claims the next chunk to send: false once the run is over.
+    fn claim(&self) -> bool {
+        if self
+            .deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+        {
+            return false;
+        }
+        match &self.chunk_budget {
+            Some(budget) => budget
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                    left.checked_sub(1)
+                })
+                .is_ok(),
+            None => true,
+        }
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(value) = self
+            .api_key
+            .as_ref()
+            .and_then(|key| key.parse::<MetadataValue<_>>().ok())
+        {
+            request.metadata_mut().insert("x-api-key", value);
+        }
+        request
+    }
+
+    /// OTLP: one unary Export per chunk; its latency runs from the call to the answer.
+    async fn run_otlp(self) -> StreamOutcome {
+        let mut outcome = StreamOutcome::default();
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut next_chunk = self.first_chunk;
+        let mut next_send = tokio::time::Instant::now();
+        while self.claim() {
+            if let Some(interval) = self.interval {
+                tokio::time::sleep_until(next_send).await;
+                next_send += interval;
+            }
+            if grpc.ready().await.is_err() {
+                outcome.failures.push(tonic::Code::Unavailable);
+                break;
+            }
+            let chunk = self.chunks[next_chunk % self.chunks.len()].clone();
+            next_chunk += 1;
+            let sent = Instant::now();
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
+            let codec = PreEncoded::<ExportLogsServiceResponse>::default();
+            match grpc.unary(self.request(chunk), path, codec).await {
+                Ok(response) => {
+                    let rejected = response
+                        .into_inner()
+                        .partial_success
+                        .map_or(0, |partial| partial.rejected_log_records.max(0) as u64);
+                    let accepted = self.records_per_chunk as u64 - rejected;
+                    outcome.acked += accepted;
+                    outcome.rejected += rejected;
+                    self.progress.acked.fetch_add(accepted, Ordering::Relaxed);
+                    outcome.latencies.push(sent.elapsed());
+                }
+                Err(status) => {
+                    outcome.failures.push(status.code());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        outcome
+    }
+
     async fn run(self) -> StreamOutcome {
         let mut outcome = StreamOutcome::default();
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
@@ -202,12 +283,7 @@ impl StreamContext {
                 outcome.failures.push(tonic::Code::Unavailable);
                 break;
             }
-            let mut request = tonic::Request::new(ReceiverStream::new(receiver));
-            if let Some(key) = &self.api_key {
-                if let Ok(value) = key.parse::<MetadataValue<_>>() {
-                    request.metadata_mut().insert("x-api-key", value);
-                }
-            }
+            let request = self.request(ReceiverStream::new(receiver));
             let path = tonic::codegen::http::uri::PathAndQuery::from_static(PUSH_PATH);
             let response = grpc
                 .client_streaming(request, path, PreEncoded::<PushResponse>::default())

@@ -21,7 +21,7 @@ use sqlx::Connection;
 use crate::config::HumanDuration;
 use load::{LoadPlan, Progress, Stop};
 use server_process::ServerProcess;
-use workload::WorkloadShape;
+use workload::{Protocol, WorkloadShape};
 
 /// Options of `loghaul bench`.
 #[derive(Clone, Debug, clap::Args)]
@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// Records per PushRequest.
     #[arg(long, default_value_t = 1000)]
     pub records_per_chunk: usize,
-    /// Chunks a stream sends before it half-closes and waits for its acknowledgement.
+    /// Chunks a stream sends before it half-closes and waits for its acknowledgement (native).
     #[arg(long, default_value_t = 10)]
     pub chunks_per_stream: usize,
     /// Approximate bytes per log message.
@@ -71,6 +71,9 @@ pub struct BenchArgs {
     /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
     #[arg(long)]
     pub metrics_url: Option<String>,
+    /// Push streams (native) or OTLP Export calls, one per chunk.
+    #[arg(long, value_enum, default_value = "native")]
+    pub protocol: Protocol,
     /// Print the report as one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
@@ -170,7 +173,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         attributes: args.attributes,
         distinct_chunks: 64,
     };
-    let workload = workload::generate(shape);
+    let workload = workload::generate(shape, args.protocol);
     let chunks = Arc::new(workload.encoded.clone());
     let settings = serde_json::json!({
         "endpoint": args.endpoint,
@@ -183,7 +186,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "records": args.records,
         "rate": args.rate,
         "server_args": args.server_args,
-        "protocol": "loghaul.v1.LogIngest/Push",
+        "protocol": args.protocol,
     });
     eprintln!(
         "workload: {} distinct chunks of {} records, ~{} B messages, {} attributes",
@@ -224,6 +227,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
                 .map_or(Stop::After(args.duration.0), Stop::Records),
             rate: args.rate,
             api_key: args.api_key.clone(),
+            protocol: args.protocol,
         };
         let progress = Arc::new(Progress::default());
         let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));

@@ -1,7 +1,14 @@
 //! Realistic records, generated and encoded before the timed loop so the load generator spends its
 //! CPU on sending, not on building messages.
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord as OtlpLogRecord, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
 use crate::proto::v1::{LogRecord, PushRequest};
@@ -66,9 +73,19 @@ pub struct WorkloadShape {
     pub distinct_chunks: usize,
 }
 
+/// Which wire format the chunks are encoded in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// `loghaul.v1.LogIngest/Push`: client streams of PushRequest chunks.
+    Native,
+    /// `opentelemetry.proto.collector.logs.v1.LogsService/Export`: one unary request per chunk.
+    Otlp,
+}
+
 /// Chunks ready to send, and the records they hold (for the COPY comparison).
 pub struct Workload {
-    /// Each chunk encoded once as a `PushRequest`.
+    /// Each chunk encoded once, as a `PushRequest` or an `ExportLogsServiceRequest`.
     pub encoded: Vec<Bytes>,
     /// The records of every chunk, in order.
     pub records: Vec<LogRecord>,
@@ -77,7 +94,7 @@ pub struct Workload {
 }
 
 /// Builds the pool. Deterministic for a given shape, so runs are comparable.
-pub fn generate(shape: WorkloadShape) -> Workload {
+pub fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
     let mut rng = fastrand::Rng::with_seed(0x10c_4a01);
     let now = chrono::Utc::now();
     let mut records = Vec::with_capacity(shape.distinct_chunks * shape.records_per_chunk);
@@ -86,10 +103,14 @@ pub fn generate(shape: WorkloadShape) -> Workload {
         let chunk: Vec<LogRecord> = (0..shape.records_per_chunk)
             .map(|_| record(&mut rng, now, shape))
             .collect();
-        let request = PushRequest {
-            records: chunk.clone(),
+        let bytes = match protocol {
+            Protocol::Native => PushRequest {
+                records: chunk.clone(),
+            }
+            .encode_to_vec(),
+            Protocol::Otlp => otlp_request(&chunk).encode_to_vec(),
         };
-        encoded.push(Bytes::from(request.encode_to_vec()));
+        encoded.push(Bytes::from(bytes));
         records.extend(chunk);
     }
     Workload {
@@ -97,6 +118,66 @@ pub fn generate(shape: WorkloadShape) -> Workload {
         records,
         records_per_chunk: shape.records_per_chunk,
     }
+}
+
+/// The same records as an OTLP export: one ResourceLogs per service, as an SDK would send them.
+fn otlp_request(records: &[LogRecord]) -> ExportLogsServiceRequest {
+    let text = |value: &str| AnyValue {
+        value: Some(Value::StringValue(value.to_owned())),
+    };
+    let mut by_service: BTreeMap<&str, Vec<OtlpLogRecord>> = BTreeMap::new();
+    for record in records {
+        let nanos = record
+            .timestamp
+            .as_ref()
+            .map_or(0, |ts| ts.seconds as u64 * 1_000_000_000 + ts.nanos as u64);
+        by_service
+            .entry(&record.service)
+            .or_default()
+            .push(OtlpLogRecord {
+                time_unix_nano: nanos,
+                observed_time_unix_nano: nanos,
+                severity_number: record.severity,
+                body: Some(text(&record.message)),
+                attributes: record
+                    .attributes
+                    .iter()
+                    .map(|(key, value)| KeyValue {
+                        key: key.clone(),
+                        value: Some(text(value)),
+                        ..KeyValue::default()
+                    })
+                    .collect(),
+                trace_id: unhex(&record.trace_id),
+                span_id: unhex(&record.span_id),
+                ..OtlpLogRecord::default()
+            });
+    }
+    let resource_logs = by_service
+        .into_iter()
+        .map(|(service, log_records)| ResourceLogs {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(text(service)),
+                    ..KeyValue::default()
+                }],
+                ..Resource::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                log_records,
+                ..ScopeLogs::default()
+            }],
+            ..ResourceLogs::default()
+        })
+        .collect();
+    ExportLogsServiceRequest { resource_logs }
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+        .collect()
 }
 
 fn record(
@@ -171,7 +252,7 @@ mod tests {
             attributes: 4,
             distinct_chunks: 3,
         };
-        let workload = generate(shape);
+        let workload = generate(shape, Protocol::Native);
         assert_eq!(workload.encoded.len(), 3);
         assert_eq!(workload.records.len(), 150);
         let decoded = PushRequest::decode(workload.encoded[1].clone()).unwrap();
