@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use prost::Message;
+use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -76,23 +78,57 @@ impl From<IngestError> for Status {
     fn from(err: IngestError) -> Self {
         let message = err.to_string();
         match err {
-            IngestError::Backpressure { retry_after, .. } => Status::with_error_details(
-                Code::ResourceExhausted,
-                message,
-                ErrorDetails::with_retry_info(Some(retry_after)),
-            ),
+            IngestError::Backpressure { retry_after, .. } => {
+                retry_later(Code::ResourceExhausted, message, retry_after)
+            }
             IngestError::RequestTooLarge { .. } => Status::new(Code::ResourceExhausted, message),
-            IngestError::ShuttingDown => Status::with_error_details(
-                Code::Unavailable,
-                message,
-                ErrorDetails::with_retry_info(Some(Duration::from_secs(1))),
-            ),
-            IngestError::Store(_) => Status::with_error_details(
-                Code::Unavailable,
-                message,
-                ErrorDetails::with_retry_info(Some(STORE_RETRY_AFTER)),
-            ),
+            IngestError::ShuttingDown => {
+                retry_later(Code::Unavailable, message, Duration::from_secs(1))
+            }
+            IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
             IngestError::Stream(status) => status,
         }
+    }
+}
+
+/// A status that tells the client to come back after `delay`: `google.rpc.RetryInfo` in the
+/// standard status details, and the same message in the `google.rpc.retryinfo-bin` trailer, which
+/// is where some OpenTelemetry exporters (Python's among them) look for it.
+fn retry_later(code: Code, message: String, delay: Duration) -> Status {
+    let mut status =
+        Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(delay)));
+    let retry_info = tonic_types::pb::RetryInfo {
+        retry_delay: prost_types::Duration::try_from(delay).ok(),
+    };
+    status.metadata_mut().insert_bin(
+        "google.rpc.retryinfo-bin",
+        MetadataValue::from_bytes(&retry_info.encode_to_vec()),
+    );
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_errors_carry_the_delay_in_both_places() {
+        let status = Status::from(IngestError::Backpressure {
+            resource: "shard queue",
+            waited: Duration::from_secs(5),
+            retry_after: Duration::from_secs(1),
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let details = status.get_error_details();
+        assert_eq!(
+            details.retry_info().unwrap().retry_delay,
+            Some(Duration::from_secs(1))
+        );
+        let trailer = status
+            .metadata()
+            .get_bin("google.rpc.retryinfo-bin")
+            .unwrap();
+        let decoded = tonic_types::pb::RetryInfo::decode(trailer.to_bytes().unwrap()).unwrap();
+        assert_eq!(decoded.retry_delay.unwrap().seconds, 1);
     }
 }
