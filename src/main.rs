@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use loghaul::cli::bench::BenchArgs;
+use loghaul::cli::read::{QueryArgs, TailArgs};
 use loghaul::config::{LogFormat, ServeConfig};
 use loghaul::observability::logging;
 use loghaul::send::SendArgs;
@@ -26,6 +28,14 @@ enum Command {
     /// Stream lines from files or stdin to a server; exit 0 if all were accepted, 1 if some were
     /// rejected, 2 on failure.
     Send(SendArgs),
+    /// Print a tenant's records, newest first, following pages up to --limit; exit 0 on success,
+    /// 2 on failure.
+    Query(QueryArgs),
+    /// Follow a tenant's records as they are committed, oldest first, until interrupted or
+    /// --limit; exit 0 on success, 2 on failure.
+    Tail(TailArgs),
+    /// Load synthetic rows into an empty PostgreSQL database and time Query pages (p50/p99).
+    BenchQuery(BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -67,6 +77,13 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Send(args) => Ok(send(args).await),
+            Command::Query(args) => Ok(read_outcome(loghaul::cli::read::query(args).await)),
+            Command::Tail(args) => Ok(read_outcome(loghaul::cli::read::tail(args).await)),
+            Command::BenchQuery(args) => {
+                logging::init(LogFormat::Text);
+                loghaul::cli::bench::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
         }
     });
     outcome.unwrap_or_else(|err: anyhow::Error| {
@@ -115,6 +132,16 @@ async fn send(args: SendArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_outcome(outcome: Result<usize, loghaul::cli::filter_args::ReadError>) -> ExitCode {
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");
             ExitCode::from(2)

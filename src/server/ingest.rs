@@ -11,11 +11,13 @@ use tokio::sync::oneshot::error::RecvError;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::validate::{validate, Limits};
+use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::ack::AckResult;
 use crate::pipeline::Ingress;
 use crate::proto::v1::log_ingest_server::LogIngest;
 use crate::proto::v1::{PushRequest, PushResponse, Rejection};
+use crate::record::Record;
 use crate::server::validate::RejectReason;
 use crate::storage::StoreError;
 
@@ -23,16 +25,12 @@ use crate::storage::StoreError;
 /// a stream of garbage from building an unbounded answer.
 pub const MAX_REPORTED_REJECTIONS: usize = 1000;
 
-/// The tenant of streams when no API keys are configured.
-pub const DEFAULT_TENANT: &str = "default";
-
 /// The ingest service.
 #[derive(Clone, Debug)]
 pub struct IngestService {
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
-    tenant: Arc<str>,
 }
 
 impl IngestService {
@@ -42,12 +40,12 @@ impl IngestService {
             ingress,
             limits,
             max_request_bytes,
-            tenant: Arc::from(DEFAULT_TENANT),
         }
     }
 
     async fn ingest(
         &self,
+        tenant: &Tenant,
         mut stream: Streaming<PushRequest>,
     ) -> Result<PushResponse, IngestError> {
         let shard = self.ingress.assign_shard();
@@ -88,6 +86,15 @@ impl IngestService {
             if records.is_empty() {
                 continue;
             }
+            let bytes: usize = records.iter().map(Record::size_bytes).sum();
+            if let Err(retry_after) = tenant.admit(records.len() as u64, bytes as u64) {
+                counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
+                    .increment(1);
+                return Err(IngestError::RateLimited {
+                    tenant: Arc::clone(tenant.name()),
+                    retry_after,
+                });
+            }
             let chunk = ChunkIndex {
                 first_index,
                 skipped,
@@ -95,7 +102,7 @@ impl IngestService {
             };
             let ack = self
                 .ingress
-                .enqueue(shard, Arc::clone(&self.tenant), records)
+                .enqueue(shard, Arc::clone(tenant.name()), records)
                 .await?;
             in_flight.push(settle_later(ack, chunk));
         }
@@ -119,8 +126,9 @@ impl LogIngest for IngestService {
         &self,
         request: Request<Streaming<PushRequest>>,
     ) -> Result<Response<PushResponse>, Status> {
+        let tenant = tenant_of(&request)?;
         let _open = OpenStream::start();
-        let outcome = self.ingest(request.into_inner()).await;
+        let outcome = self.ingest(&tenant, request.into_inner()).await;
         let code = match &outcome {
             Ok(_) => "ok",
             Err(err) => {
