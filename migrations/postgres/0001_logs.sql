@@ -29,6 +29,10 @@ CREATE TABLE logs_default PARTITION OF logs DEFAULT;
 -- Rows arrive roughly in time order, so a BRIN on ts is tiny and nearly free to maintain, and it
 -- prunes time-range scans to the blocks that can match. Indexes on the parent are created on
 -- every partition.
-CREATE INDEX logs_ts_brin ON logs USING brin (ts);
+--
+-- A BRIN range filled by inserts is not summarized until a vacuum, and an unsummarized range
+-- matches every query: before any vacuum, "the newest 100" read the whole day (measured: 390 ms
+-- instead of 2 ms). autosummarize asks autovacuum to summarize each range as soon as it fills.
+CREATE INDEX logs_ts_brin ON logs USING brin (ts) WITH (autosummarize = on);
 -- received_at follows the physical order exactly; Tail polls by it. Also nearly free.
-CREATE INDEX logs_received_at_brin ON logs USING brin (received_at);
+CREATE INDEX logs_received_at_brin ON logs USING brin (received_at) WITH (autosummarize = on);

@@ -215,6 +215,9 @@ pub async fn run(
             health
                 .set_not_serving::<LogIngestServer<IngestService>>()
                 .await;
+            health
+                .set_not_serving::<LogQueryServer<QueryService>>()
+                .await;
             draining.cancel();
         }
     };

@@ -17,10 +17,11 @@
 //! behind it). Memory per subscriber is the ids sent within the overlap window, capped.
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::reader::{from_micros, StoredRow};
@@ -119,10 +120,15 @@ impl PgTail {
 impl PgReader {
     /// Opens the read pool.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|err| StoreError::Url(format!("{}: {err}", super::redact_url(url))))?
+            // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves,
+            // and the planner's estimates over unsummarized BRIN ranges would switch it on.
+            .options([("jit", "off")]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(|err| {
                 StoreError::Unavailable(format!(
