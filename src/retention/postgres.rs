@@ -98,7 +98,7 @@ fn needed_days(keep: Option<TimeDelta>, now: DateTime<Utc>) -> (NaiveDate, Naive
 }
 
 /// Creates the partitions the window needs, without taking the retention lock (creation is
-/// idempotent; a replica racing another may fail one statement, logged, and the next run repairs).
+/// idempotent; a replica racing another may fail one statement, and the next run repairs).
 pub async fn ensure_partitions(url: &str, keep: Option<TimeDelta>) -> Result<u64, RetentionError> {
     let mut conn = connect(url).await?;
     let (first, last) = needed_days(keep, Utc::now());

@@ -40,9 +40,6 @@ pub enum ServeError {
     /// The API keys could not be loaded.
     #[error(transparent)]
     Keys(#[from] KeysError),
-    /// Partitions could not be prepared.
-    #[error(transparent)]
-    Retention(#[from] crate::retention::RetentionError),
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -114,9 +111,15 @@ pub async fn run(
         interval: config.retention_interval.0,
         database_url: config.database_url.clone(),
     };
-    let partitions = crate::retention::prepare(&store, &retention).await?;
-    if partitions > 0 {
-        tracing::info!(partitions, "created daily partitions ahead");
+    // Not fatal: replicas starting together may race on the same CREATE (one of them errors), and
+    // until a partition exists its rows go to the default partition. The first retention run,
+    // right after start-up and under the advisory lock, creates whatever is still missing.
+    match crate::retention::prepare(&store, &retention).await {
+        Ok(0) => {}
+        Ok(partitions) => tracing::info!(partitions, "created daily partitions ahead"),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
+        }
     }
     let reader = Reader::connect(&config.database_url, config.read_max_connections).await?;
 
