@@ -173,10 +173,14 @@ impl KeyRing {
         };
         let mut by_digest: HashMap<[u8; 32], Arc<str>> = HashMap::new();
         for (key, tenant, origin) in pairs {
+            let origin_error = |message: String| match origin {
+                "file" => file_error(message),
+                _ => KeysError::Inline(message),
+            };
             if key.is_empty() {
-                return Err(file_error(format!("an empty key in {origin}")));
+                return Err(origin_error("an empty key".into()));
             }
-            check_tenant_name(&tenant).map_err(file_error)?;
+            check_tenant_name(&tenant).map_err(origin_error)?;
             let digest = digest(key.as_bytes());
             if let Some(existing) = by_digest.get(&digest) {
                 if **existing != *tenant {
