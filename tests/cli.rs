@@ -265,3 +265,73 @@ async fn query_and_tail_commands_print_json_lines() {
         .collect();
     assert_eq!(messages, ["later 0", "later 1", "later 2"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_resumes_after_the_server_closes_its_connection() {
+    let db = TestDb::create(Backend::Sqlite, "cli_tail_resume")
+        .await
+        .unwrap();
+    // Connections are asked to go away after 1 s and closed 1 s later: a long tail must resume.
+    let server = Server::start(
+        &db.url,
+        &[
+            "--tail-poll-interval",
+            "50ms",
+            "--max-connection-age",
+            "1s",
+            "--max-connection-age-grace",
+            "1s",
+        ],
+    );
+    let endpoint = format!("http://{}", server.grpc);
+    let tail = Command::new(BINARY)
+        .args(["tail", "--endpoint", &endpoint, "--json", "--limit", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in 0..3 {
+        // A fresh connection each time, since the server closes old ones.
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        push_as(
+            &mut client,
+            "",
+            vec![vec![
+                record(format!("r{}", 2 * n)),
+                record(format!("r{}", 2 * n + 1)),
+            ]],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || tail.wait_with_output()),
+    )
+    .await
+    .expect("the tail exits after six records")
+    .unwrap()
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let messages: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        ["r0", "r1", "r2", "r3", "r4", "r5"],
+        "every record once, across reconnects"
+    );
+}
