@@ -279,3 +279,44 @@ async fn records_older_than_the_window_are_refused(db: &TestDb) {
     server.stop().await;
 }
 on_both_backends!(too_old, records_older_than_the_window_are_refused);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
+    let Some(db) = TestDb::create(Backend::Postgres, "retention_brin").await else {
+        return;
+    };
+    let store = migrated(&db).await;
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: Duration::from_secs(60),
+        database_url: db.url.clone(),
+    };
+    run_once(&store, &config).await.unwrap();
+    // Rows written after the index exists leave their BRIN ranges unsummarized.
+    sqlx::query(
+        "INSERT INTO logs (tenant, ts, severity, service, message) \
+         SELECT 'default', now() - (g % 60) * interval '1 second', 9, 'svc', repeat('x', 200) || g \
+         FROM generate_series(1, 60000) g",
+    )
+    .execute(store_pool(&store))
+    .await
+    .unwrap();
+    let report = run_once(&store, &config).await.unwrap();
+    assert!(report.ranges_summarized > 0, "{report:?}");
+    let today = loghaul::retention::postgres::partition_name(Utc::now().date_naive());
+    let left: i32 = sqlx::query_scalar(&format!(
+        "SELECT brin_summarize_new_values('{today}_ts_idx'::regclass)"
+    ))
+    .fetch_one(store_pool(&store))
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "nothing was left unsummarized");
+    store.close().await;
+}
+
+fn store_pool(store: &Store) -> &sqlx::PgPool {
+    match store {
+        Store::Postgres(store) => store.pool(),
+        Store::Sqlite(_) => unreachable!("a PostgreSQL test"),
+    }
+}

@@ -200,4 +200,9 @@ fn describe() {
         Unit::Count,
         "Rows deleted in chunks (SQLite, and the PostgreSQL default partition)."
     );
+    describe_counter!(
+        "loghaul_brin_ranges_summarized_total",
+        Unit::Count,
+        "BRIN page ranges the retention task summarized (PostgreSQL), so reads can skip them."
+    );
 }

@@ -140,6 +140,7 @@ async fn locked_run(
         partitions_created: create_partitions(conn, first, last).await?,
         ..RunReport::default()
     };
+    report.ranges_summarized = summarize_recent(conn, now).await;
     let Some(keep) = keep else {
         return Ok(report);
     };
@@ -179,6 +180,51 @@ async fn locked_run(
         tokio::time::sleep(CHUNK_PAUSE).await;
     }
     Ok(report)
+}
+
+/// Summarizes the BRIN ranges that filled since the last summary in the partitions of today and
+/// yesterday (and the default one). Autosummarize asks autovacuum to do this as each range fills,
+/// but autovacuum keeps only a small queue of such requests and drops the rest under heavy
+/// ingest; an unsummarized range matches every query, so reads would scan it whole. Failures (a
+/// vacuum holding the lock, say) are only logged: the next run tries again.
+async fn summarize_recent(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
+    let today = now.date_naive();
+    let tables = vec![
+        partition_name(today),
+        partition_name(today - Days::new(1)),
+        "logs_default".to_owned(),
+    ];
+    let indexes: Vec<String> = match sqlx::query_scalar(
+        "SELECT ic.oid::regclass::text FROM pg_index x \
+         JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam \
+         JOIN pg_class t ON t.oid = x.indrelid \
+         WHERE am.amname = 'brin' AND t.relname = ANY($1)",
+    )
+    .bind(&tables)
+    .fetch_all(&mut *conn)
+    .await
+    {
+        Ok(indexes) => indexes,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list BRIN indexes to summarize");
+            return 0;
+        }
+    };
+    let mut summarized = 0;
+    for index in indexes {
+        let outcome: Result<i32, _> =
+            sqlx::query_scalar("SELECT brin_summarize_new_values($1::regclass)")
+                .bind(&index)
+                .fetch_one(&mut *conn)
+                .await;
+        match outcome {
+            Ok(ranges) => summarized += u64::try_from(ranges).unwrap_or(0),
+            Err(err) => {
+                tracing::warn!(index = %index, error = %err, "BRIN summarization failed; retrying next run")
+            }
+        }
+    }
+    summarized
 }
 
 #[cfg(test)]
