@@ -4,7 +4,7 @@
 //! Each tenant has its own limiter behind its own small mutex, looked up from the immutable key
 //! ring, so tenants never contend with each other and the hot path takes no global lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -56,7 +56,6 @@ impl TenantLimits {
 /// One tenant's buckets.
 #[derive(Debug)]
 pub struct RateLimiter {
-    tenant: Arc<str>,
     limits: TenantLimits,
     state: Mutex<Buckets>,
 }
@@ -84,10 +83,9 @@ fn wait_for(level: f64, cost: f64, rate: f64, capacity: f64) -> Option<Duration>
 
 impl RateLimiter {
     /// A limiter starting with full buckets.
-    pub fn new(tenant: Arc<str>, limits: TenantLimits) -> Self {
+    pub fn new(limits: TenantLimits) -> Self {
         let burst = limits.burst.as_secs_f64();
         RateLimiter {
-            tenant,
             limits,
             state: Mutex::new(Buckets {
                 records: limits.records_per_second * burst,
@@ -95,11 +93,6 @@ impl RateLimiter {
                 refilled: Instant::now(),
             }),
         }
-    }
-
-    /// The tenant this limiter belongs to.
-    pub fn tenant(&self) -> &Arc<str> {
-        &self.tenant
     }
 
     /// Takes `records` and `bytes` tokens, or says how long until there are enough of both.
@@ -149,14 +142,11 @@ mod tests {
     use super::*;
 
     fn limiter(records_per_second: f64, bytes_per_second: f64) -> RateLimiter {
-        RateLimiter::new(
-            Arc::from("t"),
-            TenantLimits {
-                records_per_second,
-                bytes_per_second,
-                burst: Duration::from_secs(1),
-            },
-        )
+        RateLimiter::new(TenantLimits {
+            records_per_second,
+            bytes_per_second,
+            burst: Duration::from_secs(1),
+        })
     }
 
     #[tokio::test(start_paused = true)]

@@ -219,7 +219,7 @@ impl KeyRing {
             let name: Arc<str> = Arc::from(name);
             let limiter = limits
                 .is_limited()
-                .then(|| Arc::new(RateLimiter::new(Arc::clone(&name), limits)));
+                .then(|| Arc::new(RateLimiter::new(limits)));
             Tenant::new(name, limiter)
         });
         self.tenants

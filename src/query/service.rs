@@ -5,6 +5,7 @@ use std::time::Instant;
 use metrics::{counter, histogram};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
 use super::cursor::Cursor;
@@ -13,7 +14,7 @@ use super::tail::{self, TailConfig};
 use super::to_wire;
 use crate::auth::tenant_of;
 use crate::error::QueryError;
-use crate::proto::v1::log_query_server::LogQuery;
+use crate::proto::v1::log_query_server::{LogQuery, LogQueryServer};
 use crate::proto::v1::{QueryRequest, QueryResponse, TailRequest, TailResponse};
 use crate::storage::reader::Reader;
 
@@ -33,6 +34,23 @@ impl QueryService {
             tail,
             draining,
         }
+    }
+
+    /// The gRPC server for `loghaul serve`, with the same compression as ingest.
+    pub fn server(
+        reader: Reader,
+        config: &crate::config::ServeConfig,
+        draining: CancellationToken,
+    ) -> LogQueryServer<QueryService> {
+        let tail = TailConfig {
+            poll_interval: config.tail_poll_interval.0,
+            ..TailConfig::default()
+        };
+        LogQueryServer::new(QueryService::new(reader, tail, draining))
+            .accept_compressed(CompressionEncoding::Gzip)
+            .accept_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Zstd)
     }
 
     async fn query(

@@ -67,6 +67,16 @@ pub enum RetentionError {
 }
 
 impl RetentionConfig {
+    /// The retention options of `loghaul serve`.
+    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+        RetentionConfig {
+            keep: (!config.retention.0.is_zero())
+                .then(|| TimeDelta::from_std(config.retention.0).unwrap_or(TimeDelta::MAX)),
+            interval: config.retention_interval.0,
+            database_url: config.database_url.clone(),
+        }
+    }
+
     /// The oldest timestamp kept, now.
     pub fn horizon(&self) -> Option<chrono::DateTime<Utc>> {
         self.keep.map(|keep| Utc::now() - keep)

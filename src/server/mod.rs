@@ -24,7 +24,6 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::proto::v1::log_ingest_server::LogIngestServer;
 use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
-use crate::query::tail::TailConfig;
 use crate::retention::RetentionConfig;
 use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
@@ -104,13 +103,7 @@ pub async fn run(
             "API keys loaded"
         );
     }
-    let retention = RetentionConfig {
-        keep: (!config.retention.0.is_zero()).then(|| {
-            chrono::TimeDelta::from_std(config.retention.0).unwrap_or(chrono::TimeDelta::MAX)
-        }),
-        interval: config.retention_interval.0,
-        database_url: config.database_url.clone(),
-    };
+    let retention = RetentionConfig::from_config(&config);
     // Not fatal: replicas starting together may race on the same CREATE (one of them errors), and
     // until a partition exists its rows go to the default partition. The first retention run,
     // right after start-up and under the advisory lock, creates whatever is still missing.
@@ -166,18 +159,7 @@ pub async fn run(
         .send_compressed(CompressionEncoding::Zstd);
 
     let draining = CancellationToken::new();
-    let query = LogQueryServer::new(QueryService::new(
-        reader.clone(),
-        TailConfig {
-            poll_interval: config.tail_poll_interval.0,
-            ..TailConfig::default()
-        },
-        draining.clone(),
-    ))
-    .accept_compressed(CompressionEncoding::Gzip)
-    .accept_compressed(CompressionEncoding::Zstd)
-    .send_compressed(CompressionEncoding::Gzip)
-    .send_compressed(CompressionEncoding::Zstd);
+    let query = QueryService::server(reader.clone(), &config, draining.clone());
 
     let stopping = CancellationToken::new();
     let reload = tokio::spawn(crate::auth::store::reload_on_sighup(
