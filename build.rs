@@ -3,7 +3,10 @@
 use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/loghaul/v1/ingest.proto"];
+    let protos = [
+        "proto/loghaul/v1/ingest.proto",
+        "proto/loghaul/v1/query.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

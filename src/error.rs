@@ -7,6 +7,7 @@ use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::auth::AuthFailure;
 use crate::storage::StoreError;
 
 /// Why a stream could not be served to the end. Per-record problems are not errors: they are
@@ -21,6 +22,14 @@ pub enum IngestError {
         /// How long the stream waited.
         waited: Duration,
         /// The delay suggested to the client.
+        retry_after: Duration,
+    },
+    /// The tenant sent faster than its rate limit allows.
+    #[error("tenant {tenant} is over its ingest rate limit; retry after {retry_after:?}")]
+    RateLimited {
+        /// The tenant (from configuration, so a bounded metric label).
+        tenant: std::sync::Arc<str>,
+        /// How long until the tenant's buckets hold enough tokens for the refused chunk.
         retry_after: Duration,
     },
     /// A gRPC message was larger than the configured maximum.
@@ -50,6 +59,7 @@ impl IngestError {
     pub fn kind(&self) -> &'static str {
         match self {
             IngestError::Backpressure { .. } => "backpressure",
+            IngestError::RateLimited { .. } => "rate_limited",
             IngestError::RequestTooLarge { .. } => "request_too_large",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
@@ -81,12 +91,67 @@ impl From<IngestError> for Status {
             IngestError::Backpressure { retry_after, .. } => {
                 retry_later(Code::ResourceExhausted, message, retry_after)
             }
+            // At least a millisecond, so that a client never reads "retry after 0".
+            IngestError::RateLimited { retry_after, .. } => retry_later(
+                Code::ResourceExhausted,
+                message,
+                retry_after.max(Duration::from_millis(1)),
+            ),
             IngestError::RequestTooLarge { .. } => Status::new(Code::ResourceExhausted, message),
             IngestError::ShuttingDown => {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
             IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
             IngestError::Stream(status) => status,
+        }
+    }
+}
+
+impl From<AuthFailure> for Status {
+    fn from(failure: AuthFailure) -> Self {
+        Status::unauthenticated(failure.to_string())
+    }
+}
+
+/// Why a read (Query or Tail) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The filter, cursor or page size cannot be served; the message says which and why.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The database could not answer.
+    #[error("the database is unavailable: {0}")]
+    Store(#[from] StoreError),
+    /// A Tail subscriber did not read fast enough; it was dropped so that it slows nobody else.
+    #[error("subscriber too slow: {0}; narrow the filter or read faster, then resume from the last cursor")]
+    SubscriberTooSlow(&'static str),
+    /// The service is draining for shutdown.
+    #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
+    ShuttingDown,
+}
+
+impl QueryError {
+    /// A stable label value for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            QueryError::InvalidArgument(_) => "invalid_argument",
+            QueryError::Store(_) => "store_unavailable",
+            QueryError::SubscriberTooSlow(_) => "too_slow",
+            QueryError::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+impl From<QueryError> for Status {
+    fn from(err: QueryError) -> Self {
+        let message = err.to_string();
+        match err {
+            QueryError::InvalidArgument(_) => Status::invalid_argument(message),
+            QueryError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
+            QueryError::SubscriberTooSlow(_) => Status::resource_exhausted(message),
+            QueryError::ShuttingDown => {
+                retry_later(Code::Unavailable, message, Duration::from_secs(1))
+            }
         }
     }
 }

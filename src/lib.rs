@@ -11,20 +11,31 @@
 //!   batching task ([`pipeline::batcher`]) that owns its buffer, so the hot path takes no lock.
 //! - [`storage`]: one multi-row insert per batch, PostgreSQL ([`storage::postgres`]) or SQLite
 //!   ([`storage::sqlite`]); acknowledgements are resolved after the commit.
+//! - [`auth`]: API keys → tenants, checked by a tower layer in front of every service; per-tenant
+//!   ingest rate limits ([`ratelimit`]).
+//! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
+//!   through [`storage::reader`] on connections separate from ingest.
+//! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
-//! - [`send`]: the `loghaul send` client.
+//! - [`send`]: the `loghaul send` client; [`cli`]: `loghaul query`, `loghaul tail` and
+//!   `loghaul bench-query`.
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports.
 
+pub mod auth;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod observability;
 pub mod pipeline;
 pub mod proto;
+pub mod query;
+pub mod ratelimit;
 pub mod record;
+pub mod retention;
 pub mod send;
 pub mod server;
 pub mod storage;

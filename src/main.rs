@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use loghaul::bench::BenchArgs;
+use loghaul::cli::bench::BenchQueryArgs;
+use loghaul::cli::read::{QueryArgs, TailArgs};
 use loghaul::config::{LogFormat, ServeConfig};
 use loghaul::observability::logging;
 use loghaul::send::SendArgs;
@@ -34,6 +36,14 @@ enum Command {
     Send(SendArgs),
     /// Measure throughput, ack latency and memory over real gRPC.
     Bench(BenchArgs),
+    /// Print a tenant's records, newest first, following pages up to --limit; exit 0 on success,
+    /// 2 on failure.
+    Query(QueryArgs),
+    /// Follow a tenant's records as they are committed, oldest first, until interrupted or
+    /// --limit; exit 0 on success, 2 on failure.
+    Tail(TailArgs),
+    /// Load synthetic rows into an empty PostgreSQL database and time Query pages (p50/p99).
+    BenchQuery(BenchQueryArgs),
 }
 
 #[derive(clap::Args)]
@@ -77,6 +87,13 @@ fn main() -> ExitCode {
             Command::Send(args) => Ok(send(args).await),
             Command::Bench(args) => {
                 loghaul::bench::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Query(args) => Ok(read_outcome(loghaul::cli::read::query(args).await)),
+            Command::Tail(args) => Ok(read_outcome(loghaul::cli::read::tail(args).await)),
+            Command::BenchQuery(args) => {
+                logging::init(LogFormat::Text);
+                loghaul::cli::bench::run(args).await?;
                 Ok(ExitCode::SUCCESS)
             }
         }
@@ -127,6 +144,16 @@ async fn send(args: SendArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read_outcome(outcome: Result<usize, loghaul::cli::filter_args::ReadError>) -> ExitCode {
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err}");
             ExitCode::from(2)

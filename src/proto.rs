@@ -2,7 +2,7 @@
 
 #![allow(missing_docs, clippy::all)]
 
-/// `loghaul.v1`: the ingest contract.
+/// `loghaul.v1`: the ingest and query contracts.
 pub mod v1 {
     tonic::include_proto!("loghaul.v1");
 }

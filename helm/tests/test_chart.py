@@ -47,9 +47,11 @@ SERVE_FLAGS = {
     "max-buffered-bytes", "max-message-bytes", "max-request-bytes",
     "store-retry-timeout", "db-max-connections", "max-connection-age",
     "max-connection-age-grace", "shutdown-grace", "log-format",
+    "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
+    "tenant-burst", "retention", "retention-interval", "read-max-connections", "tail-poll-interval",
 }
-# The database URL comes from the Secret (env), never from the ConfigMap.
-TOML_KEYS = SERVE_FLAGS - {"database-url"}
+# The database URL and the API keys come from the Secret (env), never from the ConfigMap.
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"}
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
 
@@ -402,7 +404,10 @@ def config_toml_has_only_known_keys():
     for key, value in [("batch-max-bytes", "8MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
                        ("max-request-bytes", "4MiB"), ("batch-linger", "50ms"), ("enqueue-timeout", "5s"),
                        ("store-retry-timeout", "15s"), ("max-connection-age", "10m"),
-                       ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json")]:
+                       ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
+                       ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
+                       ("retention", "7d"), ("retention-interval", "10m"), ("read-max-connections", 4),
+                       ("tail-poll-interval", "500ms")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -410,7 +415,9 @@ def config_toml_has_only_known_keys():
         "queueCapacity": 32, "enqueueTimeout": "2s", "maxBufferedBytes": "128MiB", "maxMessageBytes": "1MiB",
         "maxRequestBytes": "8MiB", "storeRetryTimeout": "30s", "dbMaxConnections": 9,
         "maxConnectionAge": "5m", "maxConnectionAgeGrace": "1m", "shutdownGraceSeconds": 40, "logFormat": "text",
-        "bindAddress": "[::]",
+        "bindAddress": "[::]", "tenantRecordsPerSecond": 2500.5, "tenantBytesPerSecond": "4MiB",
+        "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "readMaxConnections": 2,
+        "tailPollInterval": "1s",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
     assert cfg2 == {
@@ -419,6 +426,8 @@ def config_toml_has_only_known_keys():
         "max-buffered-bytes": "128MiB", "max-message-bytes": "1MiB", "max-request-bytes": "8MiB",
         "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
         "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
+        "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
+        "retention": "30d", "retention-interval": "5m", "read-max-connections": 2, "tail-poll-interval": "1s",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

@@ -1,6 +1,8 @@
 -- The log table. Times are microseconds since the Unix epoch (UTC); attributes are a JSON object.
 CREATE TABLE logs (
-    id          INTEGER PRIMARY KEY,
+    -- AUTOINCREMENT: ids are never reused, even after retention deletes the newest rows, so a
+    -- tail can follow them (with one writer they are assigned in commit order).
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant      TEXT    NOT NULL,
     ts          INTEGER NOT NULL,
     received_at INTEGER NOT NULL,

@@ -3,6 +3,7 @@
 //! Precedence, highest first: a command-line flag, its `LOGHAUL_*` environment twin, the `--config`
 //! file (same names as the flags, `batch-max-rows = 5000`), the built-in default.
 
+pub mod secret;
 pub mod units;
 
 use std::net::SocketAddr;
@@ -12,6 +13,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+pub use secret::Secret;
 pub use units::{ByteSize, HumanDuration};
 
 /// Why a configuration could not be loaded.
@@ -147,6 +149,47 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
 
+    /// TOML file mapping API keys to tenants (`[keys]` "KEY" = "TENANT") with optional per-tenant
+    /// limits (`[tenants.NAME]` records-per-second, bytes-per-second, burst); re-read on SIGHUP.
+    #[arg(long, env = "LOGHAUL_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// API keys as `key1=tenant_a,key2=tenant_b` (prefer the environment variable or the keys
+    /// file: flags show in process lists). With no keys at all the service is open as tenant
+    /// "default".
+    #[arg(long, env = "LOGHAUL_API_KEYS", hide_env_values = true)]
+    pub api_keys: Option<Secret>,
+
+    /// Records per second each tenant may send, unless its keys-file entry says otherwise; 0: unlimited.
+    #[arg(long, env = "LOGHAUL_TENANT_RECORDS_PER_SECOND", default_value_t = 0.0)]
+    pub tenant_records_per_second: f64,
+
+    /// Bytes per second each tenant may send (records' stored size), unless its keys-file entry
+    /// says otherwise; 0: unlimited.
+    #[arg(long, env = "LOGHAUL_TENANT_BYTES_PER_SECOND", default_value = "0")]
+    pub tenant_bytes_per_second: ByteSize,
+
+    /// Burst of the tenant rate limits: a tenant idle this long may send this long's worth at once.
+    #[arg(long, env = "LOGHAUL_TENANT_BURST", default_value = "2s")]
+    pub tenant_burst: HumanDuration,
+
+    /// Records older than this are deleted (PostgreSQL: whole daily partitions dropped) and refused
+    /// at ingest with timestamp_too_old; 0s keeps everything.
+    #[arg(long, env = "LOGHAUL_RETENTION", default_value = "7d")]
+    pub retention: HumanDuration,
+
+    /// How often retention runs (and PostgreSQL partitions are created ahead).
+    #[arg(long, env = "LOGHAUL_RETENTION_INTERVAL", default_value = "10m")]
+    pub retention_interval: HumanDuration,
+
+    /// Connections for Query and Tail, separate from the writers so reads never wait behind ingest.
+    #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
+    pub read_max_connections: u32,
+
+    /// How often a Tail polls the database for new records: the bound on its delivery delay.
+    #[arg(long, env = "LOGHAUL_TAIL_POLL_INTERVAL", default_value = "500ms")]
+    pub tail_poll_interval: HumanDuration,
+
     /// TOML file with any of these options (keys are the flag names without dashes prefix).
     #[arg(long, env = "LOGHAUL_CONFIG")]
     #[serde(skip)]
@@ -223,6 +266,12 @@ impl ServeConfig {
         }
         if self.max_request_bytes.0 > self.max_buffered_bytes.0 {
             return fail("--max-request-bytes must not exceed --max-buffered-bytes, or one request could never be buffered");
+        }
+        if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
+            return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        }
+        if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
+            return fail("--retention must be at least 1h (or 0s to keep everything)");
         }
         if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
             return fail("--max-buffered-bytes must be below 4GiB");

@@ -135,4 +135,79 @@ fn describe() {
         Unit::Count,
         "1 when the service is ready for traffic, else 0."
     );
+    describe_counter!(
+        "loghaul_auth_failures_total",
+        Unit::Count,
+        "Calls refused with UNAUTHENTICATED, by reason: missing_key, unknown_key."
+    );
+    describe_gauge!(
+        "loghaul_api_keys",
+        Unit::Count,
+        "API keys in force (0: the service is open as tenant default)."
+    );
+    describe_counter!(
+        "loghaul_api_keys_reloads_total",
+        Unit::Count,
+        "API key reloads (SIGHUP), by outcome: ok, failed (the previous keys stay)."
+    );
+    describe_counter!(
+        "loghaul_rate_limited_total",
+        Unit::Count,
+        "Push streams ended with RESOURCE_EXHAUSTED for exceeding their tenant's rate limit, by tenant."
+    );
+    describe_counter!(
+        "loghaul_queries_total",
+        Unit::Count,
+        "Query calls, by outcome: ok, invalid_argument, store_unavailable."
+    );
+    describe_histogram!(
+        "loghaul_query_duration_seconds",
+        Unit::Seconds,
+        "Time to answer one Query page."
+    );
+    describe_gauge!(
+        "loghaul_tail_subscribers",
+        Unit::Count,
+        "Tail streams open now."
+    );
+    describe_counter!(
+        "loghaul_tails_ended_total",
+        Unit::Count,
+        "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down."
+    );
+    describe_counter!(
+        "loghaul_retention_runs_total",
+        Unit::Count,
+        "Retention runs, by outcome: ok, skipped_locked (another replica runs it), failed."
+    );
+    describe_histogram!(
+        "loghaul_retention_run_duration_seconds",
+        Unit::Seconds,
+        "Time one retention run took."
+    );
+    describe_gauge!(
+        "loghaul_retention_last_run_timestamp_seconds",
+        Unit::Seconds,
+        "Unix time of the last retention run this replica completed."
+    );
+    describe_counter!(
+        "loghaul_retention_partitions_created_total",
+        Unit::Count,
+        "Daily partitions created ahead (PostgreSQL)."
+    );
+    describe_counter!(
+        "loghaul_retention_partitions_dropped_total",
+        Unit::Count,
+        "Daily partitions dropped whole because their day left the retention window (PostgreSQL)."
+    );
+    describe_counter!(
+        "loghaul_retention_rows_deleted_total",
+        Unit::Count,
+        "Rows deleted in chunks (SQLite, and the PostgreSQL default partition)."
+    );
+    describe_counter!(
+        "loghaul_brin_ranges_summarized_total",
+        Unit::Count,
+        "BRIN page ranges the retention task summarized (PostgreSQL), so reads can skip them."
+    );
 }

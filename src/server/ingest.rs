@@ -2,7 +2,6 @@
 //! queues the valid ones on the stream's shard, and answers once every queued record is committed.
 
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,6 +13,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::validate::{validate, Limits};
+use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::ack::AckResult;
 use crate::pipeline::Ingress;
@@ -34,16 +34,12 @@ const IDLE_RESERVATION: Duration = Duration::from_millis(50);
 /// The smallest reservation taken before reading a message.
 const MIN_RESERVATION: usize = 64 * 1024;
 
-/// The tenant of streams when no API keys are configured.
-pub const DEFAULT_TENANT: &str = "default";
-
 /// The ingest service.
 #[derive(Clone, Debug)]
 pub struct IngestService {
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
-    tenant: Arc<str>,
 }
 
 impl IngestService {
@@ -53,12 +49,12 @@ impl IngestService {
             ingress,
             limits,
             max_request_bytes,
-            tenant: Arc::from(DEFAULT_TENANT),
         }
     }
 
     async fn ingest(
         &self,
+        tenant: &Tenant,
         mut stream: Streaming<PushRequest>,
     ) -> Result<PushResponse, IngestError> {
         let shard = self.ingress.assign_shard();
@@ -117,8 +113,16 @@ impl IngestService {
             if records.is_empty() {
                 continue;
             }
-            let chunk_bytes: usize = records.iter().map(Record::size_bytes).sum();
-            expected_bytes = (chunk_bytes + chunk_bytes / 4).max(MIN_RESERVATION);
+            let bytes: usize = records.iter().map(Record::size_bytes).sum();
+            expected_bytes = (bytes + bytes / 4).max(MIN_RESERVATION);
+            if let Err(retry_after) = tenant.admit(records.len() as u64, bytes as u64) {
+                counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
+                    .increment(1);
+                return Err(IngestError::RateLimited {
+                    tenant: Arc::clone(tenant.name()),
+                    retry_after,
+                });
+            }
             let chunk = ChunkIndex {
                 first_index,
                 skipped,
@@ -126,7 +130,7 @@ impl IngestService {
             };
             let ack = self
                 .ingress
-                .enqueue(shard, Arc::clone(&self.tenant), records, held, deadline)
+                .enqueue(shard, Arc::clone(tenant.name()), records, held, deadline)
                 .await?;
             in_flight.push(settle_later(ack, chunk));
         }
@@ -150,8 +154,9 @@ impl LogIngest for IngestService {
         &self,
         request: Request<Streaming<PushRequest>>,
     ) -> Result<Response<PushResponse>, Status> {
+        let tenant = tenant_of(&request)?;
         let _open = OpenStream::start();
-        let outcome = self.ingest(request.into_inner()).await;
+        let outcome = self.ingest(&tenant, request.into_inner()).await;
         let code = match &outcome {
             Ok(_) => "ok",
             Err(err) => {

@@ -16,12 +16,18 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
+use crate::auth::keys::{KeySources, KeysError};
+use crate::auth::{AuthLayer, KeyStore};
 use crate::config::{ConfigError, ServeConfig};
 use crate::observability::readiness::Readiness;
 use crate::observability::{http, metrics};
 use crate::pipeline::batcher::BatchLimits;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::proto::v1::log_ingest_server::LogIngestServer;
+use crate::proto::v1::log_query_server::LogQueryServer;
+use crate::query::service::QueryService;
+use crate::retention::RetentionConfig;
+use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
 use ingest::IngestService;
 use validate::Limits;
@@ -32,6 +38,9 @@ pub enum ServeError {
     /// The configuration cannot work.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The API keys could not be loaded.
+    #[error(transparent)]
+    Keys(#[from] KeysError),
     /// The database could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -74,6 +83,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     config.validate()?;
+    let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
     let metrics_handle = metrics::handle();
     let shards = config.shard_count();
     let pool = PoolOptions {
@@ -87,7 +97,28 @@ pub async fn run(
     let store = Store::connect(&config.database_url, pool).await?;
     store.migrate().await?;
     tracing::info!(backend = store.backend(), url = %redact_url(&config.database_url), "store ready");
-    tracing::warn!("no API keys are configured: the service is open to anyone who can reach it, and every record is stored as tenant \"default\"");
+    if keys.is_open() {
+        tracing::warn!("no API keys are configured: the service is open to anyone who can reach it, and every record is stored as tenant \"default\"");
+    } else {
+        let ring = keys.ring();
+        tracing::info!(
+            keys = ring.key_count(),
+            tenants = ring.tenant_names().len(),
+            "API keys loaded"
+        );
+    }
+    let retention = RetentionConfig::from_config(&config);
+    // Not fatal: replicas starting together may race on the same CREATE (one of them errors), and
+    // until a partition exists its rows go to the default partition. The first retention run,
+    // right after start-up and under the advisory lock, creates whatever is still missing.
+    match crate::retention::prepare(&store, &retention).await {
+        Ok(0) => {}
+        Ok(partitions) => tracing::info!(partitions, "created daily partitions ahead"),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
+        }
+    }
+    let reader = Reader::connect(&config.database_url, config.read_max_connections).await?;
 
     let readiness = Arc::new(Readiness::default());
     let pipeline = Pipeline::start(
@@ -112,6 +143,7 @@ pub async fn run(
     health
         .set_service_status(otlp::SERVICE_NAME, ServingStatus::Serving)
         .await;
+    health.set_serving::<LogQueryServer<QueryService>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -121,6 +153,7 @@ pub async fn run(
     let max_request_bytes = config.max_request_bytes.as_usize();
     let limits = Limits {
         max_message_bytes: config.max_message_bytes.as_usize(),
+        max_age: retention.keep,
     };
     let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0);
     let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
@@ -131,7 +164,19 @@ pub async fn run(
         .send_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Zstd);
 
+    let draining = CancellationToken::new();
+    let query = QueryService::server(reader.clone(), &config, draining.clone());
+
     let stopping = CancellationToken::new();
+    let reload = tokio::spawn(crate::auth::store::reload_on_sighup(
+        Arc::clone(&keys),
+        stopping.clone(),
+    ));
+    let retention_task = tokio::spawn(crate::retention::run(
+        store.clone(),
+        retention,
+        stopping.clone(),
+    ));
     let probe = tokio::spawn(probe_store(
         store.clone(),
         Arc::clone(&readiness),
@@ -150,7 +195,6 @@ pub async fn run(
     let grpc_addr = grpc_listener.local_addr()?;
     tracing::info!(grpc = %grpc_addr, http = %http_addr, shards, "loghaul is serving");
 
-    let draining = CancellationToken::new();
     let drain_signal = {
         let draining = draining.clone();
         let readiness = Arc::clone(&readiness);
@@ -164,6 +208,9 @@ pub async fn run(
                 .await;
             health
                 .set_service_status(otlp::SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+            health
+                .set_not_serving::<LogQueryServer<QueryService>>()
                 .await;
             draining.cancel();
         }
@@ -181,10 +228,13 @@ pub async fn run(
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_nodelay(true)
+        // Every service below is authenticated here (health and reflection exempt by path).
+        .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(ingest)
         .add_service(otlp_logs)
+        .add_service(query)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);
     let grace = config.shutdown_grace.0;
     let served = tokio::select! {
@@ -197,8 +247,11 @@ pub async fn run(
 
     // Whatever happened to the listener, what was queued is flushed and acknowledged.
     pipeline.shutdown().await;
-    store.close().await;
     stopping.cancel();
+    let _ = retention_task.await;
+    let _ = reload.await;
+    reader.close().await;
+    store.close().await;
     let _ = probe.await;
     match http_task.await {
         Ok(Err(err)) => tracing::warn!(error = %err, "metrics listener failed"),

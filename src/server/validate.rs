@@ -40,6 +40,8 @@ pub enum RejectReason {
     NulCharacter,
     /// More than [`MAX_FUTURE_SKEW`] ahead of the server's clock.
     TimestampInFuture,
+    /// Older than the retention window (`--retention`): it would be deleted at the next run.
+    TimestampTooOld,
     /// Out of the representable range, or not after the Unix epoch.
     InvalidTimestamp,
     /// A severity number outside 0..=24.
@@ -54,7 +56,7 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason, so dashboards can show zero-valued series.
-    pub const ALL: [RejectReason; 12] = [
+    pub const ALL: [RejectReason; 13] = [
         RejectReason::MessageTooLarge,
         RejectReason::TooManyAttributes,
         RejectReason::AttributeKeyTooLarge,
@@ -62,6 +64,7 @@ impl RejectReason {
         RejectReason::ServiceTooLarge,
         RejectReason::NulCharacter,
         RejectReason::TimestampInFuture,
+        RejectReason::TimestampTooOld,
         RejectReason::InvalidTimestamp,
         RejectReason::InvalidSeverity,
         RejectReason::InvalidTraceId,
@@ -79,6 +82,7 @@ impl RejectReason {
             RejectReason::ServiceTooLarge => "service_too_large",
             RejectReason::NulCharacter => "nul_character",
             RejectReason::TimestampInFuture => "timestamp_in_future",
+            RejectReason::TimestampTooOld => "timestamp_too_old",
             RejectReason::InvalidTimestamp => "invalid_timestamp",
             RejectReason::InvalidSeverity => "invalid_severity",
             RejectReason::InvalidTraceId => "invalid_trace_id",
@@ -116,6 +120,8 @@ impl Invalid {
 pub struct Limits {
     /// `--max-message-bytes`.
     pub max_message_bytes: usize,
+    /// `--retention`: records older than this are refused; `None` accepts any age.
+    pub max_age: Option<TimeDelta>,
 }
 
 /// Checks one record and converts it, moving its strings. `now` stands in for a missing timestamp.
@@ -132,6 +138,18 @@ pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<
                         ts.to_rfc3339()
                     ),
                 ));
+            }
+            if let Some(max_age) = limits.max_age {
+                if ts < now - max_age {
+                    return Err(Invalid::new(
+                        RejectReason::TimestampTooOld,
+                        format!(
+                            "timestamp {} is older than the retention window ({}s, --retention)",
+                            ts.to_rfc3339(),
+                            max_age.num_seconds()
+                        ),
+                    ));
+                }
             }
             ts
         }
@@ -297,6 +315,7 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         max_message_bytes: 1024,
+        max_age: Some(TimeDelta::days(7)),
     };
 
     fn now() -> DateTime<Utc> {
@@ -349,6 +368,21 @@ mod tests {
         assert_eq!(stored.service, UNKNOWN_SERVICE);
         assert_eq!(stored.attributes, "{}");
         assert_eq!((stored.trace_id, stored.span_id), (None, None));
+    }
+
+    #[test]
+    fn a_record_older_than_the_retention_window_is_refused() {
+        let mut wire = record();
+        wire.timestamp = Some(Timestamp {
+            seconds: (now() - TimeDelta::days(8)).timestamp(),
+            nanos: 0,
+        });
+        assert_eq!(reason_of(wire.clone()), RejectReason::TimestampTooOld);
+        let keep_all = Limits {
+            max_age: None,
+            ..LIMITS
+        };
+        assert!(validate(wire, &keep_all, now()).is_ok());
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! or one transaction (SQLite).
 
 pub mod postgres;
+pub mod read_postgres;
+pub mod read_sqlite;
+pub mod reader;
 pub mod sqlite;
 
 use std::time::Duration;

@@ -16,7 +16,10 @@ use std::time::Duration;
 use clap::Parser;
 use loghaul::config::ServeConfig;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
-use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
+use loghaul::proto::v1::log_query_client::LogQueryClient;
+use loghaul::proto::v1::{
+    Filter, LogRecord, PushRequest, PushResponse, QueryRequest, StoredRecord,
+};
 use sqlx::{Connection, Row};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -276,6 +279,18 @@ impl TestServer {
             .unwrap()
     }
 
+    /// A query client on a fresh connection.
+    pub async fn query_client(&self) -> LogQueryClient<Channel> {
+        LogQueryClient::connect(format!("http://{}", self.grpc))
+            .await
+            .unwrap()
+    }
+
+    /// The Prometheus text of /metrics.
+    pub async fn metrics(&self) -> String {
+        http_get(self.http, "/metrics").await.unwrap().1
+    }
+
     /// Asks the server to shut down (as SIGTERM does) without waiting.
     pub fn request_shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
@@ -341,6 +356,70 @@ pub async fn push(
         .push(tokio_stream::iter(requests))
         .await
         .map(tonic::Response::into_inner)
+}
+
+/// `message` wrapped in a request carrying `key` as `x-api-key` (none when `key` is empty).
+pub fn with_key<T>(key: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if !key.is_empty() {
+        request
+            .metadata_mut()
+            .insert("x-api-key", key.parse().unwrap());
+    }
+    request
+}
+
+/// Sends the chunks as one Push stream with an API key.
+pub async fn push_as(
+    client: &mut LogIngestClient<Channel>,
+    key: &str,
+    chunks: Vec<Vec<LogRecord>>,
+) -> Result<PushResponse, tonic::Status> {
+    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    client
+        .push(with_key(key, tokio_stream::iter(requests)))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Every record matching `filter` for the key's tenant, following cursors with pages of `page_size`.
+pub async fn query_all(
+    client: &mut LogQueryClient<Channel>,
+    key: &str,
+    filter: Filter,
+    page_size: u32,
+) -> Result<Vec<StoredRecord>, tonic::Status> {
+    let mut records = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = client
+            .query(with_key(
+                key,
+                QueryRequest {
+                    filter: Some(filter.clone()),
+                    page_size,
+                    cursor,
+                },
+            ))
+            .await?
+            .into_inner();
+        records.extend(page.records);
+        if page.next_cursor.is_empty() {
+            return Ok(records);
+        }
+        cursor = page.next_cursor;
+    }
+}
+
+/// A record stamped `age` ago.
+pub fn record_at(message: impl Into<String>, age: Duration) -> LogRecord {
+    let ts = chrono::Utc::now() - chrono::TimeDelta::from_std(age).unwrap();
+    let mut record = record(message);
+    record.timestamp = Some(prost_types::Timestamp {
+        seconds: ts.timestamp(),
+        nanos: ts.timestamp_subsec_micros() as i32 * 1000,
+    });
+    record
 }
 
 /// Runs a test body on SQLite and, when reachable, PostgreSQL.

@@ -143,6 +143,13 @@ max-connection-age = {{ toString $c.maxConnectionAge | toJson }}
 max-connection-age-grace = {{ toString $c.maxConnectionAgeGrace | toJson }}
 shutdown-grace = {{ printf "%ds" (int $c.shutdownGraceSeconds) | toJson }}
 log-format = {{ toString $c.logFormat | toJson }}
+tenant-records-per-second = {{ float64 $c.tenantRecordsPerSecond }}
+tenant-bytes-per-second = {{ toString $c.tenantBytesPerSecond | toJson }}
+tenant-burst = {{ toString $c.tenantBurst | toJson }}
+retention = {{ toString $c.retention | toJson }}
+retention-interval = {{ toString $c.retentionInterval | toJson }}
+read-max-connections = {{ int64 $c.readMaxConnections }}
+tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
 {{- end }}
 
 {{/* Combinations that render but cannot work; fails with a message saying what to change. */}}

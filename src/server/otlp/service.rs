@@ -14,9 +14,10 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use tonic::{Request, Response, Status};
 
 use super::mapping::{self, Shared};
+use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::Ingress;
-use crate::server::ingest::DEFAULT_TENANT;
+use crate::record::Record;
 use crate::server::validate::{validate, Limits, RejectReason};
 use crate::storage::StoreError;
 
@@ -31,28 +32,17 @@ const MAX_REASON_CHARS: usize = 200;
 pub struct OtlpLogsService {
     ingress: Ingress,
     limits: Limits,
-    default_tenant: Arc<str>,
 }
 
 impl OtlpLogsService {
     /// A service feeding `ingress`, checking records against `limits`.
     pub fn new(ingress: Ingress, limits: Limits) -> Self {
-        OtlpLogsService {
-            ingress,
-            limits,
-            default_tenant: Arc::from(DEFAULT_TENANT),
-        }
-    }
-
-    /// The tenant a request is stored under. The one place that decides it: when API keys come,
-    /// the auth layer puts the tenant into the request's extensions and this reads it from there.
-    fn tenant_of<T>(&self, _request: &Request<T>) -> Arc<str> {
-        Arc::clone(&self.default_tenant)
+        OtlpLogsService { ingress, limits }
     }
 
     async fn store(
         &self,
-        tenant: Arc<str>,
+        tenant: &Tenant,
         request: ExportLogsServiceRequest,
     ) -> Result<ExportLogsServiceResponse, IngestError> {
         let now = Utc::now();
@@ -85,13 +75,22 @@ impl OtlpLogsService {
         }
         counter!("loghaul_records_received_total").increment(tally.received);
         if !records.is_empty() {
+            let bytes: usize = records.iter().map(Record::size_bytes).sum();
+            if let Err(retry_after) = tenant.admit(records.len() as u64, bytes as u64) {
+                counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
+                    .increment(1);
+                return Err(IngestError::RateLimited {
+                    tenant: Arc::clone(tenant.name()),
+                    retry_after,
+                });
+            }
             let shard = self.ingress.assign_shard();
             // A unary request is decoded before the handler runs, so there is no reservation to
             // take before reading; --max-request-bytes bounds what one request can hold.
             let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
             let ack = self
                 .ingress
-                .enqueue(shard, tenant, records, None, deadline)
+                .enqueue(shard, Arc::clone(tenant.name()), records, None, deadline)
                 .await?;
             let refused = ack.await.map_err(|_| {
                 StoreError::Unavailable("the batch was dropped before its commit".into())
@@ -111,8 +110,8 @@ impl LogsService for OtlpLogsService {
         &self,
         request: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let tenant = self.tenant_of(&request);
-        let outcome = self.store(tenant, request.into_inner()).await;
+        let tenant = tenant_of(&request)?;
+        let outcome = self.store(&tenant, request.into_inner()).await;
         let code = match &outcome {
             Ok(_) => "ok",
             Err(err) => {

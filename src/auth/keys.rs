@@ -1,0 +1,380 @@
+//! The key ring: which API key belongs to which tenant, and each tenant's ingest limits.
+//!
+//! Keys come from a TOML file (`--api-keys-file`) and from an inline list (`--api-keys`,
+//! `key1=tenant_a,key2=tenant_b`). Only SHA-256 digests of the keys are kept in memory, and a
+//! presented key is compared against every digest in constant time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::{AuthFailure, Tenant, DEFAULT_TENANT};
+use crate::config::{ByteSize, HumanDuration};
+use crate::ratelimit::{RateLimiter, TenantLimits};
+
+/// Longest tenant name: it is stored with every record and used as a metric label.
+pub const MAX_TENANT_NAME: usize = 64;
+
+/// Why keys could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    /// The keys file could not be read.
+    #[error("cannot read API keys file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The keys file is not valid.
+    #[error("API keys file {path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong (never includes a key).
+        message: String,
+    },
+    /// The inline list (`--api-keys`, `LOGHAUL_API_KEYS`) is malformed.
+    #[error("--api-keys: {0}")]
+    Inline(String),
+    /// The default limits (`--tenant-*`) are invalid.
+    #[error("invalid tenant limits (--tenant-records-per-second, --tenant-bytes-per-second, --tenant-burst): {0}")]
+    Limits(String),
+    /// A reload would have removed every key, opening the service to anyone.
+    #[error("the reloaded configuration has no API keys; keeping the current keys (restart without keys to run open)")]
+    WouldOpen,
+}
+
+/// The keys file: `[keys]` maps key to tenant, `[tenants.NAME]` optionally sets limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    keys: BTreeMap<String, String>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantEntry>,
+}
+
+/// Per-tenant overrides of the default limits; 0 means unlimited.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct TenantEntry {
+    records_per_second: Option<f64>,
+    bytes_per_second: Option<ByteSize>,
+    burst: Option<HumanDuration>,
+}
+
+/// Where keys come from, kept so that a reload reads the same places.
+#[derive(Clone, Debug, Default)]
+pub struct KeySources {
+    /// The TOML keys file, re-read on reload.
+    pub file: Option<std::path::PathBuf>,
+    /// The inline `key=tenant,…` list (fixed for the life of the process).
+    pub inline: Option<String>,
+    /// Limits of tenants the file does not configure.
+    pub defaults: TenantLimits,
+}
+
+impl KeySources {
+    /// The sources `loghaul serve` was configured with.
+    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+        KeySources {
+            file: config.api_keys_file.clone(),
+            inline: config
+                .api_keys
+                .as_ref()
+                .map(|keys| keys.expose().to_owned()),
+            defaults: TenantLimits {
+                records_per_second: config.tenant_records_per_second,
+                bytes_per_second: config.tenant_bytes_per_second.0 as f64,
+                burst: config.tenant_burst.0,
+            },
+        }
+    }
+}
+
+/// An immutable snapshot of the keys and tenants. Replaced whole on reload.
+#[derive(Debug)]
+pub struct KeyRing {
+    /// (SHA-256 of a key, its tenant).
+    digests: Vec<([u8; 32], Tenant)>,
+    /// Every tenant by name, so a reload can keep the rate-limit state of unchanged tenants.
+    tenants: HashMap<Arc<str>, (TenantLimits, Tenant)>,
+    /// The tenant of every call when no key is configured.
+    open: Option<Tenant>,
+}
+
+impl KeyRing {
+    /// Builds the ring from its sources, reusing limiters of `previous` whose limits are unchanged.
+    pub fn load(sources: &KeySources, previous: Option<&KeyRing>) -> Result<KeyRing, KeysError> {
+        let mut file = KeysFile::default();
+        if let Some(path) = &sources.file {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|source| KeysError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+            file = toml::from_str(&text).map_err(|err| KeysError::File {
+                path: shown.clone(),
+                // toml's message quotes the offending line, which may be a key: keep only its
+                // first line.
+                message: err
+                    .message()
+                    .lines()
+                    .next()
+                    .unwrap_or("invalid TOML")
+                    .into(),
+            })?;
+        }
+        let mut pairs: Vec<(String, String, &'static str)> = file
+            .keys
+            .into_iter()
+            .map(|(key, tenant)| (key, tenant, "file"))
+            .collect();
+        if let Some(inline) = &sources.inline {
+            for (key, tenant) in parse_inline(inline)? {
+                pairs.push((key, tenant, "--api-keys"));
+            }
+        }
+        let file_error = |message: String| match &sources.file {
+            Some(path) => KeysError::File {
+                path: path.display().to_string(),
+                message,
+            },
+            None => KeysError::Inline(message),
+        };
+        sources.defaults.check().map_err(KeysError::Limits)?;
+        let mut overrides = HashMap::new();
+        for (name, entry) in file.tenants {
+            check_tenant_name(&name).map_err(file_error)?;
+            let mut limits = sources.defaults;
+            if let Some(rate) = entry.records_per_second {
+                limits.records_per_second = rate;
+            }
+            if let Some(rate) = entry.bytes_per_second {
+                limits.bytes_per_second = rate.0 as f64;
+            }
+            if let Some(burst) = entry.burst {
+                limits.burst = burst.0;
+            }
+            limits
+                .check()
+                .map_err(|err| file_error(format!("tenant {name}: {err}")))?;
+            overrides.insert(name, limits);
+        }
+
+        let mut ring = KeyRing {
+            digests: Vec::new(),
+            tenants: HashMap::new(),
+            open: None,
+        };
+        let mut by_digest: HashMap<[u8; 32], Arc<str>> = HashMap::new();
+        for (key, tenant, origin) in pairs {
+            let origin_error = |message: String| match origin {
+                "file" => file_error(message),
+                _ => KeysError::Inline(message),
+            };
+            if key.is_empty() {
+                return Err(origin_error("an empty key".into()));
+            }
+            check_tenant_name(&tenant).map_err(origin_error)?;
+            let digest = digest(key.as_bytes());
+            if let Some(existing) = by_digest.get(&digest) {
+                if **existing != *tenant {
+                    return Err(file_error(format!(
+                        "one key is mapped to two tenants ({existing} and {tenant})"
+                    )));
+                }
+                continue;
+            }
+            let limits = overrides.get(&tenant).copied().unwrap_or(sources.defaults);
+            let tenant = ring.tenant(&tenant, limits, previous);
+            by_digest.insert(digest, Arc::clone(tenant.name()));
+            ring.digests.push((digest, tenant));
+        }
+        if ring.digests.is_empty() {
+            let limits = overrides
+                .get(DEFAULT_TENANT)
+                .copied()
+                .unwrap_or(sources.defaults);
+            ring.open = Some(ring.tenant(DEFAULT_TENANT, limits, previous));
+        }
+        Ok(ring)
+    }
+
+    /// The tenant named `name`, created once per ring; its limiter is carried over from the
+    /// previous ring when the limits are the same, so a reload does not refill every bucket.
+    fn tenant(&mut self, name: &str, limits: TenantLimits, previous: Option<&KeyRing>) -> Tenant {
+        if let Some((_, tenant)) = self.tenants.get(name) {
+            return tenant.clone();
+        }
+        let carried = previous
+            .and_then(|ring| ring.tenants.get(name))
+            .filter(|(old_limits, _)| *old_limits == limits)
+            .map(|(_, tenant)| tenant.clone());
+        let tenant = carried.unwrap_or_else(|| {
+            let name: Arc<str> = Arc::from(name);
+            let limiter = limits
+                .is_limited()
+                .then(|| Arc::new(RateLimiter::new(limits)));
+            Tenant::new(name, limiter)
+        });
+        self.tenants
+            .insert(Arc::clone(tenant.name()), (limits, tenant.clone()));
+        tenant
+    }
+
+    /// True when no key is configured and every call is tenant `default`.
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Number of distinct keys.
+    pub fn key_count(&self) -> usize {
+        self.digests.len()
+    }
+
+    /// Names of the configured tenants.
+    pub fn tenant_names(&self) -> Vec<Arc<str>> {
+        let mut names: Vec<_> = self.tenants.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The tenant a presented key belongs to.
+    pub fn authenticate(&self, presented: Option<&[u8]>) -> Result<Tenant, AuthFailure> {
+        if let Some(open) = &self.open {
+            return Ok(open.clone());
+        }
+        let presented = presented.ok_or(AuthFailure::MissingKey)?;
+        let wanted = digest(presented);
+        // Every digest is compared, each in constant time, so the time taken says nothing about
+        // how close a guess came to any key.
+        let mut found = None;
+        for (candidate, tenant) in &self.digests {
+            if bool::from(candidate.ct_eq(&wanted)) {
+                found = Some(tenant);
+            }
+        }
+        found.cloned().ok_or(AuthFailure::UnknownKey)
+    }
+}
+
+fn digest(key: &[u8]) -> [u8; 32] {
+    Sha256::digest(key).into()
+}
+
+/// Splits `key1=tenant_a,key2=tenant_b`. A key may itself contain `=` (base64 padding), so each
+/// item is split at its last `=`; tenant names cannot contain one.
+pub fn parse_inline(text: &str) -> Result<Vec<(String, String)>, KeysError> {
+    let mut pairs = Vec::new();
+    for (position, item) in text.split(',').enumerate() {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let Some((key, tenant)) = item.rsplit_once('=') else {
+            return Err(KeysError::Inline(format!(
+                "item {} is not key=tenant",
+                position + 1
+            )));
+        };
+        pairs.push((key.trim().to_owned(), tenant.trim().to_owned()));
+    }
+    Ok(pairs)
+}
+
+/// Tenant names are stored with every record and used as metric labels: keep them short and plain.
+fn check_tenant_name(name: &str) -> Result<(), String> {
+    let plain = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > MAX_TENANT_NAME || !plain {
+        return Err(format!(
+            "tenant name {name:?} must be 1 to {MAX_TENANT_NAME} characters of A-Z a-z 0-9 . _ -"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inline(text: &str) -> KeySources {
+        KeySources {
+            inline: Some(text.into()),
+            ..KeySources::default()
+        }
+    }
+
+    #[test]
+    fn inline_keys_map_to_tenants_and_unknown_keys_are_refused() {
+        let ring = KeyRing::load(&inline("k1=team-a, k2==team-b,"), None).unwrap();
+        assert!(!ring.is_open());
+        let tenant = ring.authenticate(Some(b"k1")).unwrap();
+        assert_eq!(&**tenant.name(), "team-a");
+        // The key "k2=" keeps its own '='.
+        assert_eq!(&**ring.authenticate(Some(b"k2=")).unwrap().name(), "team-b");
+        assert_eq!(
+            ring.authenticate(Some(b"k3")).unwrap_err(),
+            AuthFailure::UnknownKey
+        );
+        assert_eq!(
+            ring.authenticate(None).unwrap_err(),
+            AuthFailure::MissingKey
+        );
+    }
+
+    #[test]
+    fn no_keys_means_open_as_default() {
+        let ring = KeyRing::load(&KeySources::default(), None).unwrap();
+        assert!(ring.is_open());
+        assert_eq!(&**ring.authenticate(None).unwrap().name(), DEFAULT_TENANT);
+    }
+
+    #[test]
+    fn bad_lists_are_errors_that_never_show_the_key() {
+        let err = KeyRing::load(&inline("secret-key"), None).unwrap_err();
+        assert!(!err.to_string().contains("secret-key"), "{err}");
+        let err = KeyRing::load(&inline("secret-key=bad tenant"), None).unwrap_err();
+        assert!(!err.to_string().contains("secret-key"), "{err}");
+        let err = KeyRing::load(&inline("same=a,same=b"), None).unwrap_err();
+        assert!(err.to_string().contains("two tenants"), "{err}");
+    }
+
+    #[test]
+    fn the_file_sets_limits_and_reload_keeps_unchanged_buckets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
+        std::fs::write(
+            &path,
+            "[keys]\nka = \"a\"\nkb = \"b\"\n[tenants.a]\nrecords-per-second = 10\nburst = \"1s\"\n",
+        )
+        .unwrap();
+        let sources = KeySources {
+            file: Some(path.clone()),
+            ..KeySources::default()
+        };
+        let first = KeyRing::load(&sources, None).unwrap();
+        let a = first.authenticate(Some(b"ka")).unwrap();
+        assert!(a.is_limited(), "a has limits");
+        assert!(!first.authenticate(Some(b"kb")).unwrap().is_limited());
+        a.admit(10, 0).unwrap();
+        assert!(a.admit(1, 0).is_err(), "the burst is spent");
+
+        let second = KeyRing::load(&sources, Some(&first)).unwrap();
+        let a_again = second.authenticate(Some(b"ka")).unwrap();
+        assert!(
+            a_again.admit(1, 0).is_err(),
+            "the reload kept a's spent bucket"
+        );
+
+        std::fs::write(&path, "bogus = 1\n[keys]\nka = \"a\"\n").unwrap();
+        let err = KeyRing::load(&sources, Some(&first)).unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,111 @@
+//! How `loghaul query` and `loghaul tail` print records.
+
+use std::io::Write;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::json;
+
+use crate::proto::v1::StoredRecord;
+
+fn time(ts: Option<&prost_types::Timestamp>) -> String {
+    ts.and_then(|ts| DateTime::<Utc>::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
+        .map(|ts| ts.to_rfc3339_opts(SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+/// The usual name of a severity number's range.
+pub fn severity_name(number: i32) -> &'static str {
+    match number {
+        1..=4 => "TRACE",
+        5..=8 => "DEBUG",
+        9..=12 => "INFO",
+        13..=16 => "WARN",
+        17..=20 => "ERROR",
+        21..=24 => "FATAL",
+        _ => "-",
+    }
+}
+
+/// One record as a human-readable line: time, severity, service, message, then attributes sorted.
+pub fn human(record: &StoredRecord) -> String {
+    let mut line = format!(
+        "{} {:<5} {}: {}",
+        time(record.timestamp.as_ref()),
+        severity_name(record.severity),
+        record.service,
+        record.message
+    );
+    let mut attributes: Vec<_> = record.attributes.iter().collect();
+    attributes.sort();
+    for (key, value) in attributes {
+        line.push_str(&format!(" {key}={value}"));
+    }
+    if !record.trace_id.is_empty() {
+        line.push_str(&format!(" trace_id={}", record.trace_id));
+    }
+    line
+}
+
+/// One record as a JSON object with the stored fields (and its cursor, to resume a tail from).
+pub fn json(record: &StoredRecord) -> String {
+    let optional = |text: &str| (!text.is_empty()).then(|| text.to_owned());
+    json!({
+        "ts": time(record.timestamp.as_ref()),
+        "severity": record.severity,
+        "service": record.service,
+        "message": record.message,
+        "attributes": record.attributes,
+        "trace_id": optional(&record.trace_id),
+        "span_id": optional(&record.span_id),
+        "cursor": record.cursor,
+    })
+    .to_string()
+}
+
+/// Writes records in the chosen format.
+pub fn write_all(
+    out: &mut impl Write,
+    records: &[StoredRecord],
+    as_json: bool,
+) -> std::io::Result<()> {
+    for record in records {
+        let line = if as_json { json(record) } else { human(record) };
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> StoredRecord {
+        StoredRecord {
+            cursor: "c".into(),
+            timestamp: Some(prost_types::Timestamp {
+                seconds: 1_795_946_400,
+                nanos: 500_000,
+            }),
+            severity: 13,
+            service: "checkout".into(),
+            message: "card declined".into(),
+            attributes: [("order".to_string(), "42".to_string())].into(),
+            trace_id: String::new(),
+            span_id: String::new(),
+            received_at: None,
+        }
+    }
+
+    #[test]
+    fn lines_for_people_and_for_machines() {
+        assert_eq!(
+            human(&record()),
+            "2026-11-29T10:00:00.000500Z WARN  checkout: card declined order=42"
+        );
+        let value: serde_json::Value = serde_json::from_str(&json(&record())).unwrap();
+        assert_eq!(value["ts"], "2026-11-29T10:00:00.000500Z");
+        assert_eq!(value["severity"], 13);
+        assert_eq!(value["attributes"]["order"], "42");
+        assert!(value["trace_id"].is_null());
+    }
+}

@@ -1,0 +1,140 @@
+//! One Tail subscriber: polls the database for newly committed records and sends them on a bounded
+//! channel. Polling (rather than an in-process fan-out) is what makes records committed by another
+//! replica sharing the database show up.
+//!
+//! The channel holds at most `buffer` messages of at most `batch` records each, so a subscriber
+//! costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
+//! ("subscriber too slow") instead of the poller waiting, which could never slow ingest anyway:
+//! tails only read, on the read pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, gauge};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use super::filter::Filter;
+use super::to_wire;
+use crate::error::QueryError;
+use crate::proto::v1::TailResponse;
+use crate::storage::reader::{Reader, TailState};
+
+/// How a tail polls and buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct TailConfig {
+    /// Time between polls when nothing is waiting: the bound on delivery delay.
+    pub poll_interval: Duration,
+    /// Records per message and per poll.
+    pub batch: usize,
+    /// Messages buffered for the subscriber before it counts as too slow.
+    pub buffer: usize,
+    /// Most record ids a PostgreSQL tail may remember for de-duplication.
+    pub max_remembered: usize,
+}
+
+impl Default for TailConfig {
+    fn default() -> Self {
+        TailConfig {
+            poll_interval: Duration::from_millis(500),
+            batch: 500,
+            buffer: 16,
+            max_remembered: 200_000,
+        }
+    }
+}
+
+/// Consecutive failed polls before the tail ends with UNAVAILABLE.
+const MAX_POLL_FAILURES: u32 = 5;
+
+/// Starts following and returns the stream the client reads.
+pub fn follow(
+    reader: Reader,
+    tenant: Arc<str>,
+    filter: Filter,
+    state: TailState,
+    config: TailConfig,
+    draining: CancellationToken,
+) -> ReceiverStream<Result<TailResponse, Status>> {
+    // One slot more than the data may use, so the final status always fits.
+    let (sender, receiver) = mpsc::channel(config.buffer + 1);
+    tokio::spawn(async move {
+        gauge!("loghaul_tail_subscribers").increment(1.0);
+        let end = run(&reader, &tenant, &filter, state, config, &draining, &sender).await;
+        gauge!("loghaul_tail_subscribers").decrement(1.0);
+        let label = match &end {
+            None => "client_gone",
+            Some(err) => err.kind(),
+        };
+        counter!("loghaul_tails_ended_total", "reason" => label).increment(1);
+        if let Some(err) = end {
+            tracing::debug!(error = %err, "tail ended");
+            let _ = sender.try_send(Err(err.into()));
+        }
+    });
+    ReceiverStream::new(receiver)
+}
+
+/// The poll loop; returns why it ended (None: the client went away).
+async fn run(
+    reader: &Reader,
+    tenant: &str,
+    filter: &Filter,
+    mut state: TailState,
+    config: TailConfig,
+    draining: &CancellationToken,
+    sender: &mpsc::Sender<Result<TailResponse, Status>>,
+) -> Option<QueryError> {
+    let mut failures = 0;
+    let mut more = false;
+    loop {
+        if !more {
+            tokio::select! {
+                () = sender.closed() => return None,
+                () = draining.cancelled() => return Some(QueryError::ShuttingDown),
+                () = tokio::time::sleep(config.poll_interval) => {}
+            }
+        }
+        let (rows, waiting) = match reader
+            .tail_poll(tenant, filter, &mut state, config.batch)
+            .await
+        {
+            Ok(polled) => {
+                failures = 0;
+                polled
+            }
+            Err(err) => {
+                failures += 1;
+                if failures >= MAX_POLL_FAILURES {
+                    return Some(err.into());
+                }
+                more = false;
+                continue;
+            }
+        };
+        more = waiting;
+        if state.remembered() > config.max_remembered {
+            return Some(QueryError::SubscriberTooSlow(
+                "more matching records per second than a tail can follow",
+            ));
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        // Keep the last slot for the closing status.
+        if sender.capacity() <= 1 {
+            if sender.is_closed() {
+                return None;
+            }
+            return Some(QueryError::SubscriberTooSlow(
+                "its buffer of unread records is full",
+            ));
+        }
+        let records = rows.into_iter().map(to_wire).collect();
+        if sender.try_send(Ok(TailResponse { records })).is_err() {
+            return None;
+        }
+    }
+}

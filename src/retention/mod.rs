@@ -1,0 +1,169 @@
+//! Retention that leaves nothing behind, run in the background.
+//!
+//! - PostgreSQL ([`postgres`]): `logs` is partitioned by day on `ts`. Partitions are created ahead
+//!   of time, and a partition whose whole day is older than the retention window is dropped whole,
+//!   its indexes with it. Old rows in the default partition are deleted in small chunks. One
+//!   replica at a time does this, under a PostgreSQL advisory lock.
+//! - SQLite ([`sqlite`]): old rows are deleted through the `(tenant, ts)` index in transactions of
+//!   [`DELETE_CHUNK`] rows, yielding to ingest between chunks.
+//!
+//! The PostgreSQL run also summarizes the BRIN ranges of the newest partitions, which keeps reads
+//! fast when autovacuum falls behind (see `postgres::summarize_recent`).
+//!
+//! Ingest refuses records already older than the window (`timestamp_too_old`), so nothing is
+//! written only to be deleted at the next run.
+
+pub mod postgres;
+pub mod sqlite;
+
+use std::time::{Duration, Instant};
+
+use chrono::{TimeDelta, Utc};
+use metrics::{counter, gauge, histogram};
+use tokio_util::sync::CancellationToken;
+
+use crate::storage::{Store, StoreError};
+
+/// Rows deleted per transaction, so no delete holds the writer for long.
+pub const DELETE_CHUNK: i64 = 5_000;
+/// Pause between delete chunks, so queued ingest batches get the writer in between.
+pub const CHUNK_PAUSE: Duration = Duration::from_millis(10);
+
+/// What retention keeps and how often it looks.
+#[derive(Clone, Debug)]
+pub struct RetentionConfig {
+    /// Records older than this are removed; `None` keeps everything.
+    pub keep: Option<TimeDelta>,
+    /// Time between runs.
+    pub interval: Duration,
+    /// The database URL (PostgreSQL runs on a connection of its own, with a short lock timeout).
+    pub database_url: String,
+}
+
+/// What one run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunReport {
+    /// False when another replica holds the retention lock and this run did nothing.
+    pub ran: bool,
+    /// Partitions created ahead of time.
+    pub partitions_created: u64,
+    /// Partitions dropped whole.
+    pub partitions_dropped: u64,
+    /// Rows deleted one chunk at a time.
+    pub rows_deleted: u64,
+    /// BRIN page ranges summarized (PostgreSQL), so reads can skip them.
+    pub ranges_summarized: u64,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    /// The database failed.
+    #[error("retention: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The store failed.
+    #[error("retention: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl RetentionConfig {
+    /// The retention options of `loghaul serve`.
+    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+        RetentionConfig {
+            keep: (!config.retention.0.is_zero())
+                .then(|| TimeDelta::from_std(config.retention.0).unwrap_or(TimeDelta::MAX)),
+            interval: config.retention_interval.0,
+            database_url: config.database_url.clone(),
+        }
+    }
+
+    /// The oldest timestamp kept, now.
+    pub fn horizon(&self) -> Option<chrono::DateTime<Utc>> {
+        self.keep.map(|keep| Utc::now() - keep)
+    }
+}
+
+/// Prepares the store before serving: on PostgreSQL, creates the daily partitions the window
+/// needs (from the horizon to a few days ahead), so records land in their own partition from the
+/// first one on.
+pub async fn prepare(store: &Store, config: &RetentionConfig) -> Result<u64, RetentionError> {
+    match store {
+        Store::Postgres(_) => postgres::ensure_partitions(&config.database_url, config.keep).await,
+        Store::Sqlite(_) => Ok(0),
+    }
+}
+
+/// One run: create partitions ahead, drop or delete what is older than the window.
+pub async fn run_once(
+    store: &Store,
+    config: &RetentionConfig,
+) -> Result<RunReport, RetentionError> {
+    let started = Instant::now();
+    let outcome = match store {
+        Store::Postgres(_) => postgres::run_once(&config.database_url, config.keep).await,
+        Store::Sqlite(sqlite) => match config.horizon() {
+            Some(horizon) => sqlite::delete_before(sqlite.pool(), horizon)
+                .await
+                .map_err(RetentionError::from)
+                .map(|rows_deleted| RunReport {
+                    ran: true,
+                    rows_deleted,
+                    ..RunReport::default()
+                }),
+            None => Ok(RunReport {
+                ran: true,
+                ..RunReport::default()
+            }),
+        },
+    };
+    histogram!("loghaul_retention_run_duration_seconds").record(started.elapsed().as_secs_f64());
+    let label = match &outcome {
+        Ok(report) if report.ran => "ok",
+        Ok(_) => "skipped_locked",
+        Err(_) => "failed",
+    };
+    counter!("loghaul_retention_runs_total", "outcome" => label).increment(1);
+    if let Ok(report) = &outcome {
+        counter!("loghaul_retention_partitions_created_total").increment(report.partitions_created);
+        counter!("loghaul_retention_partitions_dropped_total").increment(report.partitions_dropped);
+        counter!("loghaul_retention_rows_deleted_total").increment(report.rows_deleted);
+        counter!("loghaul_brin_ranges_summarized_total").increment(report.ranges_summarized);
+        if report.ran {
+            gauge!("loghaul_retention_last_run_timestamp_seconds")
+                .set(Utc::now().timestamp_millis() as f64 / 1000.0);
+        }
+    }
+    outcome
+}
+
+/// Runs retention every `interval` until `stopping` is cancelled. Failures are logged and
+/// counted, and the next run tries again.
+pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationToken) {
+    let mut every = tokio::time::interval(config.interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stopping.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        // A run in progress is not interrupted by shutdown half-way through a chunk: it finishes
+        // its current statement, and the next chunk is never started.
+        let run = tokio::select! {
+            () = stopping.cancelled() => return,
+            report = run_once(&store, &config) => report,
+        };
+        match run {
+            Ok(report) if report.ran => tracing::info!(
+                partitions_created = report.partitions_created,
+                partitions_dropped = report.partitions_dropped,
+                rows_deleted = report.rows_deleted,
+                ranges_summarized = report.ranges_summarized,
+                "retention run finished"
+            ),
+            Ok(_) => tracing::debug!("retention skipped: another replica holds the lock"),
+            Err(err) => {
+                tracing::error!(error = %err, "retention run failed; retrying at the next interval")
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! PostgreSQL retention: daily partitions of `logs` created ahead and dropped whole.
+//!
+//! Partitions are named `logs_pYYYYMMDD` and cover one UTC day. Runs take a session advisory lock
+//! with `pg_try_advisory_lock`, so among replicas sharing the database one works and the others
+//! skip. DDL on a partition briefly needs a strong lock on `logs`; every statement here runs with
+//! a short `lock_timeout`, so ingest never queues behind it for longer than that (a run that
+//! cannot get its lock fails and the next one tries again).
+
+use chrono::{DateTime, Days, NaiveDate, TimeDelta, Utc};
+use sqlx::{Connection, PgConnection};
+
+use super::{RetentionError, RunReport, CHUNK_PAUSE, DELETE_CHUNK};
+
+/// The advisory lock key that elects the replica doing retention ("loghaul\0" in ASCII).
+pub const RETENTION_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c00;
+/// Days of partitions created ahead of today.
+pub const DAYS_AHEAD: u64 = 3;
+/// A partition is dropped only once its whole day is older than the window by this much more,
+/// so a record validated just inside the window and still in flight never loses its partition.
+pub const DROP_GRACE: TimeDelta = TimeDelta::hours(1);
+/// How long DDL waits for its lock on `logs` (and so how long inserts can queue behind it).
+const LOCK_TIMEOUT: &str = "1s";
+/// SQLSTATE when a new partition's range holds rows already stored in the default partition.
+const DEFAULT_PARTITION_HAS_ROWS: &str = "23514";
+
+/// The partition holding `day`.
+pub fn partition_name(day: NaiveDate) -> String {
+    format!("logs_p{}", day.format("%Y%m%d"))
+}
+
+/// The day a partition name stands for, if it is one of ours.
+pub fn partition_day(name: &str) -> Option<NaiveDate> {
+    let digits = name.strip_prefix("logs_p")?;
+    NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
+}
+
+async fn connect(url: &str) -> Result<PgConnection, RetentionError> {
+    let mut conn = PgConnection::connect(url).await?;
+    sqlx::query(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
+        .execute(&mut conn)
+        .await?;
+    Ok(conn)
+}
+
+/// The names of every partition of `logs`, from the catalog.
+pub async fn partitions(conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'logs'::regclass ORDER BY 1",
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// Creates the partitions of the days `first..=last` that do not exist; returns how many it made.
+pub async fn create_partitions(
+    conn: &mut PgConnection,
+    first: NaiveDate,
+    last: NaiveDate,
+) -> Result<u64, sqlx::Error> {
+    let existing = partitions(conn).await?;
+    let mut created = 0;
+    let mut day = first;
+    while day <= last {
+        let name = partition_name(day);
+        let next = day + Days::new(1);
+        if !existing.contains(&name) {
+            let sql = format!(
+                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF logs \
+                 FOR VALUES FROM ('{day} 00:00:00+00') TO ('{next} 00:00:00+00')"
+            );
+            match sqlx::query(&sql).execute(&mut *conn).await {
+                Ok(_) => created += 1,
+                // Rows of that day already sit in the default partition (retention was off, or
+                // they were older than any partition): leave them there; they are deleted in
+                // chunks when they leave the window.
+                Err(sqlx::Error::Database(db))
+                    if db.code().as_deref() == Some(DEFAULT_PARTITION_HAS_ROWS) =>
+                {
+                    tracing::warn!(partition = %name, "not creating a partition whose day already has rows in logs_default");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        day = next;
+    }
+    Ok(created)
+}
+
+/// The days a window needs: from the horizon's day (or yesterday, with no window) to a few ahead.
+fn needed_days(keep: Option<TimeDelta>, now: DateTime<Utc>) -> (NaiveDate, NaiveDate) {
+    let today = now.date_naive();
+    let first = match keep {
+        Some(keep) => (now - keep).date_naive(),
+        None => today - Days::new(1),
+    };
+    (first.min(today), today + Days::new(DAYS_AHEAD))
+}
+
+/// Creates the partitions the window needs, without taking the retention lock (creation is
+/// idempotent; a replica racing another may fail one statement, and the next run repairs).
+pub async fn ensure_partitions(url: &str, keep: Option<TimeDelta>) -> Result<u64, RetentionError> {
+    let mut conn = connect(url).await?;
+    let (first, last) = needed_days(keep, Utc::now());
+    let created = create_partitions(&mut conn, first, last).await?;
+    conn.close().await?;
+    Ok(created)
+}
+
+/// One run under the advisory lock: create ahead, drop whole days past the window, delete old
+/// rows of the default partition in chunks.
+pub async fn run_once(url: &str, keep: Option<TimeDelta>) -> Result<RunReport, RetentionError> {
+    let mut conn = connect(url).await?;
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(RETENTION_LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await?;
+    if !locked {
+        conn.close().await?;
+        return Ok(RunReport::default());
+    }
+    let outcome = locked_run(&mut conn, keep).await;
+    // Closing the session releases the lock even if the unlock fails.
+    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(RETENTION_LOCK_KEY)
+        .execute(&mut conn)
+        .await;
+    let _ = conn.close().await;
+    outcome
+}
+
+async fn locked_run(
+    conn: &mut PgConnection,
+    keep: Option<TimeDelta>,
+) -> Result<RunReport, RetentionError> {
+    let now = Utc::now();
+    let (first, last) = needed_days(keep, now);
+    let mut report = RunReport {
+        ran: true,
+        partitions_created: create_partitions(conn, first, last).await?,
+        ..RunReport::default()
+    };
+    report.ranges_summarized = summarize_recent(conn, now).await;
+    let Some(keep) = keep else {
+        return Ok(report);
+    };
+    let horizon = now - keep;
+    let drop_before = horizon - DROP_GRACE;
+    for name in partitions(conn).await? {
+        let Some(day) = partition_day(&name) else {
+            continue;
+        };
+        let end = (day + Days::new(1))
+            .and_hms_opt(0, 0, 0)
+            .expect("midnight exists")
+            .and_utc();
+        if end <= drop_before {
+            // Dropping a partition removes its rows and its index entries at once.
+            sqlx::query(&format!("DROP TABLE IF EXISTS {name}"))
+                .execute(&mut *conn)
+                .await?;
+            report.partitions_dropped += 1;
+            tracing::info!(partition = %name, "dropped a partition older than the retention window");
+        }
+    }
+    loop {
+        let chunk = sqlx::query(
+            "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
+               SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
+        )
+        .bind(horizon)
+        .bind(DELETE_CHUNK)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        report.rows_deleted += chunk;
+        if chunk < DELETE_CHUNK as u64 {
+            break;
+        }
+        tokio::time::sleep(CHUNK_PAUSE).await;
+    }
+    Ok(report)
+}
+
+/// Summarizes the BRIN ranges that filled since the last summary in the partitions of today and
+/// yesterday (and the default one). Autosummarize asks autovacuum to do this as each range fills,
+/// but autovacuum keeps only a small queue of such requests and drops the rest under heavy
+/// ingest; an unsummarized range matches every query, so reads would scan it whole. Failures (a
+/// vacuum holding the lock, say) are only logged: the next run tries again.
+async fn summarize_recent(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
+    let today = now.date_naive();
+    let tables = vec![
+        partition_name(today),
+        partition_name(today - Days::new(1)),
+        "logs_default".to_owned(),
+    ];
+    let indexes: Vec<String> = match sqlx::query_scalar(
+        "SELECT ic.oid::regclass::text FROM pg_index x \
+         JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam \
+         JOIN pg_class t ON t.oid = x.indrelid \
+         WHERE am.amname = 'brin' AND t.relname = ANY($1)",
+    )
+    .bind(&tables)
+    .fetch_all(&mut *conn)
+    .await
+    {
+        Ok(indexes) => indexes,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list BRIN indexes to summarize");
+            return 0;
+        }
+    };
+    let mut summarized = 0;
+    for index in indexes {
+        let outcome: Result<i32, _> =
+            sqlx::query_scalar("SELECT brin_summarize_new_values($1::regclass)")
+                .bind(&index)
+                .fetch_one(&mut *conn)
+                .await;
+        match outcome {
+            Ok(ranges) => summarized += u64::try_from(ranges).unwrap_or(0),
+            Err(err) => {
+                tracing::warn!(index = %index, error = %err, "BRIN summarization failed; retrying next run")
+            }
+        }
+    }
+    summarized
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_names_round_trip_and_foreign_tables_are_ignored() {
+        let day = NaiveDate::from_ymd_opt(2026, 11, 29).unwrap();
+        assert_eq!(partition_name(day), "logs_p20261129");
+        assert_eq!(partition_day("logs_p20261129"), Some(day));
+        assert_eq!(partition_day("logs_default"), None);
+        assert_eq!(partition_day("logs_p2026"), None);
+    }
+
+    #[test]
+    fn the_window_needs_days_from_its_horizon_to_a_few_ahead() {
+        let now = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let (first, last) = needed_days(Some(TimeDelta::days(7)), now);
+        assert_eq!(first.to_string(), "2026-11-22");
+        assert_eq!(last.to_string(), "2026-12-02");
+        let (first, _) = needed_days(None, now);
+        assert_eq!(first.to_string(), "2026-11-28");
+    }
+}

@@ -1,0 +1,44 @@
+//! SQLite retention: delete old rows through the `(tenant, ts)` index, a chunk per transaction.
+
+use chrono::{DateTime, Utc};
+use sqlx::SqlitePool;
+
+use super::{CHUNK_PAUSE, DELETE_CHUNK};
+
+/// Every tenant with rows, by a loose index scan of `(tenant, ts)`: one index probe per tenant
+/// instead of reading every row.
+const TENANTS_SQL: &str = "WITH RECURSIVE tenants(name) AS ( \
+       SELECT min(tenant) FROM logs \
+       UNION ALL \
+       SELECT (SELECT min(tenant) FROM logs WHERE tenant > tenants.name) FROM tenants WHERE tenants.name IS NOT NULL) \
+     SELECT name FROM tenants WHERE name IS NOT NULL";
+
+/// One chunk: the oldest rows of one tenant found through the index, deleted by rowid.
+const DELETE_SQL: &str = "DELETE FROM logs WHERE id IN \
+     (SELECT id FROM logs WHERE tenant = ? AND ts < ? LIMIT ?)";
+
+/// Deletes every row older than `horizon`; returns how many. Runs on the writer pool (SQLite has
+/// one writer), each chunk its own short transaction, pausing between chunks so ingest batches
+/// interleave with the delete instead of waiting for all of it.
+pub async fn delete_before(pool: &SqlitePool, horizon: DateTime<Utc>) -> Result<u64, sqlx::Error> {
+    let horizon = horizon.timestamp_micros();
+    let tenants: Vec<String> = sqlx::query_scalar(TENANTS_SQL).fetch_all(pool).await?;
+    let mut deleted = 0;
+    for tenant in tenants {
+        loop {
+            let chunk = sqlx::query(DELETE_SQL)
+                .bind(&tenant)
+                .bind(horizon)
+                .bind(DELETE_CHUNK)
+                .execute(pool)
+                .await?
+                .rows_affected();
+            deleted += chunk;
+            if chunk < DELETE_CHUNK as u64 {
+                break;
+            }
+            tokio::time::sleep(CHUNK_PAUSE).await;
+        }
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,293 @@
+//! PostgreSQL reads.
+//!
+//! **Pages.** `logs` has only BRIN indexes (on `ts` and `received_at`), which prune block ranges but
+//! give no order; "the newest 100" over a whole table would read and sort every row. So a page is
+//! looked for in time windows going back from its upper bound: 1 minute, then 8×, 64×… and, past a
+//! few days, everything down to `from`. Each window is a BRIN-pruned scan plus a top-N sort, and
+//! the work done is at most a few times what the page needs (measured: README, "Reading logs").
+//!
+//! **Tail.** Ids come from a sequence with `CACHE 1000`, so each connection hands out its own block
+//! of ids: they are not commit-ordered, and an id watermark would skip rows committed late by
+//! another connection or replica. `received_at` (the inserting transaction's start time) is not
+//! commit-ordered either, but it trails the commit by at most the length of the insert
+//! transaction. So each poll re-reads a window of `TAIL_OVERLAP` before the newest `received_at`
+//! already sent and drops ids it already sent: a row is missed only if its insert transaction took
+//! longer than `TAIL_OVERLAP` from start to commit (inserts are single statements of one batch;
+//! retention DDL waits at most its `lock_timeout`, 1 s, so ingest never queues longer than that
+//! behind it). Memory per subscriber is the ids sent within the overlap window, capped.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::reader::{from_micros, StoredRow};
+use super::StoreError;
+use crate::query::cursor::Cursor;
+use crate::query::filter::Filter;
+
+/// First window a page is looked for in.
+const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
+/// Each empty-handed window is followed by one this many times longer.
+const WINDOW_GROWTH: i32 = 8;
+/// Past this window, the rest of the range is read in one go.
+const MAX_WINDOW: TimeDelta = TimeDelta::days(4);
+/// How far behind the newest `received_at` sent a tail poll looks again; see the module docs.
+pub const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
+
+const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
+
+/// A PostgreSQL read pool.
+#[derive(Clone, Debug)]
+pub struct PgReader {
+    pool: PgPool,
+}
+
+/// A PostgreSQL tail position.
+#[derive(Debug)]
+pub struct PgTail {
+    /// Nothing at or before (received_at, id) = floor is ever sent.
+    floor: (i64, i64),
+    /// The newest received_at sent (or the floor).
+    high: i64,
+    /// Ids sent within the overlap window, with their received_at.
+    seen: HashMap<i64, i64>,
+    /// Where to continue when the last poll hit its limit.
+    resume: Option<(i64, i64)>,
+}
+
+fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str, filter: &Filter) {
+    builder.push_bind(tenant.to_owned());
+    if let Some(from) = filter.from {
+        builder.push(" AND ts >= ").push_bind(from);
+    }
+    if let Some(to) = filter.to {
+        builder.push(" AND ts < ").push_bind(to);
+    }
+    if !filter.services.is_empty() {
+        builder
+            .push(" AND service = ANY(")
+            .push_bind(filter.services.clone())
+            .push(")");
+    }
+    if filter.min_severity > 0 {
+        builder
+            .push(" AND severity >= ")
+            .push_bind(filter.min_severity);
+    }
+    if let Some(text) = &filter.contains {
+        builder
+            .push(" AND strpos(message, ")
+            .push_bind(text.clone())
+            .push(") > 0");
+    }
+    if !filter.attributes.is_empty() {
+        builder
+            .push(" AND attributes @> ")
+            .push_bind(filter.attributes_json())
+            .push("::jsonb");
+    }
+}
+
+fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
+    Ok(StoredRow {
+        id: row.try_get("id")?,
+        ts: row.try_get("ts")?,
+        received_at: row.try_get("received_at")?,
+        severity: row.try_get("severity")?,
+        service: row.try_get("service")?,
+        message: row.try_get("message")?,
+        attributes: row.try_get("attributes")?,
+        trace_id: row.try_get("trace_id")?,
+        span_id: row.try_get("span_id")?,
+    })
+}
+
+fn unavailable(err: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(err.to_string())
+}
+
+impl PgTail {
+    /// Ids remembered for de-duplication: the records sent within the overlap window.
+    pub fn remembered(&self) -> usize {
+        self.seen.len()
+    }
+}
+
+impl PgReader {
+    /// Opens the read pool.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|err| StoreError::Url(format!("{}: {err}", super::redact_url(url))))?
+            // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves,
+            // and the planner's estimates over unsummarized BRIN ranges would switch it on.
+            .options([("jit", "off")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|err| {
+                StoreError::Unavailable(format!(
+                    "cannot connect to {}: {err}",
+                    super::redact_url(url)
+                ))
+            })?;
+        Ok(PgReader { pool })
+    }
+
+    async fn fetch(
+        &self,
+        mut builder: QueryBuilder<'_, Postgres>,
+    ) -> Result<Vec<StoredRow>, StoreError> {
+        let rows = builder
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(decode)
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)
+    }
+
+    pub(super) async fn page(
+        &self,
+        tenant: &str,
+        filter: &Filter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Vec<StoredRow>, StoreError> {
+        // Rows strictly before `upper` in (ts, id) order; (t, i64::MIN) means "ts < t".
+        let mut upper = after.map(|cursor| (from_micros(cursor.ts_micros), cursor.id));
+        let mut anchor = match (upper, filter.to) {
+            (Some((ts, _)), _) => ts,
+            (None, Some(to)) => to.min(Utc::now()),
+            (None, None) => Utc::now(),
+        };
+        let mut window = FIRST_WINDOW;
+        let mut rows = Vec::with_capacity(limit);
+        loop {
+            let mut lower = (window <= MAX_WINDOW)
+                .then(|| anchor.checked_sub_signed(window))
+                .flatten();
+            let reaches_bottom = match (lower, filter.from) {
+                (None, _) => true,
+                (Some(at), Some(from)) if at <= from => {
+                    lower = None;
+                    true
+                }
+                _ => false,
+            };
+            let mut builder = QueryBuilder::new(COLUMNS);
+            push_filter(&mut builder, tenant, filter);
+            if let Some(lower) = lower {
+                builder.push(" AND ts >= ").push_bind(lower);
+            }
+            if let Some((ts, id)) = upper {
+                // The plain `ts <=` lets the BRIN index prune; the row comparison is the keyset.
+                builder.push(" AND ts <= ").push_bind(ts);
+                builder
+                    .push(" AND (ts, id) < (")
+                    .push_bind(ts)
+                    .push(", ")
+                    .push_bind(id)
+                    .push(")");
+            }
+            builder
+                .push(" ORDER BY ts DESC, id DESC LIMIT ")
+                .push_bind((limit - rows.len()) as i64);
+            rows.extend(self.fetch(builder).await?);
+            let Some(lower) = lower.filter(|_| rows.len() < limit && !reaches_bottom) else {
+                return Ok(rows);
+            };
+            upper = Some((lower, i64::MIN));
+            anchor = lower;
+            window = window * WINDOW_GROWTH;
+        }
+    }
+
+    /// The database's clock, which stamps received_at, not ours.
+    async fn db_now(&self) -> Result<DateTime<Utc>, StoreError> {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)
+    }
+
+    pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<PgTail, StoreError> {
+        let floor = match after {
+            Some(cursor) => (cursor.received_micros, cursor.id),
+            None => (self.db_now().await?.timestamp_micros(), i64::MAX),
+        };
+        Ok(PgTail {
+            floor,
+            high: floor.0,
+            seen: HashMap::new(),
+            resume: None,
+        })
+    }
+
+    pub(super) async fn tail_poll(
+        &self,
+        tenant: &str,
+        filter: &Filter,
+        state: &mut PgTail,
+        limit: usize,
+    ) -> Result<(Vec<StoredRow>, bool), StoreError> {
+        let overlap = TAIL_OVERLAP.num_microseconds().expect("a few seconds");
+        // The database's time before a fresh scan: once the scan has read everything, the
+        // watermark may move up to it even when nothing matched, so polls do not rescan more and
+        // more of the table.
+        let scan_started = match state.resume {
+            Some(_) => None,
+            None => Some(self.db_now().await?.timestamp_micros()),
+        };
+        let (from_received, from_id) = state.resume.unwrap_or_else(|| {
+            let lower = state.high - overlap;
+            if lower <= state.floor.0 {
+                state.floor
+            } else {
+                (lower, i64::MIN)
+            }
+        });
+        let mut builder = QueryBuilder::new(COLUMNS);
+        push_filter(&mut builder, tenant, filter);
+        let from_time = from_micros(from_received);
+        builder.push(" AND received_at >= ").push_bind(from_time);
+        builder
+            .push(" AND (received_at, id) > (")
+            .push_bind(from_time)
+            .push(", ")
+            .push_bind(from_id)
+            .push(") ORDER BY received_at, id LIMIT ")
+            .push_bind(limit as i64);
+        let rows = self.fetch(builder).await?;
+        let more = rows.len() == limit;
+        state.resume = rows
+            .last()
+            .filter(|_| more)
+            .map(|row| (row.received_at.timestamp_micros(), row.id));
+        let mut fresh = Vec::with_capacity(rows.len());
+        for row in rows {
+            let received = row.received_at.timestamp_micros();
+            if state.seen.insert(row.id, received).is_none() {
+                state.high = state.high.max(received);
+                fresh.push(row);
+            }
+        }
+        if let (Some(started), false) = (scan_started, more) {
+            state.high = state.high.max(started);
+        }
+        let keep_from = state.high - overlap;
+        state.seen.retain(|_, received| *received >= keep_from);
+        Ok((fresh, more))
+    }
+
+    pub(super) async fn close(&self) {
+        self.pool.close().await;
+    }
+}

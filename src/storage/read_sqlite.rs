@@ -1,0 +1,191 @@
+//! SQLite reads, on read-only connections of their own: in WAL mode they read a consistent
+//! snapshot while the single writer connection keeps writing.
+//!
+//! Pages walk the `(tenant, ts)` index backwards (the rowid id is the last key of every index
+//! entry, so `ORDER BY ts DESC, id DESC` needs no sort). A tail follows ids: with one writer
+//! connection, and `AUTOINCREMENT` so ids are never reused, ids are assigned in commit order.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use super::reader::{from_micros, StoredRow};
+use super::StoreError;
+use crate::query::cursor::Cursor;
+use crate::query::filter::Filter;
+
+const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes, trace_id, span_id FROM logs WHERE tenant = ";
+
+/// A pool of read-only SQLite connections.
+#[derive(Clone, Debug)]
+pub struct SqliteReader {
+    pool: SqlitePool,
+}
+
+/// A SQLite tail position: the last id sent.
+#[derive(Debug)]
+pub struct SqliteTail {
+    after_id: i64,
+}
+
+fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, filter: &Filter) {
+    builder.push_bind(tenant.to_owned());
+    if let Some(from) = filter.from {
+        builder
+            .push(" AND ts >= ")
+            .push_bind(from.timestamp_micros());
+    }
+    if let Some(to) = filter.to {
+        builder.push(" AND ts < ").push_bind(to.timestamp_micros());
+    }
+    if !filter.services.is_empty() {
+        builder.push(" AND service IN (");
+        let mut services = builder.separated(", ");
+        for service in &filter.services {
+            services.push_bind(service.clone());
+        }
+        builder.push(")");
+    }
+    if filter.min_severity > 0 {
+        builder
+            .push(" AND severity >= ")
+            .push_bind(filter.min_severity);
+    }
+    if let Some(text) = &filter.contains {
+        builder
+            .push(" AND instr(message, ")
+            .push_bind(text.clone())
+            .push(") > 0");
+    }
+    for (key, value) in &filter.attributes {
+        builder
+            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.attributes) WHERE json_each.key = ")
+            .push_bind(key.clone())
+            .push(" AND json_each.value = ")
+            .push_bind(value.clone())
+            .push(")");
+    }
+}
+
+fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
+    Ok(StoredRow {
+        id: row.try_get("id")?,
+        ts: from_micros(row.try_get("ts")?),
+        received_at: from_micros(row.try_get("received_at")?),
+        severity: row.try_get("severity")?,
+        service: row.try_get("service")?,
+        message: row.try_get("message")?,
+        attributes: row.try_get("attributes")?,
+        trace_id: row.try_get("trace_id")?,
+        span_id: row.try_get("span_id")?,
+    })
+}
+
+fn unavailable(err: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(err.to_string())
+}
+
+impl SqliteReader {
+    /// Opens read-only connections to an existing database.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)
+            .map_err(|err| StoreError::Url(format!("{url}: {err}")))?
+            .read_only(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await
+            .map_err(|err| StoreError::Unavailable(format!("cannot open {url}: {err}")))?;
+        Ok(SqliteReader { pool })
+    }
+
+    async fn fetch(
+        &self,
+        mut builder: QueryBuilder<'_, Sqlite>,
+    ) -> Result<Vec<StoredRow>, StoreError> {
+        let rows = builder
+            .build()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(decode)
+            .collect::<Result<_, _>>()
+            .map_err(unavailable)
+    }
+
+    pub(super) async fn page(
+        &self,
+        tenant: &str,
+        filter: &Filter,
+        after: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Vec<StoredRow>, StoreError> {
+        let mut builder = QueryBuilder::new(COLUMNS);
+        push_filter(&mut builder, tenant, filter);
+        if let Some(cursor) = after {
+            builder
+                .push(" AND ts <= ")
+                .push_bind(cursor.ts_micros)
+                .push(" AND (ts < ")
+                .push_bind(cursor.ts_micros)
+                .push(" OR id < ")
+                .push_bind(cursor.id)
+                .push(")");
+        }
+        builder
+            .push(" ORDER BY ts DESC, id DESC LIMIT ")
+            .push_bind(limit as i64);
+        self.fetch(builder).await
+    }
+
+    pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<SqliteTail, StoreError> {
+        let after_id = match after {
+            Some(cursor) => cursor.id,
+            None => sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(unavailable)?,
+        };
+        Ok(SqliteTail { after_id })
+    }
+
+    pub(super) async fn tail_poll(
+        &self,
+        tenant: &str,
+        filter: &Filter,
+        state: &mut SqliteTail,
+        limit: usize,
+    ) -> Result<(Vec<StoredRow>, bool), StoreError> {
+        // The newest id now, read first: every row up to it is committed and visible to the scan
+        // below, so the watermark can move past rows that do not match the filter.
+        let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        let mut builder = QueryBuilder::new(COLUMNS);
+        push_filter(&mut builder, tenant, filter);
+        builder
+            .push(" AND id > ")
+            .push_bind(state.after_id)
+            .push(" AND id <= ")
+            .push_bind(newest)
+            .push(" ORDER BY id LIMIT ")
+            .push_bind(limit as i64);
+        let rows = self.fetch(builder).await?;
+        let more = rows.len() == limit;
+        state.after_id = match rows.last() {
+            Some(last) if more => last.id,
+            _ => newest.max(state.after_id),
+        };
+        Ok((rows, more))
+    }
+
+    pub(super) async fn close(&self) {
+        self.pool.close().await;
+    }
+}

@@ -1,0 +1,337 @@
+//! The real binary: API keys reloaded on SIGHUP, and `loghaul query` / `loghaul tail` output.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{push_as, record, Backend, TestDb};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use tonic::Code;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
+
+/// A `loghaul serve` process on ephemeral ports whose JSON logs are collected; killed on drop.
+struct Server {
+    child: Child,
+    grpc: SocketAddr,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(database_url: &str, extra: &[&str]) -> Server {
+        let mut child = Command::new(BINARY)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ])
+            .args([
+                "--database-url",
+                database_url,
+                "--shards",
+                "2",
+                "--log-format",
+                "json",
+            ])
+            .args(extra)
+            .env_remove("LOGHAUL_API_KEYS")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            grpc: "0.0.0.0:0".parse().unwrap(),
+            lines,
+        };
+        let serving = server.wait_for_log("loghaul is serving");
+        server.grpc = serving["grpc"].as_str().unwrap().parse().unwrap();
+        server
+    }
+
+    /// Waits for a log event with this message and returns it.
+    fn wait_for_log(&mut self, message: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the server logs {message:?}"));
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if event["message"] == message {
+                return event;
+            }
+        }
+    }
+
+    fn hangup(&self) {
+        let status = Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn push_code(client: &mut LogIngestClient<tonic::transport::Channel>, key: &str) -> Code {
+    match push_as(client, key, vec![vec![record(format!("with {key}"))]]).await {
+        Ok(_) => Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
+    let db = TestDb::create(Backend::Sqlite, "sighup").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.toml");
+    std::fs::write(&keys, "[keys]\nkey-one = \"team-a\"\n").unwrap();
+    let mut server = Server::start(&db.url, &["--api-keys-file", keys.to_str().unwrap()]);
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
+    assert_eq!(
+        push_code(&mut client, "key-two").await,
+        Code::Unauthenticated
+    );
+
+    // Rotate: key-two in, key-one out.
+    std::fs::write(&keys, "[keys]\nkey-two = \"team-a\"\n").unwrap();
+    server.hangup();
+    let reloaded = server.wait_for_log("API keys reloaded");
+    assert_eq!(reloaded["keys"], 1);
+    assert_eq!(push_code(&mut client, "key-two").await, Code::Ok);
+    assert_eq!(
+        push_code(&mut client, "key-one").await,
+        Code::Unauthenticated
+    );
+
+    // A broken file, or one with no keys (which would open the service), keeps the keys in force.
+    for broken in ["[keys\n", "[keys]\n"] {
+        std::fs::write(&keys, broken).unwrap();
+        server.hangup();
+        let failed = server.wait_for_log("API keys reload failed; the previous keys stay in force");
+        assert!(
+            !failed.to_string().contains("key-two"),
+            "keys are never logged: {failed}"
+        );
+        assert_eq!(push_code(&mut client, "key-two").await, Code::Ok);
+        assert_eq!(push_code(&mut client, "").await, Code::Unauthenticated);
+    }
+    assert_eq!(
+        db.query_scalar("SELECT count(*) FROM logs WHERE tenant = 'team-a'")
+            .await,
+        4
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_and_tail_commands_print_json_lines() {
+    let db = TestDb::create(Backend::Sqlite, "cli_read").await.unwrap();
+    let server = Server::start(
+        &db.url,
+        &["--api-keys", "key-a=team-a", "--tail-poll-interval", "50ms"],
+    );
+    let endpoint = format!("http://{}", server.grpc);
+    let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+    let mut records = Vec::new();
+    for n in 0..250 {
+        let mut r = record(format!("line {n}"));
+        r.severity = if n % 5 == 0 { 17 } else { 9 };
+        records.push(r);
+    }
+    push_as(&mut client, "key-a", vec![records]).await.unwrap();
+
+    let output = Command::new(BINARY)
+        .args([
+            "query",
+            "--endpoint",
+            &endpoint,
+            "--api-key",
+            "key-a",
+            "--json",
+        ])
+        .args(["--min-severity", "error", "--since", "1h", "--limit", "30"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 30, "--limit follows pages up to 30 (50 match)");
+    for line in &lines {
+        assert_eq!(line["severity"], 17);
+        assert_eq!(line["service"], "checkout");
+        assert_eq!(line["attributes"]["region"], "eu-west-1");
+        assert!(line["ts"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(line["trace_id"].as_str().unwrap().len(), 32);
+        assert_eq!(line["span_id"].as_str().unwrap().len(), 16);
+    }
+
+    // Human output, and a refusal without a key exits 2 with the reason.
+    let output = Command::new(BINARY)
+        .args([
+            "query",
+            "--endpoint",
+            &endpoint,
+            "--api-key",
+            "key-a",
+            "--limit",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("INFO  checkout: line 249 region=eu-west-1"),
+        "{text}"
+    );
+    let output = Command::new(BINARY)
+        .args(["query", "--endpoint", &endpoint])
+        .env_remove("LOGHAUL_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("missing API key"));
+
+    // `tail --limit 3` prints the next three records and exits.
+    let tail = Command::new(BINARY)
+        .args([
+            "tail",
+            "--endpoint",
+            &endpoint,
+            "--api-key",
+            "key-a",
+            "--json",
+            "--limit",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let the tail connect and take its starting point before the records are committed.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let later = (0..3).map(|n| record(format!("later {n}"))).collect();
+    push_as(&mut client, "key-a", vec![later]).await.unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || tail.wait_with_output()),
+    )
+    .await
+    .expect("tail --limit 3 exits after three records")
+    .unwrap()
+    .unwrap();
+    assert!(output.status.success());
+    let messages: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(messages, ["later 0", "later 1", "later 2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_resumes_after_the_server_closes_its_connection() {
+    let db = TestDb::create(Backend::Sqlite, "cli_tail_resume")
+        .await
+        .unwrap();
+    // Connections are asked to go away after 1 s and closed 1 s later: a long tail must resume.
+    let server = Server::start(
+        &db.url,
+        &[
+            "--tail-poll-interval",
+            "50ms",
+            "--max-connection-age",
+            "1s",
+            "--max-connection-age-grace",
+            "1s",
+        ],
+    );
+    let endpoint = format!("http://{}", server.grpc);
+    let tail = Command::new(BINARY)
+        .args(["tail", "--endpoint", &endpoint, "--json", "--limit", "6"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for n in 0..3 {
+        // A fresh connection each time, since the server closes old ones.
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        push_as(
+            &mut client,
+            "",
+            vec![vec![
+                record(format!("r{}", 2 * n)),
+                record(format!("r{}", 2 * n + 1)),
+            ]],
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || tail.wait_with_output()),
+    )
+    .await
+    .expect("the tail exits after six records")
+    .unwrap()
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let messages: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["message"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        ["r0", "r1", "r2", "r3", "r4", "r5"],
+        "every record once, across reconnects"
+    );
+}

@@ -1,0 +1,322 @@
+//! Retention end to end: old data goes while ingest continues, and nothing is left behind —
+//! no partition (PostgreSQL), no row in any table.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::{Days, TimeDelta, Utc};
+use common::{config, push, record, record_at, Backend, TestDb, TestServer};
+use loghaul::retention::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
+use loghaul::retention::{run_once, RetentionConfig};
+use loghaul::storage::{PoolOptions, Store};
+use sqlx::{Connection, PgConnection, SqliteConnection};
+use tokio_util::sync::CancellationToken;
+
+async fn migrated(db: &TestDb) -> Store {
+    let store = Store::connect(
+        &db.url,
+        PoolOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+/// Pushes small chunks until cancelled; returns how many records were accepted.
+fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
+    let grpc = server.grpc;
+    tokio::spawn(async move {
+        let mut client = loghaul::proto::v1::log_ingest_client::LogIngestClient::connect(format!(
+            "http://{grpc}"
+        ))
+        .await
+        .unwrap();
+        let mut accepted = 0;
+        let mut round = 0;
+        while !stop.is_cancelled() {
+            let chunk = (0..100)
+                .map(|n| record(format!("live-{round}-{n}")))
+                .collect();
+            accepted += push(&mut client, vec![chunk]).await.unwrap().accepted;
+            round += 1;
+        }
+        accepted
+    })
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_partitions_are_dropped_while_ingest_continues() {
+    let Some(db) = TestDb::create(Backend::Postgres, "retention_partitions").await else {
+        return;
+    };
+    let store = migrated(&db).await;
+    store.close().await;
+    // History as a long-running service would have it: partitions 12..10 days old with rows, and
+    // rows 20 days old that had no partition and sit in the default partition.
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let today = Utc::now().date_naive();
+    let created = create_partitions(&mut conn, today - Days::new(12), today - Days::new(10))
+        .await
+        .unwrap();
+    assert_eq!(created, 3);
+    sqlx::query(
+        "INSERT INTO logs (tenant, ts, severity, service, message) \
+         SELECT 'default', now() - interval '10 days 12 hours' - (g % 3) * interval '1 day', 9, 'old', 'old ' || g \
+         FROM generate_series(1, 3000) g",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO logs (tenant, ts, severity, service, message) \
+         SELECT 'default', now() - interval '20 days', 9, 'older', 'older ' || g \
+         FROM generate_series(1, 12000) g",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let in_default: i64 = sqlx::query_scalar("SELECT count(*) FROM logs_default")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        in_default, 12000,
+        "rows with no partition of their day are in the default one"
+    );
+
+    let mut settings = config(&db);
+    settings.retention = "2d".parse().unwrap();
+    settings.retention_interval = "300ms".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let stop = CancellationToken::new();
+    let ingest = keep_ingesting(&server, stop.clone());
+
+    wait_for("old rows to go", async || {
+        db.query_scalar("SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'")
+            .await
+            == 0
+    })
+    .await;
+    // Let ingest run through at least one more retention run.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.cancel();
+    let accepted = ingest.await.unwrap();
+    assert!(accepted > 0);
+
+    let partitions: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'logs'::regclass ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let oldest_kept = today - Days::new(3);
+    for name in &partitions {
+        if let Some(day) = partition_day(name) {
+            assert!(
+                day >= oldest_kept,
+                "{name} should have been dropped: {partitions:?}"
+            );
+        }
+    }
+    assert!(partitions.contains(&"logs_default".to_string()));
+    assert!(
+        partitions.contains(&format!(
+            "logs_p{}",
+            (today + Days::new(3)).format("%Y%m%d")
+        )),
+        "partitions are created ahead: {partitions:?}"
+    );
+    // No table is left holding the dropped rows: every relation inheriting from logs is listed
+    // above, and no other logs_p table exists outside the partition tree.
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class c WHERE c.relname LIKE 'logs\\_p%' AND c.relkind = 'r' \
+         AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+    assert_eq!(
+        db.query_scalar("SELECT count(*) FROM logs WHERE service IN ('old', 'older')")
+            .await,
+        0
+    );
+    assert_eq!(
+        db.count().await,
+        accepted as i64,
+        "every live record stayed"
+    );
+    let metrics = server.metrics().await;
+    let dropped = metric(&metrics, "loghaul_retention_partitions_dropped_total");
+    assert!(dropped >= 3.0, "{dropped}");
+    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
+    assert!(metric(&metrics, "loghaul_retention_last_run_timestamp_seconds") > 0.0);
+    server.stop().await;
+}
+
+/// The value of an unlabelled metric (summed over processes' servers in this test binary).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in metrics"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_at_a_time_runs_retention() {
+    let Some(db) = TestDb::create(Backend::Postgres, "retention_lock").await else {
+        return;
+    };
+    let store = migrated(&db).await;
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: Duration::from_secs(60),
+        database_url: db.url.clone(),
+    };
+    let mut other_replica = PgConnection::connect(&db.url).await.unwrap();
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(RETENTION_LOCK_KEY)
+        .fetch_one(&mut other_replica)
+        .await
+        .unwrap();
+    assert!(locked);
+    let report = run_once(&store, &config).await.unwrap();
+    assert!(!report.ran, "skipped while another replica holds the lock");
+    other_replica.close().await.unwrap();
+    let report = run_once(&store, &config).await.unwrap();
+    assert!(report.ran);
+    store.close().await;
+}
+
+async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
+    let store = migrated(db).await;
+    store.close().await;
+    let mut conn = SqliteConnection::connect(&db.url).await.unwrap();
+    let old = (Utc::now() - TimeDelta::hours(3)).timestamp_micros();
+    // 12,000 rows over two tenants: more than two chunks of 5,000 for one of them.
+    sqlx::query(
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 12000) \
+         INSERT INTO logs (tenant, ts, received_at, severity, service, message) \
+         SELECT CASE WHEN n % 6 = 0 THEN 'other' ELSE 'default' END, ?, ?, 9, 'old', 'old ' || n FROM g",
+    )
+    .bind(old)
+    .bind(old)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+
+    let mut settings = config(db);
+    settings.retention = "1h".parse().unwrap();
+    settings.retention_interval = "200ms".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let stop = CancellationToken::new();
+    let ingest = keep_ingesting(&server, stop.clone());
+    wait_for("old rows to go", async || {
+        db.query_scalar("SELECT count(*) FROM logs WHERE service = 'old'")
+            .await
+            == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.cancel();
+    let accepted = ingest.await.unwrap();
+    assert!(accepted > 0);
+    assert_eq!(
+        db.count().await,
+        accepted as i64,
+        "every live record stayed"
+    );
+    let metrics = server.metrics().await;
+    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_retention() {
+    if let Some(db) = TestDb::create(Backend::Sqlite, "retention_sqlite").await {
+        sqlite_deletes_old_rows_in_chunks_while_ingest_continues(&db).await;
+    }
+}
+
+async fn records_older_than_the_window_are_refused(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let mut client = server.client().await;
+    let response = push(
+        &mut client,
+        vec![vec![
+            record_at("fresh", Duration::from_secs(3600)),
+            record_at("stale", Duration::from_secs(8 * 24 * 3600)),
+        ]],
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.accepted, 1);
+    assert_eq!(response.rejections.len(), 1);
+    assert_eq!(response.rejections[0].index, 1);
+    assert!(
+        response.rejections[0]
+            .reason
+            .starts_with("timestamp_too_old:"),
+        "{:?}",
+        response.rejections
+    );
+    server.stop().await;
+}
+on_both_backends!(too_old, records_older_than_the_window_are_refused);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
+    let Some(db) = TestDb::create(Backend::Postgres, "retention_brin").await else {
+        return;
+    };
+    let store = migrated(&db).await;
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: Duration::from_secs(60),
+        database_url: db.url.clone(),
+    };
+    run_once(&store, &config).await.unwrap();
+    // Rows written after the index exists leave their BRIN ranges unsummarized.
+    sqlx::query(
+        "INSERT INTO logs (tenant, ts, severity, service, message) \
+         SELECT 'default', now() - (g % 60) * interval '1 second', 9, 'svc', repeat('x', 200) || g \
+         FROM generate_series(1, 60000) g",
+    )
+    .execute(store_pool(&store))
+    .await
+    .unwrap();
+    let report = run_once(&store, &config).await.unwrap();
+    assert!(report.ranges_summarized > 0, "{report:?}");
+    let today = loghaul::retention::postgres::partition_name(Utc::now().date_naive());
+    let left: i32 = sqlx::query_scalar(&format!(
+        "SELECT brin_summarize_new_values('{today}_ts_idx'::regclass)"
+    ))
+    .fetch_one(store_pool(&store))
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "nothing was left unsummarized");
+    store.close().await;
+}
+
+fn store_pool(store: &Store) -> &sqlx::PgPool {
+    match store {
+        Store::Postgres(store) => store.pool(),
+        Store::Sqlite(_) => unreachable!("a PostgreSQL test"),
+    }
+}
