@@ -399,9 +399,9 @@ def config_toml_has_only_known_keys():
     assert set(cfg) <= TOML_KEYS, f"unknown keys: {set(cfg) - TOML_KEYS}"
     assert set(cfg) == TOML_KEYS, f"missing keys: {TOML_KEYS - set(cfg)}"
     assert cfg["listen"] == "0.0.0.0:4317" and cfg["metrics-listen"] == "0.0.0.0:9464"
-    assert cfg["batch-max-rows"] == 5000 and isinstance(cfg["batch-max-rows"], int)
+    assert cfg["batch-max-rows"] == 20000 and isinstance(cfg["batch-max-rows"], int)
     assert cfg["queue-capacity"] == 64 and cfg["db-max-connections"] == 0
-    for key, value in [("batch-max-bytes", "8MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
+    for key, value in [("batch-max-bytes", "16MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
                        ("max-request-bytes", "4MiB"), ("batch-linger", "50ms"), ("enqueue-timeout", "5s"),
                        ("store-retry-timeout", "15s"), ("max-connection-age", "10m"),
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),

@@ -93,11 +93,11 @@ pub struct ServeConfig {
     pub shards: usize,
 
     /// A shard flushes once it holds this many records.
-    #[arg(long, env = "LOGHAUL_BATCH_MAX_ROWS", default_value_t = 5000)]
+    #[arg(long, env = "LOGHAUL_BATCH_MAX_ROWS", default_value_t = 20000)]
     pub batch_max_rows: usize,
 
     /// A shard flushes once its records hold this many bytes.
-    #[arg(long, env = "LOGHAUL_BATCH_MAX_BYTES", default_value = "8MiB")]
+    #[arg(long, env = "LOGHAUL_BATCH_MAX_BYTES", default_value = "16MiB")]
     pub batch_max_bytes: ByteSize,
 
     /// A shard flushes when its oldest buffered record has waited this long.
