@@ -71,6 +71,11 @@ pub struct BenchArgs {
     /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
     #[arg(long)]
     pub metrics_url: Option<String>,
+    /// Send the timestamps the records were generated with, instead of letting the server stamp
+    /// them at receipt. The pool is generated once, so these stand still for the whole run and
+    /// scatter inserts over SQLite's time index; leave it off to measure realistic time order.
+    #[arg(long)]
+    pub client_timestamps: bool,
     /// Push streams (native) or OTLP Export calls, one per chunk.
     #[arg(long, value_enum, default_value = "native")]
     pub protocol: Protocol,
@@ -172,6 +177,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         message_bytes: args.message_bytes,
         attributes: args.attributes,
         distinct_chunks: 64,
+        client_timestamps: args.client_timestamps,
     };
     let workload = workload::generate(shape, args.protocol);
     let chunks = Arc::new(workload.encoded.clone());
@@ -187,6 +193,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "rate": args.rate,
         "server_args": args.server_args,
         "protocol": args.protocol,
+        "client_timestamps": args.client_timestamps,
     });
     eprintln!(
         "workload: {} distinct chunks of {} records, ~{} B messages, {} attributes",

@@ -71,6 +71,11 @@ pub struct WorkloadShape {
     pub attributes: usize,
     /// Distinct chunks in the pool.
     pub distinct_chunks: usize,
+    /// Stamp records at generation time. The pool is reused for the whole run, so those stamps
+    /// stand still while the clock moves on: every insert lands at a random place in a time index
+    /// that keeps growing, which no production stream does. Without them the server stamps each
+    /// record at receipt (a missing timestamp means "now"), as close to time order as real clients.
+    pub client_timestamps: bool,
 }
 
 /// Which wire format the chunks are encoded in.
@@ -219,7 +224,7 @@ fn record(
     let traced = rng.u8(..10) < 8;
     let ts = now - chrono::TimeDelta::milliseconds(i64::from(rng.u32(..5000)));
     LogRecord {
-        timestamp: Some(prost_types::Timestamp {
+        timestamp: shape.client_timestamps.then(|| prost_types::Timestamp {
             seconds: ts.timestamp(),
             nanos: ts.timestamp_subsec_nanos() as i32,
         }),
@@ -251,6 +256,7 @@ mod tests {
             message_bytes: 120,
             attributes: 4,
             distinct_chunks: 3,
+            client_timestamps: true,
         };
         let workload = generate(shape, Protocol::Native);
         assert_eq!(workload.encoded.len(), 3);
