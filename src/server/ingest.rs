@@ -12,6 +12,7 @@ use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::admission::{admit, respond};
 use super::validate::{validate, Limits};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
@@ -19,7 +20,6 @@ use crate::pipeline::ack::AckResult;
 use crate::pipeline::Ingress;
 use crate::proto::v1::log_ingest_server::LogIngest;
 use crate::proto::v1::{PushRequest, PushResponse, Rejection};
-use crate::record::Record;
 use crate::server::validate::RejectReason;
 use crate::storage::StoreError;
 
@@ -113,16 +113,8 @@ impl IngestService {
             if records.is_empty() {
                 continue;
             }
-            let bytes: usize = records.iter().map(Record::size_bytes).sum();
+            let bytes = admit(tenant, &records)?;
             expected_bytes = (bytes + bytes / 4).max(MIN_RESERVATION);
-            if let Err(retry_after) = tenant.admit(records.len() as u64, bytes as u64) {
-                counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
-                    .increment(1);
-                return Err(IngestError::RateLimited {
-                    tenant: Arc::clone(tenant.name()),
-                    retry_after,
-                });
-            }
             let chunk = ChunkIndex {
                 first_index,
                 skipped,
@@ -157,15 +149,7 @@ impl LogIngest for IngestService {
         let tenant = tenant_of(&request)?;
         let _open = OpenStream::start();
         let outcome = self.ingest(&tenant, request.into_inner()).await;
-        let code = match &outcome {
-            Ok(_) => "ok",
-            Err(err) => {
-                tracing::debug!(error = %err, "push stream failed");
-                err.kind()
-            }
-        };
-        counter!("loghaul_streams_total", "outcome" => code).increment(1);
-        outcome.map(Response::new).map_err(Status::from)
+        respond(outcome, "loghaul_streams_total")
     }
 }
 

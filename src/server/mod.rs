@@ -1,6 +1,7 @@
 //! The service: wires the store, the pipeline, the gRPC services and the HTTP probes together, and
 //! shuts them down in the order that loses nothing.
 
+pub mod admission;
 pub mod ingest;
 pub mod otlp;
 pub mod validate;

@@ -17,7 +17,7 @@ use super::mapping::{self, Shared};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::Ingress;
-use crate::record::Record;
+use crate::server::admission::{admit, respond};
 use crate::server::validate::{validate, Limits, RejectReason};
 use crate::storage::StoreError;
 
@@ -75,15 +75,7 @@ impl OtlpLogsService {
         }
         counter!("loghaul_records_received_total").increment(tally.received);
         if !records.is_empty() {
-            let bytes: usize = records.iter().map(Record::size_bytes).sum();
-            if let Err(retry_after) = tenant.admit(records.len() as u64, bytes as u64) {
-                counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
-                    .increment(1);
-                return Err(IngestError::RateLimited {
-                    tenant: Arc::clone(tenant.name()),
-                    retry_after,
-                });
-            }
+            admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
             // A unary request is decoded before the handler runs, so there is no reservation to
             // take before reading; --max-request-bytes bounds what one request can hold.
@@ -112,15 +104,7 @@ impl LogsService for OtlpLogsService {
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let tenant = tenant_of(&request)?;
         let outcome = self.store(&tenant, request.into_inner()).await;
-        let code = match &outcome {
-            Ok(_) => "ok",
-            Err(err) => {
-                tracing::debug!(error = %err, "otlp export failed");
-                err.kind()
-            }
-        };
-        counter!("loghaul_otlp_exports_total", "outcome" => code).increment(1);
-        outcome.map(Response::new).map_err(Status::from)
+        respond(outcome, "loghaul_otlp_exports_total")
     }
 }
 
