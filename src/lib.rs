@@ -18,8 +18,10 @@
 //! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
-//! - [`send`]: the `loghaul send` client; [`cli`]: `loghaul query`, `loghaul tail` and
-//!   `loghaul bench-query`.
+//! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
+//! - [`send`]: the `loghaul send` client; [`cli`]: `loghaul query` and `loghaul tail`.
+//! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling) and
+//!   `loghaul bench-query` (Query pages on a large table).
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports.

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use loghaul::bench::query::BenchQueryArgs;
 use loghaul::bench::BenchArgs;
-use loghaul::cli::bench::BenchQueryArgs;
 use loghaul::cli::read::{QueryArgs, TailArgs};
 use loghaul::config::{LogFormat, ServeConfig};
 use loghaul::observability::logging;
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
             Command::Tail(args) => Ok(read_outcome(loghaul::cli::read::tail(args).await)),
             Command::BenchQuery(args) => {
                 logging::init(LogFormat::Text);
-                loghaul::cli::bench::run(args).await?;
+                loghaul::bench::query::run(args).await?;
                 Ok(ExitCode::SUCCESS)
             }
         }

@@ -3,10 +3,12 @@
 //!
 //! The records are generated and encoded before the clock starts; the server runs as a child
 //! process (unless `--endpoint` names one) so its peak RSS is its own; the acknowledged count is
-//! re-checked against `count(*)` in the database at the end.
+//! re-checked against `count(*)` in the database at the end. [`query`] is `loghaul bench-query`,
+//! which times Query pages on a large table.
 
 pub mod copy_ceiling;
 pub mod load;
+pub mod query;
 pub mod server_process;
 pub mod workload;
 

@@ -3,9 +3,7 @@
 //! - [`filter_args`]: the filter flags `query` and `tail` share, turned into a wire filter.
 //! - [`print`](mod@print): human-readable lines or one JSON object per record.
 //! - [`read`]: `loghaul query` (follows cursors up to `--limit`) and `loghaul tail`.
-//! - [`bench`](mod@bench): `loghaul bench-query`, which loads synthetic rows and times pages.
 
-pub mod bench;
 pub mod filter_args;
 pub mod print;
 pub mod read;
