@@ -2,99 +2,23 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use common::process::{Process, BINARY};
 use common::{push_as, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tonic::Code;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
-
-/// A `loghaul serve` process on ephemeral ports whose JSON logs are collected; killed on drop.
-struct Server {
-    child: Child,
-    grpc: SocketAddr,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(database_url: &str, extra: &[&str]) -> Server {
-        let mut child = Command::new(BINARY)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ])
-            .args([
-                "--database-url",
-                database_url,
-                "--shards",
-                "2",
-                "--log-format",
-                "json",
-            ])
-            .args(extra)
-            .env_remove("LOGHAUL_API_KEYS")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("the binary starts");
-        let stderr = child.stderr.take().unwrap();
-        let (sender, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut server = Server {
-            child,
-            grpc: "0.0.0.0:0".parse().unwrap(),
-            lines,
-        };
-        let serving = server.wait_for_log("loghaul is serving");
-        server.grpc = serving["grpc"].as_str().unwrap().parse().unwrap();
-        server
-    }
-
-    /// Waits for a log event with this message and returns it.
-    fn wait_for_log(&mut self, message: &str) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the server logs {message:?}"));
-            let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
-                continue;
-            };
-            if event["message"] == message {
-                return event;
-            }
-        }
-    }
-
-    fn hangup(&self) {
-        let status = Command::new("kill")
-            .args(["-HUP", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The `message` of every JSON line a command printed.
+fn json_messages(stdout: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            record["message"].as_str().unwrap().to_owned()
+        })
+        .collect()
 }
 
 async fn push_code(client: &mut LogIngestClient<tonic::transport::Channel>, key: &str) -> Code {
@@ -110,7 +34,7 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.toml");
     std::fs::write(&keys, "[keys]\nkey-one = \"team-a\"\n").unwrap();
-    let mut server = Server::start(&db.url, &["--api-keys-file", keys.to_str().unwrap()]);
+    let mut server = Process::serve(&db.url, &["--api-keys-file", keys.to_str().unwrap()]);
     let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
         .await
         .unwrap();
@@ -122,7 +46,7 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
 
     // Rotate: key-two in, key-one out.
     std::fs::write(&keys, "[keys]\nkey-two = \"team-a\"\n").unwrap();
-    server.hangup();
+    server.signal("HUP");
     let reloaded = server.wait_for_log("API keys reloaded");
     assert_eq!(reloaded["keys"], 1);
     assert_eq!(push_code(&mut client, "key-two").await, Code::Ok);
@@ -134,7 +58,7 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
     // A broken file, or one with no keys (which would open the service), keeps the keys in force.
     for broken in ["[keys\n", "[keys]\n"] {
         std::fs::write(&keys, broken).unwrap();
-        server.hangup();
+        server.signal("HUP");
         let failed = server.wait_for_log("API keys reload failed; the previous keys stay in force");
         assert!(
             !failed.to_string().contains("key-two"),
@@ -153,7 +77,7 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_and_tail_commands_print_json_lines() {
     let db = TestDb::create(Backend::Sqlite, "cli_read").await.unwrap();
-    let server = Server::start(
+    let server = Process::serve(
         &db.url,
         &["--api-keys", "key-a=team-a", "--tail-poll-interval", "50ms"],
     );
@@ -253,16 +177,7 @@ async fn query_and_tail_commands_print_json_lines() {
     .unwrap()
     .unwrap();
     assert!(output.status.success());
-    let messages: Vec<String> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<serde_json::Value>(line).unwrap()["message"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let messages = json_messages(&output.stdout);
     assert_eq!(messages, ["later 0", "later 1", "later 2"]);
 }
 
@@ -272,7 +187,7 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         .await
         .unwrap();
     // Connections are asked to go away after 1 s and closed 1 s later: a long tail must resume.
-    let server = Server::start(
+    let server = Process::serve(
         &db.url,
         &[
             "--tail-poll-interval",
@@ -319,16 +234,7 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let messages: Vec<String> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            serde_json::from_str::<serde_json::Value>(line).unwrap()["message"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let messages = json_messages(&output.stdout);
     assert_eq!(
         messages,
         ["r0", "r1", "r2", "r3", "r4", "r5"],

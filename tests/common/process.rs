@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
@@ -36,6 +36,8 @@ impl Process {
                 "json",
             ])
             .args(extra)
+            // Keys come only from what a test passes, never from the developer's environment.
+            .env_remove("LOGHAUL_API_KEYS")
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -49,23 +51,34 @@ impl Process {
                 }
             }
         });
-        let (grpc, http) = loop {
-            let line = lines
-                .recv_timeout(Duration::from_secs(30))
-                .expect("the server logs that it is serving");
+        let mut process = Process {
+            child,
+            grpc: "0.0.0.0:0".parse().unwrap(),
+            http: "0.0.0.0:0".parse().unwrap(),
+            lines,
+        };
+        let serving = process.wait_for_log("loghaul is serving");
+        let addr = |field: &str| serving[field].as_str().unwrap().parse().unwrap();
+        process.grpc = addr("grpc");
+        process.http = addr("http");
+        process
+    }
+
+    /// Waits up to 30 s for a JSON log event with this message and returns it.
+    pub fn wait_for_log(&mut self, message: &str) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the server logs {message:?}"));
             let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
-            if event["message"] == "loghaul is serving" {
-                let addr = |field: &str| event[field].as_str().unwrap().parse().unwrap();
-                break (addr("grpc"), addr("http"));
+            if event["message"] == message {
+                return event;
             }
-        };
-        Process {
-            child,
-            grpc,
-            http,
-            lines,
         }
     }
 
@@ -80,7 +93,7 @@ impl Process {
 
     /// Waits for the exit, failing the test after `limit`.
     pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
