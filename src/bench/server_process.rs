@@ -115,11 +115,6 @@ pub fn peak_rss_of(pid: u32) -> Option<u64> {
     proc_status_kib(pid, "VmHWM:").map(|kib| kib * 1024)
 }
 
-/// VmRSS of a process, in bytes.
-pub fn rss_of(pid: u32) -> Option<u64> {
-    proc_status_kib(pid, "VmRSS:").map(|kib| kib * 1024)
-}
-
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with(field))?;

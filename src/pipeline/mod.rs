@@ -184,19 +184,20 @@ impl Ingress {
         Ok(Reservation(permit))
     }
 
-    /// Queues records for `shard`, charging them to `held` (a reservation taken before the message
-    /// was read, topped up or trimmed to the records' size) and waiting until `deadline` for room
-    /// in the queue. The receiver resolves once the records are committed (or have failed for good).
+    /// Queues records for `shard`, charging their `bytes` (the sum of [`Record::size_bytes`],
+    /// which the caller has already computed for the rate limit) to `held` (a reservation taken
+    /// before the message was read, topped up or trimmed) and waiting until `deadline` for room in
+    /// the queue. The receiver resolves once the records are committed (or have failed for good).
     pub async fn enqueue(
         &self,
         shard: usize,
         tenant: Arc<str>,
         records: Vec<Record>,
+        bytes: usize,
         held: Option<Reservation>,
         deadline: Instant,
     ) -> Result<AckReceiver, IngestError> {
         let started = Instant::now();
-        let bytes: usize = records.iter().map(Record::size_bytes).sum();
         let charge = self.clamp_to_budget(bytes) as usize;
         let budget = match held {
             Some(Reservation(mut permit)) if permit.num_permits() >= charge => {

@@ -122,7 +122,14 @@ impl IngestService {
             };
             let ack = self
                 .ingress
-                .enqueue(shard, Arc::clone(tenant.name()), records, held, deadline)
+                .enqueue(
+                    shard,
+                    Arc::clone(tenant.name()),
+                    records,
+                    bytes,
+                    held,
+                    deadline,
+                )
                 .await?;
             in_flight.push(settle_later(ack, chunk));
         }

@@ -75,14 +75,21 @@ impl OtlpLogsService {
         }
         counter!("loghaul_records_received_total").increment(tally.received);
         if !records.is_empty() {
-            admit(tenant, &records)?;
+            let bytes = admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
             // A unary request is decoded before the handler runs, so there is no reservation to
             // take before reading; --max-request-bytes bounds what one request can hold.
             let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
             let ack = self
                 .ingress
-                .enqueue(shard, Arc::clone(tenant.name()), records, None, deadline)
+                .enqueue(
+                    shard,
+                    Arc::clone(tenant.name()),
+                    records,
+                    bytes,
+                    None,
+                    deadline,
+                )
                 .await?;
             let refused = ack.await.map_err(|_| {
                 StoreError::Unavailable("the batch was dropped before its commit".into())
