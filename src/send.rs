@@ -10,9 +10,9 @@ use chrono::DateTime;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
 use tonic::transport::Endpoint;
 
+use crate::auth::{request_with_key, InvalidApiKey};
 use crate::proto::v1::log_ingest_client::LogIngestClient;
 use crate::proto::v1::{LogRecord, PushRequest, PushResponse};
 
@@ -59,8 +59,8 @@ pub enum SendError {
         source: tonic::transport::Error,
     },
     /// The API key cannot be sent as metadata.
-    #[error("the API key contains characters not allowed in gRPC metadata")]
-    ApiKey,
+    #[error(transparent)]
+    ApiKey(#[from] InvalidApiKey),
     /// The server ended the stream with an error.
     #[error("the server refused the stream: {0}")]
     Status(#[from] tonic::Status),
@@ -81,11 +81,7 @@ pub async fn send(args: SendArgs) -> Result<PushResponse, SendError> {
         })?;
     let mut client = LogIngestClient::new(channel);
     let (chunks, outgoing) = mpsc::channel::<PushRequest>(4);
-    let mut request = tonic::Request::new(ReceiverStream::new(outgoing));
-    if let Some(key) = &args.api_key {
-        let value: MetadataValue<_> = key.parse().map_err(|_| SendError::ApiKey)?;
-        request.metadata_mut().insert("x-api-key", value);
-    }
+    let request = request_with_key(ReceiverStream::new(outgoing), args.api_key.as_deref())?;
     let service = args.service.clone().unwrap_or_default();
     let files = args.files.clone();
     let reader = tokio::spawn(async move {

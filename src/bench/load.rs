@@ -10,11 +10,11 @@ use bytes::{BufMut, Bytes};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codec::{Codec, EncodeBuf, Encoder};
-use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
 use super::workload::Protocol;
+use crate::auth::request_with_key;
 use crate::proto::v1::PushResponse;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 
@@ -177,15 +177,8 @@ impl StreamContext {
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        if let Some(value) = self
-            .api_key
-            .as_ref()
-            .and_then(|key| key.parse::<MetadataValue<_>>().ok())
-        {
-            request.metadata_mut().insert("x-api-key", value);
-        }
-        request
+        request_with_key(message, self.api_key.as_deref())
+            .expect("bench::run refuses a key that cannot be sent")
     }
 
     /// OTLP: one unary Export per chunk; its latency runs from the call to the answer.

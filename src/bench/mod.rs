@@ -160,6 +160,9 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     if args.streams.is_empty() || args.streams.contains(&0) {
         return Err(BenchError::Usage("--streams needs positive numbers".into()));
     }
+    if let Err(err) = crate::auth::request_with_key((), args.api_key.as_deref()) {
+        return Err(BenchError::Usage(err.to_string()));
+    }
     let scratch = tempfile::tempdir()?;
     let database_url = match (&args.database_url, &args.endpoint) {
         (Some(url), _) => Some(url.clone()),

@@ -1,7 +1,6 @@
 //! The filter flags shared by `loghaul query` and `loghaul tail`.
 
 use chrono::{DateTime, Utc};
-use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::config::HumanDuration;
@@ -147,18 +146,8 @@ impl ReadArgs {
 
     /// Wraps a message in a request carrying the API key.
     pub fn request<T>(&self, message: T) -> Result<tonic::Request<T>, ReadError> {
-        let mut request = tonic::Request::new(message);
-        if let Some(key) = &self.api_key {
-            let value: MetadataValue<_> = key.parse().map_err(|_| {
-                ReadError::Usage(
-                    "the API key contains characters not allowed in gRPC metadata".into(),
-                )
-            })?;
-            request
-                .metadata_mut()
-                .insert(crate::auth::API_KEY_HEADER, value);
-        }
-        Ok(request)
+        crate::auth::request_with_key(message, self.api_key.as_deref())
+            .map_err(|err| ReadError::Usage(err.to_string()))
     }
 }
 

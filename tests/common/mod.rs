@@ -366,13 +366,8 @@ pub async fn push(
 
 /// `message` wrapped in a request carrying `key` as `x-api-key` (none when `key` is empty).
 pub fn with_key<T>(key: &str, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if !key.is_empty() {
-        request
-            .metadata_mut()
-            .insert("x-api-key", key.parse().unwrap());
-    }
-    request
+    let key = (!key.is_empty()).then_some(key);
+    loghaul::auth::request_with_key(message, key).unwrap()
 }
 
 /// Sends the chunks as one Push stream with an API key.
