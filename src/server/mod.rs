@@ -140,11 +140,7 @@ pub async fn run(
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<LogIngestServer<IngestService>>().await;
-    health
-        .set_service_status(otlp::SERVICE_NAME, ServingStatus::Serving)
-        .await;
-    health.set_serving::<LogQueryServer<QueryService>>().await;
+    set_health(&health, ServingStatus::Serving).await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -204,15 +200,7 @@ pub async fn run(
             shutdown.await;
             tracing::info!("shutdown requested: draining open streams");
             readiness.start_draining();
-            health
-                .set_not_serving::<LogIngestServer<IngestService>>()
-                .await;
-            health
-                .set_service_status(otlp::SERVICE_NAME, ServingStatus::NotServing)
-                .await;
-            health
-                .set_not_serving::<LogQueryServer<QueryService>>()
-                .await;
+            set_health(&health, ServingStatus::NotServing).await;
             draining.cancel();
         }
     };
@@ -285,20 +273,28 @@ async fn probe_store(
         if readiness.draining() {
             continue;
         }
-        if up {
-            health.set_serving::<LogIngestServer<IngestService>>().await;
-        } else {
-            health
-                .set_not_serving::<LogIngestServer<IngestService>>()
-                .await;
-        }
-        let otlp_status = if up {
+        let status = if up {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
         };
-        health
-            .set_service_status(otlp::SERVICE_NAME, otlp_status)
-            .await;
+        set_health(&health, status).await;
     }
+}
+
+/// Sets the gRPC health status of every service the port serves; all of them need the store.
+async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {
+    health
+        .set_service_status(
+            <LogIngestServer<IngestService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    health.set_service_status(otlp::SERVICE_NAME, status).await;
+    health
+        .set_service_status(
+            <LogQueryServer<QueryService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
 }
