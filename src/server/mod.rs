@@ -93,7 +93,9 @@ pub async fn run(
         } else {
             shards as u32 + 2
         },
-        acquire_timeout: POOL_ACQUIRE_TIMEOUT,
+        // A writer must give up within --store-retry-timeout even while it waits for a connection
+        // to a store that refuses them.
+        acquire_timeout: POOL_ACQUIRE_TIMEOUT.min(config.store_retry_timeout.0),
     };
     let store = Store::connect(&config.database_url, pool).await?;
     store.migrate().await?;

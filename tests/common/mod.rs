@@ -9,6 +9,7 @@
 
 pub mod held_lock;
 pub mod process;
+pub mod proxy;
 
 use std::net::SocketAddr;
 use std::time::Duration;

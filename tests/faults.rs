@@ -1,0 +1,399 @@
+//! Faults injected into real processes and a real PostgreSQL: a server killed with SIGKILL, a
+//! store that vanishes and comes back, database backends terminated under load. The promise under
+//! test: a record whose stream was acknowledged is stored.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::process::Process;
+use common::proxy::Proxy;
+use common::{http_get, push, record, Backend, TestDb, TestServer};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use sqlx::Connection;
+use tonic::Code;
+
+/// Streams pushing uniquely numbered records until stopped, remembering what was acknowledged.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<HashSet<String>>>,
+    failures: Arc<Mutex<HashMap<Code, usize>>>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// `workers` concurrent clients against `endpoint`, each sending streams of 5 chunks of 50.
+    fn start(endpoint: String, workers: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(HashSet::new()));
+        let failures = Arc::new(Mutex::new(HashMap::new()));
+        let workers = (0..workers)
+            .map(|worker| {
+                let (stop, acked, failures) = (stop.clone(), acked.clone(), failures.clone());
+                let endpoint = endpoint.clone();
+                tokio::spawn(async move {
+                    let mut stream = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        stream += 1;
+                        let messages: Vec<Vec<String>> = (0..5)
+                            .map(|chunk| {
+                                (0..50)
+                                    .map(|n| format!("w{worker}-s{stream}-c{chunk}-n{n}"))
+                                    .collect()
+                            })
+                            .collect();
+                        let chunks = messages
+                            .iter()
+                            .map(|chunk| chunk.iter().map(record).collect())
+                            .collect();
+                        let outcome = match LogIngestClient::connect(endpoint.clone()).await {
+                            Ok(mut client) => push(&mut client, chunks).await,
+                            Err(_) => Err(tonic::Status::unavailable("cannot connect")),
+                        };
+                        match outcome {
+                            Ok(response) => {
+                                assert_eq!(response.rejected, 0, "no record is refused");
+                                assert_eq!(response.accepted, 250);
+                                acked.lock().unwrap().extend(messages.into_iter().flatten());
+                            }
+                            Err(status) => {
+                                *failures.lock().unwrap().entry(status.code()).or_default() += 1;
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            acked,
+            failures,
+            workers,
+        }
+    }
+
+    /// Records acknowledged so far.
+    fn acked_count(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops every worker and returns what was acknowledged and how streams failed.
+    async fn finish(self) -> (HashSet<String>, HashMap<Code, usize>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for worker in self.workers {
+            worker.await.expect("a load worker does not panic");
+        }
+        let acked = std::mem::take(&mut *self.acked.lock().unwrap());
+        let failures = std::mem::take(&mut *self.failures.lock().unwrap());
+        (acked, failures)
+    }
+}
+
+/// How many times each message is stored.
+async fn stored_copies(db: &TestDb) -> HashMap<String, usize> {
+    stored_copies_at(db.backend, &db.url).await
+}
+
+async fn stored_copies_at(backend: Backend, url: &str) -> HashMap<String, usize> {
+    let sql = "SELECT message FROM logs";
+    let messages: Vec<String> = match backend {
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap()
+        }
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap()
+        }
+    };
+    let mut copies = HashMap::new();
+    for message in messages {
+        *copies.entry(message).or_default() += 1;
+    }
+    copies
+}
+
+/// Fails the test naming the first acknowledged records missing from the table.
+fn assert_all_stored(acked: &HashSet<String>, copies: &HashMap<String, usize>) {
+    let mut lost: Vec<&String> = acked
+        .iter()
+        .filter(|message| !copies.contains_key(*message))
+        .collect();
+    lost.sort();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged records are missing, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
+async fn wait_until(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !condition().await {
+        assert!(started.elapsed() < limit, "{what} within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn sigkill_under_load_loses_no_acknowledged_record(db: &TestDb) {
+    let mut server = Process::serve(&db.url, &[]);
+    let load = Load::start(format!("http://{}", server.grpc), 16);
+    wait_until(
+        "some streams are acknowledged",
+        Duration::from_secs(30),
+        async || load.acked_count() >= 5_000,
+    )
+    .await;
+    server.signal("KILL");
+    let status = server.wait(Duration::from_secs(10));
+    assert!(!status.success(), "SIGKILL ends the process: {status:?}");
+    let (acked, failures) = load.finish().await;
+
+    let copies = stored_copies(db).await;
+    assert_all_stored(&acked, &copies);
+    // Without producer ids a record is written by one attempt only: a stream cut by the kill is
+    // not retried by this client, so nothing may appear twice either.
+    let doubled = copies.values().filter(|&&count| count > 1).count();
+    assert_eq!(doubled, 0, "no record is stored twice");
+    assert!(
+        failures.values().sum::<usize>() > 0,
+        "the kill cut open streams"
+    );
+    // The store opens cleanly after the crash (SQLite replays its WAL) and serves again.
+    let restarted = Process::serve(&db.url, &[]);
+    let mut client = LogIngestClient::connect(format!("http://{}", restarted.grpc))
+        .await
+        .unwrap();
+    let response = push(&mut client, vec![vec![record("after the crash")]])
+        .await
+        .unwrap();
+    assert_eq!(response.accepted, 1);
+}
+on_both_backends!(sigkill, sigkill_under_load_loses_no_acknowledged_record);
+
+/// The service reaches PostgreSQL through a proxy that the test cuts for a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
+    let Some(db) = TestDb::create(Backend::Postgres, "store_outage").await else {
+        return;
+    };
+    let upstream = "127.0.0.1:5432".parse().unwrap();
+    let proxy = Proxy::start(upstream).await;
+    let (_, database) = db.url.rsplit_once('/').unwrap();
+    let user = db
+        .url
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.split_once('@'))
+        .map(|(user, _)| user)
+        .unwrap();
+    // A process of its own, so the store_up gauge is this server's alone.
+    let url = format!("postgres://{user}@{}/{database}", proxy.addr);
+    let mut server = Process::serve(&url, &["--store-retry-timeout", "2s"]);
+    let load = Load::start(format!("http://{}", server.grpc), 4);
+    wait_until("load is flowing", Duration::from_secs(30), async || {
+        load.acked_count() >= 2_000
+    })
+    .await;
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    wait_until("/readyz turns false", Duration::from_secs(30), async || {
+        matches!(http_get(server.http, "/readyz").await, Ok((503, _)))
+    })
+    .await;
+    // Hold the outage past the retry timeout so some streams must give up.
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(cut_at.elapsed())).await;
+    let acked_during_outage = load.acked_count();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        load.acked_count(),
+        acked_during_outage,
+        "nothing is acknowledged while the store is unreachable"
+    );
+    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("loghaul_store_up 0"),
+        "the store_up gauge shows the outage"
+    );
+
+    proxy.restore().await;
+    wait_until(
+        "/readyz turns true again",
+        Duration::from_secs(30),
+        async || matches!(http_get(server.http, "/readyz").await, Ok((200, _))),
+    )
+    .await;
+    let recovered_from = load.acked_count();
+    wait_until(
+        "throughput recovers without a restart",
+        Duration::from_secs(30),
+        async || load.acked_count() >= recovered_from + 2_000,
+    )
+    .await;
+    let (acked, failures) = load.finish().await;
+    assert!(
+        failures.get(&Code::Unavailable).copied().unwrap_or(0) > 0,
+        "streams that could not commit end with UNAVAILABLE: {failures:?}"
+    );
+    assert_eq!(
+        failures.keys().copied().collect::<Vec<_>>(),
+        vec![Code::Unavailable],
+        "UNAVAILABLE is the only failure"
+    );
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
+    assert_all_stored(&acked, &stored_copies(&db).await);
+}
+
+/// Every backend of the service's database is terminated, repeatedly, while streams push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_database_backends_are_retried_without_losing_acknowledged_records() {
+    let Some(db) = TestDb::create(Backend::Postgres, "terminated_backends").await else {
+        return;
+    };
+    let server = TestServer::start(common::config(&db)).await;
+    let load = Load::start(format!("http://{}", server.grpc), 8);
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut terminated = 0;
+    for _ in 0..5 {
+        let before = load.acked_count();
+        wait_until(
+            "streams keep being acknowledged",
+            Duration::from_secs(30),
+            async || load.acked_count() >= before + 1_000,
+        )
+        .await;
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+        terminated += killed.len();
+    }
+    let before = load.acked_count();
+    wait_until("throughput recovers", Duration::from_secs(30), async || {
+        load.acked_count() >= before + 1_000
+    })
+    .await;
+    let (acked, failures) = load.finish().await;
+    assert!(terminated >= 5, "backends were terminated ({terminated})");
+    assert!(
+        failures.keys().all(|code| *code == Code::Unavailable),
+        "a stream fails only with UNAVAILABLE: {failures:?}"
+    );
+    server.stop().await;
+    assert_all_stored(&acked, &stored_copies(&db).await);
+}
+
+/// A small tmpfs mounted for one test and unmounted on drop; `None` where mounting is not allowed.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then_some(SmallDisk { dir })
+    }
+
+    fn resize(&self, size: &str) {
+        let status = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// SQLite on a disk that fills up: streams get UNAVAILABLE naming the cause, the service stays up,
+/// and once there is room again it stores without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_a_clear_unavailable_and_recovers_when_space_returns() {
+    let Some(disk) = SmallDisk::mount("4m") else {
+        assert!(
+            std::env::var("LOGHAUL_REQUIRE_FAULTS").as_deref() != Ok("1"),
+            "LOGHAUL_REQUIRE_FAULTS=1 but a tmpfs cannot be mounted (needs root)"
+        );
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "*** SKIPPED a_full_disk_is_a_clear_unavailable_and_recovers_when_space_returns: mounting a tmpfs needs root ***"
+        );
+        return;
+    };
+    let url = format!("sqlite://{}", disk.dir.path().join("logs.db").display());
+    let mut server = Process::serve(&url, &["--store-retry-timeout", "1s"]);
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    let mut acked = HashSet::new();
+    let mut refusal = None;
+    for stream in 0..400 {
+        let messages: Vec<String> = (0..200)
+            .map(|n| format!("s{stream}-n{n}-{}", "x".repeat(200)))
+            .collect();
+        match push(&mut client, vec![messages.iter().map(record).collect()]).await {
+            Ok(response) => {
+                assert_eq!(response.accepted, 200);
+                acked.extend(messages);
+            }
+            Err(status) => {
+                refusal = Some(status);
+                break;
+            }
+        }
+    }
+    let status = refusal.expect("4 MiB fill up before 400 streams of 200 records");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("full"),
+        "the status names the cause: {:?}",
+        status.message()
+    );
+    // The process is alive and answers its probes.
+    assert!(http_get(server.http, "/healthz").await.is_ok());
+
+    disk.resize("64m");
+    let mut stored_after = false;
+    for _ in 0..50 {
+        if let Ok(response) = push(&mut client, vec![vec![record("room again")]]).await {
+            assert_eq!(response.accepted, 1);
+            stored_after = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored_after, "the service stores again once space returns");
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
+    assert!(
+        !server.logs().iter().any(|line| line.contains("panicked")),
+        "no panic"
+    );
+    let copies = stored_copies_at(Backend::Sqlite, &url).await;
+    assert_all_stored(&acked, &copies);
+    assert!(copies.contains_key("room again"));
+}
