@@ -130,14 +130,14 @@ async fn read_lines(
         records.push(parse_line(&line, service));
         if records.len() == RECORDS_PER_CHUNK {
             let full = std::mem::replace(&mut records, Vec::with_capacity(RECORDS_PER_CHUNK));
-            if chunks.send(PushRequest { records: full }).await.is_err() {
+            if chunks.send(PushRequest { records: full, ..Default::default() }).await.is_err() {
                 // The stream ended early; its status tells the user why.
                 return Ok(());
             }
         }
     }
     if !records.is_empty() {
-        let _ = chunks.send(PushRequest { records }).await;
+        let _ = chunks.send(PushRequest { records, ..Default::default() }).await;
     }
     Ok(())
 }

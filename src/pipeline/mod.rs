@@ -28,11 +28,22 @@ use ack::AckReceiver;
 use batcher::{BatchLimits, Batcher};
 use writer::Writer;
 
+/// The name a client gave a chunk so that a retry of it is stored once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerSequence {
+    /// The producer's id, 1 to 64 bytes.
+    pub producer_id: Vec<u8>,
+    /// The chunk's number within its producer.
+    pub sequence: u64,
+}
+
 /// Records of one stream message on their way to the database.
 #[derive(Debug)]
 pub struct Chunk {
     /// Tenant that sent them.
     pub tenant: Arc<str>,
+    /// Set when the chunk is stored at most once per (tenant, producer, sequence).
+    pub key: Option<ProducerSequence>,
     /// The valid records of the message, in stream order.
     pub records: Vec<Record>,
     /// What they are charged against the byte budget.
@@ -184,7 +195,7 @@ impl Ingress {
         Ok(Reservation(permit))
     }
 
-    /// Queues records for `shard`, charging their `bytes` (the sum of [`Record::size_bytes`],
+    /// Queues records for `shard` (deduplicated by `key` when it is given), charging their `bytes` (the sum of [`Record::size_bytes`],
     /// which the caller has already computed for the rate limit) to `held` (a reservation taken
     /// before the message was read, topped up or trimmed) and waiting until `deadline` for room in
     /// the queue. The receiver resolves once the records are committed (or have failed for good).
@@ -192,6 +203,7 @@ impl Ingress {
         &self,
         shard: usize,
         tenant: Arc<str>,
+        key: Option<ProducerSequence>,
         records: Vec<Record>,
         bytes: usize,
         held: Option<Reservation>,
@@ -232,6 +244,7 @@ impl Ingress {
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
             tenant,
+            key,
             records,
             bytes,
             enqueued_at: Instant::now(),

@@ -357,7 +357,7 @@ pub async fn push(
     client: &mut LogIngestClient<Channel>,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    let requests = chunks.into_iter().map(|records| PushRequest { records, ..Default::default() });
     client
         .push(tokio_stream::iter(requests))
         .await
@@ -376,7 +376,7 @@ pub async fn push_as(
     key: &str,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    let requests = chunks.into_iter().map(|records| PushRequest { records, ..Default::default() });
     client
         .push(with_key(key, tokio_stream::iter(requests)))
         .await

@@ -85,16 +85,17 @@ impl OtlpLogsService {
                 .enqueue(
                     shard,
                     Arc::clone(tenant.name()),
+                    None,
                     records,
                     bytes,
                     None,
                     deadline,
                 )
                 .await?;
-            let refused = ack.await.map_err(|_| {
+            let stored = ack.await.map_err(|_| {
                 StoreError::Unavailable("the batch was dropped before its commit".into())
             })??;
-            for row in refused {
+            for row in stored.refused {
                 let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
                 tally.reject(queued_at[row.position], reason);
             }
