@@ -302,7 +302,13 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
             let records = (0..100)
                 .map(|n| record(format!("{stream}-{chunk}-{n}")))
                 .collect();
-            chunks.send(PushRequest { records, ..Default::default() }).await.unwrap();
+            chunks
+                .send(PushRequest {
+                    records,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
         }
         senders.push((stream, chunks));
         responses.push(tokio::spawn(async move {
@@ -318,7 +324,13 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
             let records = (0..100)
                 .map(|n| record(format!("{stream}-{chunk}-{n}")))
                 .collect();
-            chunks.send(PushRequest { records, ..Default::default() }).await.unwrap();
+            chunks
+                .send(PushRequest {
+                    records,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
         }
     }
     let mut acknowledged = 0;

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::client::codec::PreEncoded;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use crate::client::codec::PreEncoded;
 use tonic::transport::{Channel, Endpoint};
 
 use super::workload::Protocol;

@@ -91,7 +91,11 @@ mod tests {
         let caps = [100, 200, 400, 400, 400];
         for (delay, cap) in delays.iter().zip(caps) {
             let cap = Duration::from_millis(cap);
-            assert!(*delay >= cap / 2 && *delay <= cap, "{delay:?} within [{:?}, {cap:?}]", cap / 2);
+            assert!(
+                *delay >= cap / 2 && *delay <= cap,
+                "{delay:?} within [{:?}, {cap:?}]",
+                cap / 2
+            );
         }
         backoff.reset();
         assert!(backoff.delay(None) <= Duration::from_millis(100));
@@ -132,7 +136,9 @@ mod tests {
     fn only_transient_failures_are_retried() {
         assert!(is_retryable(&Status::unavailable("down")));
         assert!(is_retryable(&Status::resource_exhausted("overloaded")));
-        assert!(!is_retryable(&Status::resource_exhausted("request too large: 5 MB")));
+        assert!(!is_retryable(&Status::resource_exhausted(
+            "request too large: 5 MB"
+        )));
         assert!(!is_retryable(&Status::unauthenticated("no key")));
     }
 }

@@ -110,7 +110,9 @@ mod tests {
     #[test]
     fn drop_newest_never_waits_and_refuses_past_capacity() {
         let slots = Slots::new(3);
-        let taken = (0..5).filter(|_| slots.take(FullPolicy::DropNewest)).count();
+        let taken = (0..5)
+            .filter(|_| slots.take(FullPolicy::DropNewest))
+            .count();
         assert_eq!((taken, slots.used()), (3, 3));
         slots.release(2);
         assert!(slots.take(FullPolicy::DropNewest));

@@ -198,9 +198,7 @@ impl Shipper {
 
     /// The counters now.
     pub fn stats(&self) -> ShipperStats {
-        self.shared
-            .counters
-            .snapshot(self.shared.slots.used())
+        self.shared.counters.snapshot(self.shared.slots.used())
     }
 
     /// Records the server refused so far (the first 1000), with their push-order numbers.
@@ -268,7 +266,10 @@ impl Shipper {
 
 impl Shared {
     fn set_error(&self, error: String) {
-        *self.last_error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(error);
     }
 }
 
@@ -366,9 +367,14 @@ impl Task {
                 }
             }
             let can_send = !self.queue.is_empty()
-                && self.paused_until.is_none_or(|until| Instant::now() >= until)
+                && self
+                    .paused_until
+                    .is_none_or(|until| Instant::now() >= until)
                 && (self.open.is_some() || self.answers.len() < self.config.max_streams);
-            if self.paused_until.is_some_and(|until| Instant::now() >= until) {
+            if self
+                .paused_until
+                .is_some_and(|until| Instant::now() >= until)
+            {
                 self.paused_until = None;
             }
             if can_send && self.open.is_none() {
@@ -433,7 +439,8 @@ impl Task {
         }
         self.batch_bytes += record.encoded_len() + 4;
         self.batch.push(record);
-        if self.batch.len() >= self.config.chunk_records || self.batch_bytes >= self.config.chunk_bytes
+        if self.batch.len() >= self.config.chunk_records
+            || self.batch_bytes >= self.config.chunk_bytes
         {
             self.seal();
         }

@@ -37,6 +37,15 @@ pub struct ProducerSequence {
     pub sequence: u64,
 }
 
+/// Who sent a chunk and, when it is deduplicated, its name.
+#[derive(Clone, Debug)]
+pub struct ChunkSource {
+    /// Tenant that sent it.
+    pub tenant: Arc<str>,
+    /// Set when the chunk is stored at most once per (tenant, producer, sequence).
+    pub key: Option<ProducerSequence>,
+}
+
 /// Records of one stream message on their way to the database.
 #[derive(Debug)]
 pub struct Chunk {
@@ -195,15 +204,14 @@ impl Ingress {
         Ok(Reservation(permit))
     }
 
-    /// Queues records for `shard` (deduplicated by `key` when it is given), charging their `bytes` (the sum of [`Record::size_bytes`],
+    /// Queues records from `source` for `shard` (deduplicated when the source names a key), charging their `bytes` (the sum of [`Record::size_bytes`],
     /// which the caller has already computed for the rate limit) to `held` (a reservation taken
     /// before the message was read, topped up or trimmed) and waiting until `deadline` for room in
     /// the queue. The receiver resolves once the records are committed (or have failed for good).
     pub async fn enqueue(
         &self,
         shard: usize,
-        tenant: Arc<str>,
-        key: Option<ProducerSequence>,
+        source: ChunkSource,
         records: Vec<Record>,
         bytes: usize,
         held: Option<Reservation>,
@@ -243,8 +251,8 @@ impl Ingress {
         self.wait_histogram.record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
-            tenant,
-            key,
+            tenant: source.tenant,
+            key: source.key,
             records,
             bytes,
             enqueued_at: Instant::now(),

@@ -17,7 +17,7 @@ use super::validate::{validate, Limits};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::ack::AckResult;
-use crate::pipeline::{Ingress, ProducerSequence};
+use crate::pipeline::{ChunkSource, Ingress, ProducerSequence};
 use crate::proto::v1::log_ingest_server::LogIngest;
 use crate::proto::v1::{PushRequest, PushResponse, Rejection};
 use crate::server::validate::RejectReason;
@@ -153,8 +153,10 @@ impl IngestService {
                 .ingress
                 .enqueue(
                     shard,
-                    Arc::clone(tenant.name()),
-                    key,
+                    ChunkSource {
+                        tenant: Arc::clone(tenant.name()),
+                        key,
+                    },
                     records,
                     bytes,
                     held,
@@ -299,7 +301,11 @@ mod tests {
         assert_eq!(chunk_key(Some(vec![1]), None).unwrap(), None);
         let key = chunk_key(Some(vec![7; 16]), Some(3)).unwrap().unwrap();
         assert_eq!((key.producer_id.len(), key.sequence), (16, 3));
-        for (id, sequence) in [(None, Some(1)), (Some(vec![]), Some(1)), (Some(vec![0; 65]), Some(1))] {
+        for (id, sequence) in [
+            (None, Some(1)),
+            (Some(vec![]), Some(1)),
+            (Some(vec![0; 65]), Some(1)),
+        ] {
             let err = chunk_key(id, sequence).unwrap_err();
             assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
         }

@@ -77,7 +77,7 @@ fn claimed_in_order<'a>(
 }
 
 /// The rows to write: all but those of claims that failed.
-fn kept_rows<'r, 'a>(rows: &'r [Row<'a>], claims: &[Claim<'_>], claimed: &[bool]) -> Vec<Row<'a>> {
+fn kept_rows<'a>(rows: &[Row<'a>], claims: &[Claim<'_>], claimed: &[bool]) -> Vec<Row<'a>> {
     let mut skip = vec![false; rows.len()];
     for (claim, won) in claims.iter().zip(claimed) {
         if !won {
@@ -276,9 +276,16 @@ mod tests {
 
     #[test]
     fn the_first_claim_of_a_key_wins_and_the_others_are_duplicates() {
-        let claims = [claim("a", 1, 0..2), claim("a", 2, 2..3), claim("a", 1, 3..5)];
+        let claims = [
+            claim("a", 1, 0..2),
+            claim("a", 2, 2..3),
+            claim("a", 1, 3..5),
+        ];
         let inserted = [("a".to_owned(), b"p".to_vec(), 1)];
-        assert_eq!(claimed_in_order(&claims, inserted), vec![true, false, false]);
+        assert_eq!(
+            claimed_in_order(&claims, inserted),
+            vec![true, false, false]
+        );
     }
 
     #[test]

@@ -31,7 +31,9 @@ const PRUNE_SQL: &str = "DELETE FROM producer_chunks WHERE ctid = ANY(ARRAY( \
      SELECT ctid FROM producer_chunks WHERE stored_at < $1 LIMIT $2))";
 
 /// The batch insert with its array binds.
-fn insert_query<'q>(rows: impl ExactSizeIterator<Item = &'q Row<'q>>) -> Query<'q, Postgres, PgArguments> {
+fn insert_query<'q>(
+    rows: impl ExactSizeIterator<Item = &'q Row<'q>>,
+) -> Query<'q, Postgres, PgArguments> {
     let count = rows.len();
     let mut tenants: Vec<&str> = Vec::with_capacity(count);
     let mut timestamps: Vec<DateTime<Utc>> = Vec::with_capacity(count);
@@ -122,7 +124,12 @@ impl PostgresStore {
         let fail = |err| classify(err, is_data_error);
         let mut tx = self.pool.begin().await.map_err(fail)?;
         let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
-            .bind(claims.iter().map(|claim| claim.key.tenant).collect::<Vec<_>>())
+            .bind(
+                claims
+                    .iter()
+                    .map(|claim| claim.key.tenant)
+                    .collect::<Vec<_>>(),
+            )
             .bind(
                 claims
                     .iter()

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use super::mapping::{self, Shared};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
-use crate::pipeline::Ingress;
+use crate::pipeline::{ChunkSource, Ingress};
 use crate::server::admission::{admit, respond};
 use crate::server::validate::{validate, Limits, RejectReason};
 use crate::storage::StoreError;
@@ -84,8 +84,10 @@ impl OtlpLogsService {
                 .ingress
                 .enqueue(
                     shard,
-                    Arc::clone(tenant.name()),
-                    None,
+                    ChunkSource {
+                        tenant: Arc::clone(tenant.name()),
+                        key: None,
+                    },
                     records,
                     bytes,
                     None,
