@@ -40,6 +40,9 @@ pub enum IngestError {
         /// The configured maximum.
         limit: u64,
     },
+    /// A chunk's producer_id or sequence is malformed.
+    #[error("invalid chunk: {0}")]
+    InvalidChunk(String),
     /// The service is draining for shutdown and takes no more records.
     #[error("loghaul is shutting down; retry on another replica")]
     ShuttingDown,
@@ -61,6 +64,7 @@ impl IngestError {
             IngestError::Backpressure { .. } => "backpressure",
             IngestError::RateLimited { .. } => "rate_limited",
             IngestError::RequestTooLarge { .. } => "request_too_large",
+            IngestError::InvalidChunk(_) => "invalid_chunk",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
             IngestError::Stream(_) => "stream_error",
@@ -98,6 +102,7 @@ impl From<IngestError> for Status {
                 retry_after.max(Duration::from_millis(1)),
             ),
             IngestError::RequestTooLarge { .. } => Status::new(Code::ResourceExhausted, message),
+            IngestError::InvalidChunk(_) => Status::invalid_argument(message),
             IngestError::ShuttingDown => {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }

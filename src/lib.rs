@@ -19,7 +19,9 @@
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
-//! - [`send`]: the `loghaul send` client; [`cli`]: `loghaul query` and `loghaul tail`.
+//! - [`client`]: the Rust client — a [`client::Shipper`] that batches, retries without
+//!   duplicates (producer id + sequence) and never blocks the application, and a tracing layer.
+//! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
 //! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling) and
 //!   `loghaul bench-query` (Query pages on a large table).
 //!
@@ -29,6 +31,7 @@
 pub mod auth;
 pub mod bench;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod error;
 pub mod observability;

@@ -1,6 +1,8 @@
 //! The `loghaul` binary: parses the command line and hands over to the library.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -31,8 +33,8 @@ enum Command {
     Serve(ServeConfig),
     /// Apply database migrations and exit.
     Migrate(MigrateArgs),
-    /// Stream lines from files or stdin to a server; exit 0 if all were accepted, 1 if some were
-    /// rejected, 2 on failure.
+    /// Ship lines from files or stdin (or follow a file with --follow) to a server, retrying
+    /// without duplicates; exit 0 if all were accepted, 1 if some were rejected, 2 on failure.
     Send(SendArgs),
     /// Measure throughput, ack latency and memory over real gRPC.
     Bench(BenchArgs),
@@ -44,6 +46,8 @@ enum Command {
     Tail(TailArgs),
     /// Load synthetic rows into an empty PostgreSQL database and time Query pages (p50/p99).
     BenchQuery(BenchQueryArgs),
+    /// Push records through one client shipper and report records/s acknowledged.
+    BenchShipper(loghaul::bench::shipper::BenchShipperArgs),
 }
 
 #[derive(clap::Args)]
@@ -85,6 +89,10 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Send(args) => Ok(send(args).await),
+            Command::BenchShipper(args) => {
+                loghaul::bench::shipper::run(args).await?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Bench(args) => {
                 loghaul::bench::run(args).await?;
                 Ok(ExitCode::SUCCESS)
@@ -129,14 +137,24 @@ async fn migrate(url: &str) -> anyhow::Result<()> {
 }
 
 async fn send(args: SendArgs) -> ExitCode {
-    match loghaul::send::send(args).await {
+    let stop = Arc::new(AtomicBool::new(false));
+    let signalled = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let outcome = loghaul::send::send(args, stop).await;
+    signalled.abort();
+    match outcome {
         Ok(summary) => {
             println!(
                 "accepted {} rejected {}",
                 summary.accepted, summary.rejected
             );
             for rejection in &summary.rejections {
-                println!("  record {}: {}", rejection.index, rejection.reason);
+                println!("  record {}: {}", rejection.record, rejection.reason);
             }
             if summary.rejected == 0 {
                 ExitCode::SUCCESS

@@ -267,6 +267,7 @@ async fn a_client_that_vanishes_mid_stream_leaves_nothing_hanging(db: &TestDb) {
     chunks
         .send(PushRequest {
             records: vec![record("before-vanishing")],
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -301,7 +302,13 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
             let records = (0..100)
                 .map(|n| record(format!("{stream}-{chunk}-{n}")))
                 .collect();
-            chunks.send(PushRequest { records }).await.unwrap();
+            chunks
+                .send(PushRequest {
+                    records,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
         }
         senders.push((stream, chunks));
         responses.push(tokio::spawn(async move {
@@ -317,7 +324,13 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
             let records = (0..100)
                 .map(|n| record(format!("{stream}-{chunk}-{n}")))
                 .collect();
-            chunks.send(PushRequest { records }).await.unwrap();
+            chunks
+                .send(PushRequest {
+                    records,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
         }
     }
     let mut acknowledged = 0;

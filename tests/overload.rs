@@ -18,6 +18,7 @@ use tonic::Code;
 fn chunk(tag: &str, records: usize) -> PushRequest {
     PushRequest {
         records: (0..records).map(|n| record(format!("{tag}-{n}"))).collect(),
+        ..Default::default()
     }
 }
 

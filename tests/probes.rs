@@ -116,6 +116,7 @@ async fn readiness_turns_off_while_draining() {
     chunks
         .send(loghaul::proto::v1::PushRequest {
             records: vec![record("open")],
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -28,7 +28,14 @@ async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
                 let records = (0..100)
                     .map(|n| record(format!("{stream}-{chunk}-{n}")))
                     .collect();
-                if chunks.send(PushRequest { records }).await.is_err() {
+                if chunks
+                    .send(PushRequest {
+                        records,
+                        ..Default::default()
+                    })
+                    .await
+                    .is_err()
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -186,6 +186,7 @@ async fn one_replica_at_a_time_runs_retention() {
     let config = RetentionConfig {
         keep: Some(TimeDelta::days(2)),
         interval: Duration::from_secs(60),
+        dedup_window: Duration::from_secs(86400),
         database_url: db.url.clone(),
     };
     let mut other_replica = PgConnection::connect(&db.url).await.unwrap();
@@ -289,6 +290,7 @@ async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
     let config = RetentionConfig {
         keep: Some(TimeDelta::days(2)),
         interval: Duration::from_secs(60),
+        dedup_window: Duration::from_secs(86400),
         database_url: db.url.clone(),
     };
     run_once(&store, &config).await.unwrap();

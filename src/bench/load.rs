@@ -1,17 +1,15 @@
 //! Drives a server over real gRPC: concurrent Push streams of pre-encoded chunks, each answered
 //! only after its records are committed, with the ack latency of every stream recorded.
 
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes};
+use crate::client::codec::PreEncoded;
+use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::codec::{Codec, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
-use tonic::Status;
 
 use super::workload::Protocol;
 use crate::auth::request_with_key;
@@ -310,42 +308,5 @@ impl StreamContext {
             }
         }
         outcome
-    }
-}
-
-/// A codec that sends already-encoded protobuf bytes and decodes the response with prost.
-struct PreEncoded<R>(PhantomData<R>);
-
-impl<R> Default for PreEncoded<R> {
-    fn default() -> Self {
-        PreEncoded(PhantomData)
-    }
-}
-
-impl<R: prost::Message + Default + Send + 'static> Codec for PreEncoded<R> {
-    type Encode = Bytes;
-    type Decode = R;
-    type Encoder = BytesEncoder;
-    type Decoder = tonic_prost::ProstDecoder<R>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        BytesEncoder
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstDecoder::<R>::default()
-    }
-}
-
-/// Writes the bytes as they are.
-struct BytesEncoder;
-
-impl Encoder for BytesEncoder {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod copy_ceiling;
 pub mod load;
 pub mod query;
 pub mod server_process;
+pub mod shipper;
 pub mod workload;
 
 use std::io::Write;
@@ -298,7 +299,7 @@ fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {
+pub(crate) async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {
     let sql = "SELECT count(*) FROM logs";
     if is_postgres(url) {
         let mut conn = sqlx::PgConnection::connect(url).await?;

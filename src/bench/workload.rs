@@ -111,6 +111,7 @@ pub fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
         let bytes = match protocol {
             Protocol::Native => PushRequest {
                 records: chunk.clone(),
+                ..Default::default()
             }
             .encode_to_vec(),
             Protocol::Otlp => otlp_request(&chunk).encode_to_vec(),

@@ -182,6 +182,12 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_RETENTION_INTERVAL", default_value = "10m")]
     pub retention_interval: HumanDuration,
 
+    /// How long a chunk's (producer_id, sequence) is remembered, so a retry within it is stored
+    /// once; keys older than this are deleted by the retention task (a retry after that is
+    /// stored again).
+    #[arg(long, env = "LOGHAUL_DEDUP_WINDOW", default_value = "24h")]
+    pub dedup_window: HumanDuration,
+
     /// Connections for Query and Tail, separate from the writers so reads never wait behind ingest.
     #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
     pub read_max_connections: u32,

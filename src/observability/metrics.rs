@@ -59,6 +59,21 @@ fn describe() {
         "Records refused, by reason; each is reported to its client with its index."
     );
     describe_counter!(
+        "loghaul_duplicate_chunks_total",
+        Unit::Count,
+        "Chunks not stored because their (producer_id, sequence) already was: retries, reported accepted."
+    );
+    describe_counter!(
+        "loghaul_duplicate_records_total",
+        Unit::Count,
+        "Records of those duplicate chunks."
+    );
+    describe_counter!(
+        "loghaul_chunk_keys_pruned_total",
+        Unit::Count,
+        "Chunk keys deleted after the dedup window (--dedup-window)."
+    );
+    describe_counter!(
         "loghaul_records_failed_total",
         Unit::Count,
         "Records whose batch could not be stored after retries; their streams got UNAVAILABLE."

@@ -14,9 +14,18 @@ pub struct RowRejection {
     pub reason: String,
 }
 
-/// The outcome of one chunk: which of its records the database refused (usually none), or why
-/// none of them was stored.
-pub type AckResult = Result<Vec<RowRejection>, StoreError>;
+/// What became of a chunk's records once its batch was committed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stored {
+    /// Records the database refused (usually none).
+    pub refused: Vec<RowRejection>,
+    /// The chunk's (producer, sequence) had already been stored: nothing was written again and
+    /// its records count as accepted.
+    pub duplicate: bool,
+}
+
+/// The outcome of one chunk, or why none of its records was stored.
+pub type AckResult = Result<Stored, StoreError>;
 
 /// Resolved by the batcher.
 pub type AckSender = oneshot::Sender<AckResult>;

@@ -9,11 +9,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::ack::RowRejection;
-use super::writer::Writer;
+use super::ack::{RowRejection, Stored};
+use super::writer::{Span, Writer, Written};
 use super::Chunk;
 use crate::server::validate::RejectReason;
-use crate::storage::Row;
+use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.
 #[derive(Clone, Copy, Debug)]
@@ -146,8 +146,25 @@ impl Batcher {
                 })
             })
             .collect();
+        let mut offset = 0;
+        let spans: Vec<Span<'_>> = chunks
+            .iter()
+            .map(|chunk| {
+                let start = offset;
+                offset += chunk.records.len();
+                Span {
+                    rows: start..offset,
+                    key: chunk.key.as_ref().map(|key| ChunkKey {
+                        tenant: &chunk.tenant,
+                        producer_id: &key.producer_id,
+                        sequence: key.sequence,
+                    }),
+                }
+            })
+            .collect();
         let started = Instant::now();
-        let outcome = self.writer.write(&rows).await;
+        let outcome = self.writer.write(&rows, &spans).await;
+        drop(spans);
         drop(rows);
 
         let shard_label = shard.to_owned();
@@ -162,14 +179,25 @@ impl Batcher {
             .increment(1);
 
         match outcome {
-            Ok(rejected) => {
-                let committed = row_count - rejected.len();
+            Ok(written) => {
+                let (duplicate_chunks, duplicate_rows) = chunks
+                    .iter()
+                    .zip(&written.duplicate)
+                    .filter(|(_, duplicate)| **duplicate)
+                    .fold((0, 0), |(count, rows), (chunk, _)| {
+                        (count + 1, rows + chunk.records.len())
+                    });
+                let committed = row_count - written.refused.len() - duplicate_rows;
                 counter!("loghaul_records_committed_total").increment(committed as u64);
-                if !rejected.is_empty() {
-                    counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str())
-                        .increment(rejected.len() as u64);
+                if duplicate_chunks > 0 {
+                    counter!("loghaul_duplicate_chunks_total").increment(duplicate_chunks);
+                    counter!("loghaul_duplicate_records_total").increment(duplicate_rows as u64);
                 }
-                resolve(chunks, rejected);
+                if !written.refused.is_empty() {
+                    counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str())
+                        .increment(written.refused.len() as u64);
+                }
+                resolve(chunks, written);
             }
             Err(err) => {
                 tracing::error!(shard, rows = row_count, error = %err, "batch not stored; its streams get UNAVAILABLE");
@@ -183,11 +211,12 @@ impl Batcher {
     }
 }
 
-/// Sends each chunk its outcome; `rejected` holds batch-wide row positions in ascending order.
-fn resolve(chunks: Vec<Chunk>, rejected: Vec<(usize, String)>) {
-    let mut rejected = rejected.into_iter().peekable();
+/// Sends each chunk its outcome; `written.refused` holds batch-wide row positions in ascending
+/// order.
+fn resolve(chunks: Vec<Chunk>, written: Written) {
+    let mut rejected = written.refused.into_iter().peekable();
     let mut offset = 0;
-    for chunk in chunks {
+    for (chunk, duplicate) in chunks.into_iter().zip(written.duplicate) {
         let end = offset + chunk.records.len();
         let mut mine = Vec::new();
         while let Some((position, reason)) = rejected.next_if(|(position, _)| *position < end) {
@@ -197,7 +226,10 @@ fn resolve(chunks: Vec<Chunk>, rejected: Vec<(usize, String)>) {
             });
         }
         offset = end;
-        let _ = chunk.ack.send(Ok(mine));
+        let _ = chunk.ack.send(Ok(Stored {
+            refused: mine,
+            duplicate,
+        }));
     }
 }
 

@@ -28,11 +28,31 @@ use ack::AckReceiver;
 use batcher::{BatchLimits, Batcher};
 use writer::Writer;
 
+/// The name a client gave a chunk so that a retry of it is stored once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerSequence {
+    /// The producer's id, 1 to 64 bytes.
+    pub producer_id: Vec<u8>,
+    /// The chunk's number within its producer.
+    pub sequence: u64,
+}
+
+/// Who sent a chunk and, when it is deduplicated, its name.
+#[derive(Clone, Debug)]
+pub struct ChunkSource {
+    /// Tenant that sent it.
+    pub tenant: Arc<str>,
+    /// Set when the chunk is stored at most once per (tenant, producer, sequence).
+    pub key: Option<ProducerSequence>,
+}
+
 /// Records of one stream message on their way to the database.
 #[derive(Debug)]
 pub struct Chunk {
     /// Tenant that sent them.
     pub tenant: Arc<str>,
+    /// Set when the chunk is stored at most once per (tenant, producer, sequence).
+    pub key: Option<ProducerSequence>,
     /// The valid records of the message, in stream order.
     pub records: Vec<Record>,
     /// What they are charged against the byte budget.
@@ -184,14 +204,14 @@ impl Ingress {
         Ok(Reservation(permit))
     }
 
-    /// Queues records for `shard`, charging their `bytes` (the sum of [`Record::size_bytes`],
+    /// Queues records from `source` for `shard` (deduplicated when the source names a key), charging their `bytes` (the sum of [`Record::size_bytes`],
     /// which the caller has already computed for the rate limit) to `held` (a reservation taken
     /// before the message was read, topped up or trimmed) and waiting until `deadline` for room in
     /// the queue. The receiver resolves once the records are committed (or have failed for good).
     pub async fn enqueue(
         &self,
         shard: usize,
-        tenant: Arc<str>,
+        source: ChunkSource,
         records: Vec<Record>,
         bytes: usize,
         held: Option<Reservation>,
@@ -231,7 +251,8 @@ impl Ingress {
         self.wait_histogram.record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
-            tenant,
+            tenant: source.tenant,
+            key: source.key,
             records,
             bytes,
             enqueued_at: Instant::now(),

@@ -36,6 +36,8 @@ pub struct RetentionConfig {
     pub keep: Option<TimeDelta>,
     /// Time between runs.
     pub interval: Duration,
+    /// Chunk keys older than this are deleted (the dedup window).
+    pub dedup_window: Duration,
     /// The database URL (PostgreSQL runs on a connection of its own, with a short lock timeout).
     pub database_url: String,
 }
@@ -53,6 +55,8 @@ pub struct RunReport {
     pub rows_deleted: u64,
     /// BRIN page ranges summarized (PostgreSQL), so reads can skip them.
     pub ranges_summarized: u64,
+    /// Chunk keys deleted because they left the dedup window.
+    pub chunk_keys_pruned: u64,
 }
 
 /// Why a run failed.
@@ -73,6 +77,7 @@ impl RetentionConfig {
             keep: (!config.retention.0.is_zero())
                 .then(|| TimeDelta::from_std(config.retention.0).unwrap_or(TimeDelta::MAX)),
             interval: config.retention_interval.0,
+            dedup_window: config.dedup_window.0,
             database_url: config.database_url.clone(),
         }
     }
@@ -116,6 +121,23 @@ pub async fn run_once(
             }),
         },
     };
+    // Every replica prunes: the delete is idempotent and cheap when another replica already did it.
+    let outcome = match outcome {
+        Ok(mut report) => {
+            let window = TimeDelta::from_std(config.dedup_window).unwrap_or(TimeDelta::MAX);
+            let edge = Utc::now()
+                .checked_sub_signed(window)
+                .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
+            match store.prune_chunk_keys(edge).await {
+                Ok(pruned) => {
+                    report.chunk_keys_pruned = pruned;
+                    Ok(report)
+                }
+                Err(err) => Err(RetentionError::Store(err)),
+            }
+        }
+        Err(err) => Err(err),
+    };
     histogram!("loghaul_retention_run_duration_seconds").record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(report) if report.ran => "ok",
@@ -128,6 +150,7 @@ pub async fn run_once(
         counter!("loghaul_retention_partitions_dropped_total").increment(report.partitions_dropped);
         counter!("loghaul_retention_rows_deleted_total").increment(report.rows_deleted);
         counter!("loghaul_brin_ranges_summarized_total").increment(report.ranges_summarized);
+        counter!("loghaul_chunk_keys_pruned_total").increment(report.chunk_keys_pruned);
         if report.ran {
             gauge!("loghaul_retention_last_run_timestamp_seconds")
                 .set(Utc::now().timestamp_millis() as f64 / 1000.0);
@@ -158,6 +181,7 @@ pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationTo
                 partitions_dropped = report.partitions_dropped,
                 rows_deleted = report.rows_deleted,
                 ranges_summarized = report.ranges_summarized,
+                chunk_keys_pruned = report.chunk_keys_pruned,
                 "retention run finished"
             ),
             Ok(_) => tracing::debug!("retention skipped: another replica holds the lock"),

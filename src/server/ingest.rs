@@ -17,7 +17,7 @@ use super::validate::{validate, Limits};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
 use crate::pipeline::ack::AckResult;
-use crate::pipeline::Ingress;
+use crate::pipeline::{ChunkSource, Ingress, ProducerSequence};
 use crate::proto::v1::log_ingest_server::LogIngest;
 use crate::proto::v1::{PushRequest, PushResponse, Rejection};
 use crate::server::validate::RejectReason;
@@ -30,6 +30,34 @@ pub const MAX_REPORTED_REJECTIONS: usize = 1000;
 /// How long a stream may hold its reservation while the client sends nothing; after that it waits
 /// for the next message without one (idle streams hold no budget).
 const IDLE_RESERVATION: Duration = Duration::from_millis(50);
+
+/// Longest producer id accepted, in bytes.
+pub const MAX_PRODUCER_ID_BYTES: usize = 64;
+
+/// The chunk's deduplication key, if it names one; a malformed one ends the stream.
+pub fn chunk_key(
+    producer_id: Option<Vec<u8>>,
+    sequence: Option<u64>,
+) -> Result<Option<ProducerSequence>, IngestError> {
+    match (producer_id, sequence) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(IngestError::InvalidChunk(
+            "sequence is set but producer_id is not; a sequence is only meaningful per producer"
+                .into(),
+        )),
+        (Some(id), _) if id.is_empty() || id.len() > MAX_PRODUCER_ID_BYTES => {
+            Err(IngestError::InvalidChunk(format!(
+                "producer_id is {} bytes; it must be 1 to {MAX_PRODUCER_ID_BYTES}",
+                id.len()
+            )))
+        }
+        (Some(_), None) => Ok(None),
+        (Some(producer_id), Some(sequence)) => Ok(Some(ProducerSequence {
+            producer_id,
+            sequence,
+        })),
+    }
+}
 
 /// The smallest reservation taken before reading a message.
 const MIN_RESERVATION: usize = 64 * 1024;
@@ -91,6 +119,7 @@ impl IngestService {
                 Some(_) => deadline,
                 None => Instant::now() + self.ingress.enqueue_timeout(),
             };
+            let key = chunk_key(request.producer_id, request.sequence)?;
             let first_index = next_index;
             let count = request.records.len();
             next_index += count as u64;
@@ -124,7 +153,10 @@ impl IngestService {
                 .ingress
                 .enqueue(
                     shard,
-                    Arc::clone(tenant.name()),
+                    ChunkSource {
+                        tenant: Arc::clone(tenant.name()),
+                        key,
+                    },
                     records,
                     bytes,
                     held,
@@ -187,6 +219,7 @@ impl ChunkIndex {
 #[derive(Debug, Default)]
 struct Tally {
     accepted: u64,
+    duplicates: u64,
     rejected: u64,
     rejections: Vec<Rejection>,
 }
@@ -204,11 +237,14 @@ impl Tally {
         outcome: Result<AckResult, RecvError>,
         chunk: &ChunkIndex,
     ) -> Result<(), IngestError> {
-        let refused = outcome.map_err(|_| {
+        let stored = outcome.map_err(|_| {
             StoreError::Unavailable("the batch was dropped before its commit".into())
         })??;
-        self.accepted += (chunk.valid - refused.len()) as u64;
-        for row in refused {
+        self.accepted += (chunk.valid - stored.refused.len()) as u64;
+        if stored.duplicate {
+            self.duplicates += chunk.valid as u64;
+        }
+        for row in stored.refused {
             let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
             self.reject(chunk.stream_index(row.position), reason);
         }
@@ -221,6 +257,7 @@ impl Tally {
             accepted: self.accepted,
             rejected: self.rejected,
             rejections: self.rejections,
+            duplicate_records: self.duplicates,
         }
     }
 }
@@ -256,6 +293,22 @@ mod tests {
         };
         let mapped: Vec<u64> = (0..4).map(|queued| chunk.stream_index(queued)).collect();
         assert_eq!(mapped, vec![100, 102, 104, 105]);
+    }
+
+    #[test]
+    fn a_chunk_key_needs_a_sane_producer_id() {
+        assert_eq!(chunk_key(None, None).unwrap(), None);
+        assert_eq!(chunk_key(Some(vec![1]), None).unwrap(), None);
+        let key = chunk_key(Some(vec![7; 16]), Some(3)).unwrap().unwrap();
+        assert_eq!((key.producer_id.len(), key.sequence), (16, 3));
+        for (id, sequence) in [
+            (None, Some(1)),
+            (Some(vec![]), Some(1)),
+            (Some(vec![0; 65]), Some(1)),
+        ] {
+            let err = chunk_key(id, sequence).unwrap_err();
+            assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
+        }
     }
 
     #[test]

@@ -8,7 +8,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::{classify, Row, StoreError};
+use chrono::{DateTime, Utc};
+
+use super::{claimed_in_order, classify, kept_rows, Claim, Row, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -20,8 +22,35 @@ const INSERT_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, s
      SELECT value->>0, value->>1, ?2, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 \
      FROM json_each(?1)";
 
+/// Claims chunk keys bound as one JSON array `[[tenant, producer_id_hex, sequence], …]`;
+/// RETURNING names those inserted now. (`WHERE true` tells the parser that ON CONFLICT belongs to
+/// the INSERT, not to a join.)
+const CLAIM_SQL: &str = "INSERT INTO producer_chunks (tenant, producer_id, sequence, stored_at) \
+     SELECT value->>0, unhex(value->>1), value->>2, ?2 FROM json_each(?1) WHERE true \
+     ON CONFLICT DO NOTHING RETURNING tenant, producer_id, sequence";
+
+/// Deletes keys older than the dedup window, a bounded number per transaction.
+const PRUNE_SQL: &str = "DELETE FROM producer_chunks WHERE rowid IN \
+     (SELECT rowid FROM producer_chunks WHERE stored_at < ? LIMIT ?)";
+
+fn claims_json(claims: &[Claim<'_>]) -> String {
+    let keys: Vec<(&str, String, i64)> = claims
+        .iter()
+        .map(|claim| {
+            let hex: String = claim
+                .key
+                .producer_id
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            (claim.key.tenant, hex, claim.key.sequence as i64)
+        })
+        .collect();
+    serde_json::to_string(&keys).expect("keys serialize")
+}
+
 /// `[[tenant, ts, severity, service, message, attributes, trace_id, span_id], …]`.
-fn batch_json(rows: &[Row<'_>]) -> String {
+fn batch_json<'r>(rows: &[Row<'r>]) -> String {
     let estimate: usize = rows.iter().map(|row| row.record.size_bytes()).sum();
     let mut json = Vec::with_capacity(estimate + 64);
     json.push(b'[');
@@ -107,6 +136,65 @@ impl SqliteStore {
             .await
             .map_err(fail)?;
         Ok(())
+    }
+
+    pub(super) async fn insert_claimed(
+        &self,
+        rows: &[Row<'_>],
+        claims: &[Claim<'_>],
+    ) -> Result<Vec<bool>, StoreError> {
+        let received_at = chrono::Utc::now().timestamp_micros();
+        let fail = |err| classify(err, is_data_error);
+        let mut tx = self.pool.begin().await.map_err(fail)?;
+        let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
+            .bind(claims_json(claims))
+            .bind(received_at)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(fail)?;
+        let claimed = claimed_in_order(claims, inserted);
+        let kept = kept_rows(rows, claims, &claimed);
+        if !kept.is_empty() {
+            sqlx::query(INSERT_SQL)
+                .bind(batch_json(&kept))
+                .bind(received_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(fail)?;
+        }
+        tx.commit().await.map_err(fail)?;
+        Ok(claimed)
+    }
+
+    pub(super) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
+        let fail = |err| classify(err, is_data_error);
+        let mut tx = self.pool.begin().await.map_err(fail)?;
+        sqlx::query(INSERT_SQL)
+            .bind(batch_json(rows))
+            .bind(chrono::Utc::now().timestamp_micros())
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+        tx.rollback().await.map_err(fail)
+    }
+
+    pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let before = before.timestamp_micros();
+        let mut deleted = 0;
+        loop {
+            let chunk = sqlx::query(PRUNE_SQL)
+                .bind(before)
+                .bind(crate::retention::DELETE_CHUNK)
+                .execute(&self.pool)
+                .await
+                .map_err(|err| StoreError::Unavailable(err.to_string()))?
+                .rows_affected();
+            deleted += chunk;
+            if chunk < crate::retention::DELETE_CHUNK as u64 {
+                return Ok(deleted);
+            }
+            tokio::time::sleep(crate::retention::CHUNK_PAUSE).await;
+        }
     }
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {

@@ -141,6 +141,20 @@ impl TestDb {
         }
     }
 
+    /// Runs one statement (DDL, say) on the database.
+    pub async fn execute(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+            }
+            Backend::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+
     /// Every stored row, as the fields a client sent, ordered by message.
     pub async fn stored(&self) -> Vec<StoredRow> {
         let sql_pg = "SELECT tenant, (extract(epoch from ts) * 1000000)::bigint AS ts_micros, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs ORDER BY message";
@@ -336,6 +350,14 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     Ok((status, body))
 }
 
+/// A loopback address no one listens on now (bound, then released), for a server started later.
+pub fn free_address() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 /// A realistic record whose message is `message`.
 pub fn record(message: impl Into<String>) -> LogRecord {
     let now = chrono::Utc::now();
@@ -358,7 +380,10 @@ pub async fn push(
     client: &mut LogIngestClient<Channel>,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    let requests = chunks.into_iter().map(|records| PushRequest {
+        records,
+        ..Default::default()
+    });
     client
         .push(tokio_stream::iter(requests))
         .await
@@ -377,7 +402,10 @@ pub async fn push_as(
     key: &str,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest { records });
+    let requests = chunks.into_iter().map(|records| PushRequest {
+        records,
+        ..Default::default()
+    });
     client
         .push(with_key(key, tokio_stream::iter(requests)))
         .await

@@ -19,11 +19,16 @@ pub struct Process {
 impl Process {
     /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
     pub fn serve(database_url: &str, extra: &[&str]) -> Process {
+        Process::serve_at("127.0.0.1:0", database_url, extra)
+    }
+
+    /// Like [`Process::serve`], with gRPC on `listen` (a fixed port survives a restart).
+    pub fn serve_at(listen: &str, database_url: &str, extra: &[&str]) -> Process {
         let mut child = Command::new(BINARY)
             .args([
                 "serve",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use super::mapping::{self, Shared};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
-use crate::pipeline::Ingress;
+use crate::pipeline::{ChunkSource, Ingress};
 use crate::server::admission::{admit, respond};
 use crate::server::validate::{validate, Limits, RejectReason};
 use crate::storage::StoreError;
@@ -84,17 +84,20 @@ impl OtlpLogsService {
                 .ingress
                 .enqueue(
                     shard,
-                    Arc::clone(tenant.name()),
+                    ChunkSource {
+                        tenant: Arc::clone(tenant.name()),
+                        key: None,
+                    },
                     records,
                     bytes,
                     None,
                     deadline,
                 )
                 .await?;
-            let refused = ack.await.map_err(|_| {
+            let stored = ack.await.map_err(|_| {
                 StoreError::Unavailable("the batch was dropped before its commit".into())
             })??;
-            for row in refused {
+            for row in stored.refused {
                 let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
                 tally.reject(queued_at[row.position], reason);
             }

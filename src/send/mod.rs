@@ -1,23 +1,23 @@
-//! `loghaul send`: streams lines from files or stdin to a server over one Push stream.
+//! `loghaul send`: ships lines from files or stdin through a [`Shipper`], so a failed stream is
+//! retried and a retried chunk is stored once; `--follow` tails a growing file like `tail -F`.
 //!
 //! A line that is a JSON object with `timestamp`, `severity`, `service`, `message`, `attributes`
 //! maps onto those fields; any other line is the message.
 
+pub mod follow;
+
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::DateTime;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
 
-use crate::auth::{request_with_key, InvalidApiKey};
-use crate::proto::v1::log_ingest_client::LogIngestClient;
-use crate::proto::v1::{LogRecord, PushRequest, PushResponse};
-
-/// Records per PushRequest message.
-const RECORDS_PER_CHUNK: usize = 500;
+use crate::client::{Client, ClientError, FullPolicy, RecordRejection, Shipper, ShipperConfig};
+use crate::config::HumanDuration;
+use crate::proto::v1::LogRecord;
 
 /// Options of `loghaul send`.
 #[derive(Clone, Debug, clap::Args)]
@@ -35,6 +35,17 @@ pub struct SendArgs {
     /// API key, sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Keep reading the (single) file as it grows, across rotation (rename and re-create) and
+    /// truncation, like `tail -F`, until interrupted; the file is read from its beginning.
+    #[arg(long, short = 'F')]
+    pub follow: bool,
+    /// How often --follow looks for new lines and for rotation.
+    #[arg(long, default_value = "250ms")]
+    pub poll_interval: HumanDuration,
+    /// At the end (or on SIGINT/SIGTERM with --follow): how long to wait for the last
+    /// acknowledgements before giving up on them.
+    #[arg(long, default_value = "30s")]
+    pub flush_timeout: HumanDuration,
     /// Files to read; none means stdin.
     pub files: Vec<PathBuf>,
 }
@@ -50,94 +61,116 @@ pub enum SendError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The endpoint is malformed or unreachable.
-    #[error("cannot connect to {endpoint}: {source}")]
-    Connect {
-        /// The endpoint.
-        endpoint: String,
-        /// The transport error.
-        source: tonic::transport::Error,
-    },
-    /// The API key cannot be sent as metadata.
+    /// The options cannot work together.
+    #[error("{0}")]
+    Usage(String),
+    /// The endpoint or key is unusable, or the shipper could not start.
     #[error(transparent)]
-    ApiKey(#[from] InvalidApiKey),
-    /// The server ended the stream with an error.
-    #[error("the server refused the stream: {0}")]
-    Status(#[from] tonic::Status),
+    Client(#[from] ClientError),
+    /// Records were not acknowledged: the server refused the stream for good, or stayed
+    /// unreachable past the flush timeout.
+    #[error("{failed} records not stored: {reason}")]
+    NotStored {
+        /// Records given up.
+        failed: u64,
+        /// The last failure seen.
+        reason: String,
+    },
 }
 
-/// Sends every line and returns the server's summary.
-pub async fn send(args: SendArgs) -> Result<PushResponse, SendError> {
-    let channel = Endpoint::from_shared(args.endpoint.clone())
-        .map_err(|source| SendError::Connect {
-            endpoint: args.endpoint.clone(),
-            source,
-        })?
-        .connect()
-        .await
-        .map_err(|source| SendError::Connect {
-            endpoint: args.endpoint.clone(),
-            source,
-        })?;
-    let mut client = LogIngestClient::new(channel);
-    let (chunks, outgoing) = mpsc::channel::<PushRequest>(4);
-    let request = request_with_key(ReceiverStream::new(outgoing), args.api_key.as_deref())?;
-    let service = args.service.clone().unwrap_or_default();
-    let files = args.files.clone();
-    let reader = tokio::spawn(async move {
-        if files.is_empty() {
-            return read_lines(BufReader::new(tokio::io::stdin()), &service, &chunks)
-                .await
-                .map_err(|source| SendError::Read {
-                    path: "-".into(),
-                    source,
-                });
-        }
-        for path in files {
-            let file = tokio::fs::File::open(&path)
-                .await
-                .map_err(|source| SendError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-            read_lines(BufReader::new(file), &service, &chunks)
-                .await
-                .map_err(|source| SendError::Read { path, source })?;
-        }
-        Ok(())
-    });
-    let response = client.push(request).await;
-    // A read error is the more useful message when both fail.
-    match reader.await {
-        Ok(Err(err)) => return Err(err),
-        Err(join) => panic!("the line reader panicked: {join}"),
-        Ok(Ok(())) => {}
+/// What the server said about the records sent.
+#[derive(Clone, Debug, Default)]
+pub struct SendSummary {
+    /// Records stored.
+    pub accepted: u64,
+    /// Records refused.
+    pub rejected: u64,
+    /// The first refusals, by line number among the non-empty lines (from 0).
+    pub rejections: Vec<RecordRejection>,
+}
+
+/// Sends every line (following the file with `--follow` until `stop` is set) and returns the
+/// server's summary.
+pub async fn send(args: SendArgs, stop: Arc<AtomicBool>) -> Result<SendSummary, SendError> {
+    if args.follow && args.files.len() != 1 {
+        return Err(SendError::Usage("--follow needs exactly one file".into()));
     }
-    Ok(response?.into_inner())
+    let mut builder = Client::builder(args.endpoint.clone());
+    if let Some(key) = &args.api_key {
+        builder = builder.api_key(key.clone());
+    }
+    let client = builder.build()?;
+    let shipper = client.shipper(ShipperConfig {
+        // A command has nothing better to do than wait for room: it never drops a line.
+        when_full: FullPolicy::Block(Duration::MAX),
+        service: args.service.clone(),
+        ..ShipperConfig::default()
+    })?;
+    let reader = {
+        let shipper = shipper.clone();
+        let args = args.clone();
+        tokio::task::spawn_blocking(move || read_all(&args, &shipper, &stop))
+    };
+    let read = reader.await.expect("the line reader does not panic");
+    let stats = shipper.close_async(args.flush_timeout.0).await;
+    read?;
+    if stats.failed > 0 {
+        return Err(SendError::NotStored {
+            failed: stats.failed,
+            reason: shipper.last_error().unwrap_or_default(),
+        });
+    }
+    Ok(SendSummary {
+        accepted: stats.acknowledged,
+        rejected: stats.rejected,
+        rejections: shipper.rejections(),
+    })
 }
 
-async fn read_lines(
-    input: impl AsyncBufRead + Unpin,
-    service: &str,
-    chunks: &mpsc::Sender<PushRequest>,
-) -> std::io::Result<()> {
-    let mut lines = input.lines();
-    let mut records = Vec::with_capacity(RECORDS_PER_CHUNK);
-    while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
-            continue;
+/// Reads the inputs on a blocking thread, pushing one record per non-empty line.
+fn read_all(args: &SendArgs, shipper: &Shipper, stop: &AtomicBool) -> Result<(), SendError> {
+    let service = args.service.clone().unwrap_or_default();
+    let mut push = |line: &str| {
+        if !line.trim().is_empty() {
+            // Under the Block policy a push fails only once the shipper is closed.
+            let _ = shipper.push(parse_line(line, &service));
         }
-        records.push(parse_line(&line, service));
-        if records.len() == RECORDS_PER_CHUNK {
-            let full = std::mem::replace(&mut records, Vec::with_capacity(RECORDS_PER_CHUNK));
-            if chunks.send(PushRequest { records: full }).await.is_err() {
-                // The stream ended early; its status tells the user why.
-                return Ok(());
+    };
+    if args.follow {
+        let path = &args.files[0];
+        return follow::follow(path, args.poll_interval.0, stop, &mut push).map_err(|source| {
+            SendError::Read {
+                path: path.clone(),
+                source,
+            }
+        });
+    }
+    let read = |path: PathBuf, input: Box<dyn BufRead>, push: &mut dyn FnMut(&str)| {
+        for line in input.lines() {
+            let line = line.map_err(|source| SendError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            push(&line);
+            if stop.load(Ordering::Relaxed) {
+                break;
             }
         }
+        Ok::<(), SendError>(())
+    };
+    if args.files.is_empty() {
+        return read(
+            "-".into(),
+            Box::new(BufReader::new(std::io::stdin())),
+            &mut push,
+        );
     }
-    if !records.is_empty() {
-        let _ = chunks.send(PushRequest { records }).await;
+    for path in &args.files {
+        let file = std::fs::File::open(path).map_err(|source| SendError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        read(path.clone(), Box::new(BufReader::new(file)), &mut push)?;
     }
     Ok(())
 }

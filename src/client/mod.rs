@@ -1,0 +1,125 @@
+//! The Rust client: a [`Client`] names a server, a [`Shipper`] ships records to it from any
+//! thread without blocking, and [`LoghaulLayer`] turns `tracing` events into records.
+//!
+//! ```no_run
+//! use loghaul::client::{Client, LoghaulLayer, ShipperConfig};
+//! use tracing_subscriber::prelude::*;
+//!
+//! let client = Client::builder("http://127.0.0.1:4317").api_key("secret").build()?;
+//! let shipper = client.shipper(ShipperConfig::default())?;
+//! tracing_subscriber::registry().with(LoghaulLayer::new(shipper.clone(), "checkout")).init();
+//! tracing::info!(order = 42, "paid");
+//! shipper.close(std::time::Duration::from_secs(5));
+//! # Ok::<(), loghaul::client::ClientError>(())
+//! ```
+//!
+//! Every chunk carries the shipper's random producer id and a sequence number, so the server
+//! stores a chunk sent again (after a lost acknowledgement, a reset stream or a restarted server)
+//! only once, within its dedup window.
+
+pub mod backoff;
+pub mod buffer;
+pub mod codec;
+pub mod layer;
+pub mod shipper;
+pub mod stats;
+
+use std::time::Duration;
+
+use tonic::transport::Endpoint;
+
+pub use buffer::FullPolicy;
+pub use layer::LoghaulLayer;
+pub use shipper::{PushError, RecordRejection, Shipper, ShipperConfig};
+pub use stats::ShipperStats;
+
+use crate::auth::{request_with_key, InvalidApiKey};
+
+/// Why a client or shipper could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint is not a valid URI.
+    #[error("invalid endpoint {endpoint:?}: {source}")]
+    Endpoint {
+        /// What was given.
+        endpoint: String,
+        /// The parser's error.
+        source: tonic::transport::Error,
+    },
+    /// The API key cannot be sent as metadata.
+    #[error(transparent)]
+    ApiKey(#[from] InvalidApiKey),
+    /// The shipper's thread could not be started.
+    #[error("cannot start the shipper thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
+/// Builds a [`Client`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    endpoint: String,
+    api_key: Option<String>,
+    connect_timeout: Duration,
+}
+
+impl ClientBuilder {
+    /// The API key, sent as `x-api-key` with every stream.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// How long one connection attempt may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Checks the endpoint and key; connects nothing yet.
+    pub fn build(self) -> Result<Client, ClientError> {
+        request_with_key((), self.api_key.as_deref())?;
+        let endpoint = Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|source| ClientError::Endpoint {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?
+            .connect_timeout(self.connect_timeout)
+            // A server that vanished without closing the connection (a dead host, a partition)
+            // is noticed by keep-alive pings instead of waiting for the ack timeout.
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        Ok(Client {
+            endpoint,
+            api_key: self.api_key,
+        })
+    }
+}
+
+/// A loghaul server to ship to.
+#[derive(Clone, Debug)]
+pub struct Client {
+    endpoint: Endpoint,
+    api_key: Option<String>,
+}
+
+impl Client {
+    /// Starts building a client for `endpoint` (`http://host:4317`).
+    pub fn builder(endpoint: impl Into<String>) -> ClientBuilder {
+        ClientBuilder {
+            endpoint: endpoint.into(),
+            api_key: None,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Starts a shipper on a thread of its own.
+    pub fn shipper(&self, config: ShipperConfig) -> Result<Shipper, ClientError> {
+        Ok(Shipper::start(
+            self.endpoint.clone(),
+            self.api_key.clone(),
+            config,
+        )?)
+    }
+}

@@ -1,0 +1,114 @@
+//! `loghaul send --follow` as a real process: a growing file is shipped as it grows, across a
+//! rename-and-recreate rotation and a truncation, each line exactly once; SIGTERM flushes and
+//! prints the summary.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::process::{Process, BINARY};
+use common::{Backend, TestDb};
+
+fn append(path: &std::path::Path, lines: std::ops::Range<usize>) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    for n in lines {
+        writeln!(file, "line {n:05}").unwrap();
+    }
+}
+
+async fn wait_for_count(db: &TestDb, expected: i64) {
+    let started = Instant::now();
+    loop {
+        let count = db.count().await;
+        if count == expected {
+            return;
+        }
+        assert!(
+            count < expected && started.elapsed() < Duration::from_secs(60),
+            "{count} rows stored, {expected} expected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_survives_rotation_and_truncation() {
+    let db = TestDb::create(Backend::Sqlite, "send_follow")
+        .await
+        .unwrap();
+    let server = Process::serve(&db.url, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    append(&log, 0..100);
+    let mut sender = Command::new(BINARY)
+        .args([
+            "send",
+            "--follow",
+            "--poll-interval",
+            "50ms",
+            "--service",
+            "app",
+        ])
+        .args(["--endpoint", &format!("http://{}", server.grpc)])
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_count(&db, 100).await;
+
+    append(&log, 100..250);
+    wait_for_count(&db, 250).await;
+
+    // Rotation: renamed away, a last line still written to the old file, then a new file.
+    let mut old = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::fs::rename(&log, dir.path().join("app.log.1")).unwrap();
+    writeln!(old, "line {:05}", 250).unwrap();
+    drop(old);
+    std::thread::sleep(Duration::from_millis(200));
+    append(&log, 251..300);
+    wait_for_count(&db, 300).await;
+
+    // Truncation in place, then new lines.
+    std::fs::write(&log, "").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    append(&log, 300..320);
+    wait_for_count(&db, 320).await;
+
+    let status = Command::new("kill")
+        .args(["-TERM", &sender.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        while sender.try_wait().unwrap().is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "send exits on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sender.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.trim(), "accepted 320 rejected 0");
+    assert_eq!(
+        db.query_scalar("SELECT count(DISTINCT message) FROM logs WHERE service = 'app'")
+            .await,
+        320
+    );
+}
