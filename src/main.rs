@@ -48,6 +48,10 @@ enum Command {
     BenchQuery(BenchQueryArgs),
     /// Push records through one client shipper and report records/s acknowledged.
     BenchShipper(loghaul::bench::shipper::BenchShipperArgs),
+    /// Soak: shippers push while the server is killed, stopped and restarted and its database
+    /// connections are cut; prints acknowledged / stored / duplicated / lost; exit 1 unless none
+    /// was lost or duplicated.
+    Chaos(loghaul::bench::chaos::ChaosArgs),
 }
 
 #[derive(clap::Args)]
@@ -96,6 +100,14 @@ fn main() -> ExitCode {
             Command::Bench(args) => {
                 loghaul::bench::run(args).await?;
                 Ok(ExitCode::SUCCESS)
+            }
+            Command::Chaos(args) => {
+                let report = loghaul::bench::chaos::run(args).await?;
+                Ok(if report.clean() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                })
             }
             Command::Query(args) => Ok(read_outcome(loghaul::cli::read::query(args).await)),
             Command::Tail(args) => Ok(read_outcome(loghaul::cli::read::tail(args).await)),

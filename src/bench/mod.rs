@@ -6,6 +6,7 @@
 //! re-checked against `count(*)` in the database at the end. [`query`] is `loghaul bench-query`,
 //! which times Query pages on a large table.
 
+pub mod chaos;
 pub mod copy_ceiling;
 pub mod load;
 pub mod query;

@@ -28,12 +28,21 @@ pub enum ServerProcessError {
 impl ServerProcess {
     /// Starts this binary as `serve` on ephemeral loopback ports with `extra` arguments.
     pub fn start(database_url: &str, extra: &[String]) -> Result<Self, ServerProcessError> {
+        Self::start_listening("127.0.0.1:0", database_url, extra)
+    }
+
+    /// Starts this binary as `serve` with gRPC on `listen` (metrics on an ephemeral port).
+    pub fn start_listening(
+        listen: &str,
+        database_url: &str,
+        extra: &[String],
+    ) -> Result<Self, ServerProcessError> {
         let binary = std::env::current_exe()?;
         let mut child = Command::new(binary)
             .args([
                 "serve",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--metrics-listen",
                 "127.0.0.1:0",
             ])
@@ -100,6 +109,15 @@ impl ServerProcess {
                 "the server exited with {status}"
             )))
         }
+    }
+}
+
+impl ServerProcess {
+    /// SIGKILL: no drain, no goodbye; waits until the process is gone.
+    pub fn kill(mut self) -> Result<(), ServerProcessError> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
     }
 }
 
