@@ -103,6 +103,10 @@ impl SqliteStore {
             // they moved the embedded benchmark from about 55k to 125k records/s.
             .pragma("cache_size", "-65536")
             .page_size(65536);
+        let options = match std::env::var("LOGHAUL_EXP_WAL_AUTOCHECKPOINT") {
+            Ok(pages) => options.pragma("wal_autocheckpoint", pages),
+            Err(_) => options,
+        };
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
