@@ -238,6 +238,8 @@ struct ServeArgs {
 pub struct TestServer {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    /// The console and its JSON API.
+    pub console: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), loghaul::server::ServeError>>,
 }
@@ -247,13 +249,19 @@ impl TestServer {
     pub async fn start(config: ServeConfig) -> TestServer {
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let console_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
+        let console = console_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
+        let listeners = loghaul::server::Listeners {
+            grpc: grpc_listener,
+            http: http_listener,
+            console: Some(console_listener),
+        };
         let task = tokio::spawn(loghaul::server::run(
             config,
-            grpc_listener,
-            http_listener,
+            listeners,
             async move {
                 let _ = stopped.await;
             },
@@ -261,6 +269,7 @@ impl TestServer {
         let server = TestServer {
             grpc,
             http,
+            console,
             stop: Some(stop),
             task,
         };

@@ -1,0 +1,89 @@
+//! The log console: a small single-page app and the JSON API behind it, on an HTTP listener of
+//! its own (`--console-listen`, never the metrics port, whose probes and `/metrics` stay open for
+//! Kubernetes and Prometheus while everything here needs an API key).
+//!
+//! - [`api`]: `/api/v1/{session,logs,tail,health}`, authenticated with the gRPC API keys and
+//!   scoped to the key's tenant, reading through the same code as `LogQuery`
+//!   ([`crate::query::search`], [`crate::query::tail::start`]).
+//! - [`params`]: the query string → the wire `Filter`, `QueryRequest` and `TailRequest`.
+//! - [`health`]: the snapshot the Health view samples, from the service's own metrics.
+//! - [`error`]: JSON error answers.
+//! - [`assets`]: the page, script and style sheet, embedded in the binary.
+
+pub mod api;
+pub mod assets;
+pub mod error;
+pub mod health;
+pub mod params;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::KeyStore;
+use crate::query::tail::TailConfig;
+use crate::storage::reader::Reader;
+use health::HealthSource;
+
+/// What the console's handlers share.
+#[derive(Clone)]
+pub struct ConsoleState {
+    keys: Arc<KeyStore>,
+    reader: Reader,
+    tail: TailConfig,
+    draining: CancellationToken,
+    health: HealthSource,
+}
+
+impl ConsoleState {
+    /// The console's view of a running service; tails end when `draining` is cancelled.
+    pub fn new(
+        keys: Arc<KeyStore>,
+        reader: Reader,
+        tail: TailConfig,
+        draining: CancellationToken,
+        health: HealthSource,
+    ) -> Self {
+        ConsoleState {
+            keys,
+            reader,
+            tail,
+            draining,
+            health,
+        }
+    }
+}
+
+/// The console's routes.
+pub fn router(state: ConsoleState) -> Router {
+    let api = Router::new()
+        .route("/session", get(api::session))
+        .route("/logs", get(api::logs))
+        .route("/tail", get(api::tail))
+        .route("/health", get(api::health))
+        .fallback(api::not_found);
+    Router::new()
+        .route("/", get(assets::index))
+        .route("/app.js", get(assets::script))
+        .route("/app.css", get(assets::style))
+        .route("/favicon.svg", get(assets::favicon))
+        .nest("/api/v1", api)
+        .fallback(assets::not_found)
+        .with_state(state)
+}
+
+/// Serves the console until `shutdown` completes (open tails end on their own when the service
+/// drains, so the graceful shutdown does not wait on them).
+pub async fn serve(
+    listener: TcpListener,
+    state: ConsoleState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
