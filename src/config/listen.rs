@@ -18,9 +18,13 @@ impl FromStr for OptionalListen {
         if text.eq_ignore_ascii_case("off") {
             return Ok(OptionalListen(None));
         }
-        text.parse().map(|addr| OptionalListen(Some(addr))).map_err(|_| {
-            format!("invalid listen address {text:?}: write HOST:PORT (like 127.0.0.1:8080) or off")
-        })
+        text.parse()
+            .map(|addr| OptionalListen(Some(addr)))
+            .map_err(|_| {
+                format!(
+                    "invalid listen address {text:?}: write HOST:PORT (like 127.0.0.1:8080) or off"
+                )
+            })
     }
 }
 

@@ -69,7 +69,10 @@ fn is_local_or_ip(host: &str) -> bool {
 }
 
 /// `GET /api/v1/session`: who the key belongs to.
-pub async fn session(State(state): State<ConsoleState>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn session(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers)?;
     Ok(json_response(
         StatusCode::OK,
@@ -124,7 +127,9 @@ pub async fn tail(
         let event = match message {
             Ok(batch) => {
                 let records: Vec<Value> = batch.records.iter().map(record_json).collect();
-                let event = Event::default().event("records").data(Value::from(records).to_string());
+                let event = Event::default()
+                    .event("records")
+                    .data(Value::from(records).to_string());
                 match batch.records.last() {
                     Some(last) => event.id(last.cursor.clone()),
                     None => event,
@@ -141,14 +146,20 @@ pub async fn tail(
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, "no-store".parse().expect("a valid header"));
+    headers.insert(
+        header::CACHE_CONTROL,
+        "no-store".parse().expect("a valid header"),
+    );
     // Reverse proxies (nginx) would otherwise buffer the stream and deliver it late.
     headers.insert("x-accel-buffering", "no".parse().expect("a valid header"));
     Ok(response)
 }
 
 /// `GET /api/v1/health`: the snapshot the Health view charts.
-pub async fn health(State(state): State<ConsoleState>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn health(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     state.authenticate(&headers)?;
     Ok(json_response(StatusCode::OK, &state.health.snapshot()))
 }
@@ -174,10 +185,25 @@ mod tests {
 
     #[test]
     fn only_loopback_names_and_ip_literals_count_as_local() {
-        for host in ["localhost", "localhost:8080", "LOCALHOST:1", "app.localhost:3", "127.0.0.1:8080", "10.1.2.3", "[::1]:8080", "[fe80::1]"] {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST:1",
+            "app.localhost:3",
+            "127.0.0.1:8080",
+            "10.1.2.3",
+            "[::1]:8080",
+            "[fe80::1]",
+        ] {
             assert!(is_local_or_ip(host), "{host}");
         }
-        for host in ["evil.example", "evil.example:8080", "localhost.evil.example", "[evil]:80", "127.0.0.1.nip.io"] {
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "[evil]:80",
+            "127.0.0.1.nip.io",
+        ] {
             assert!(!is_local_or_ip(host), "{host}");
         }
     }

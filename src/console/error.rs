@@ -31,8 +31,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::Query(err) => StatusCode::from_u16(err.http_status())
-                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            ApiError::Query(err) => {
+                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
         }
     }
 }
@@ -43,9 +44,10 @@ impl IntoResponse for ApiError {
         let mut response = json_response(status, &serde_json::json!({"error": self.to_string()}));
         if status == StatusCode::UNAUTHORIZED {
             // Not `Basic`: browsers would pop up their own password dialog.
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("ApiKey header=\"x-api-key\""));
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("ApiKey header=\"x-api-key\""),
+            );
         }
         response
     }

@@ -18,7 +18,10 @@ const COUNTERS: [(&str, &str); 8] = [
     ("committed", "loghaul_records_committed_total"),
     ("rejected", "loghaul_records_rejected_total"),
     ("failed", "loghaul_records_failed_total"),
-    ("backpressure_timeouts", "loghaul_backpressure_timeouts_total"),
+    (
+        "backpressure_timeouts",
+        "loghaul_backpressure_timeouts_total",
+    ),
     ("rate_limited", "loghaul_rate_limited_total"),
     ("auth_failures", "loghaul_auth_failures_total"),
     ("insert_errors", "loghaul_insert_errors_total"),
@@ -28,7 +31,10 @@ const COUNTERS: [(&str, &str); 8] = [
 const HISTOGRAMS: [(&str, &str); 3] = [
     ("batch_rows", "loghaul_batch_rows"),
     ("flush_seconds", "loghaul_flush_duration_seconds"),
-    ("backpressure_wait_seconds", "loghaul_backpressure_wait_seconds"),
+    (
+        "backpressure_wait_seconds",
+        "loghaul_backpressure_wait_seconds",
+    ),
 ];
 
 /// Gauges without labels.
@@ -78,16 +84,29 @@ impl HealthSource {
                 let mut buckets: BTreeMap<String, (f64, f64)> = BTreeMap::new();
                 let bucket_name = format!("{name}_bucket");
                 for sample in samples.iter().filter(|sample| sample.name == bucket_name) {
-                    let Some(le) = sample.label("le") else { continue };
-                    let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) };
+                    let Some(le) = sample.label("le") else {
+                        continue;
+                    };
+                    let bound = if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap_or(f64::NAN)
+                    };
                     buckets.entry(le.to_owned()).or_insert((bound, 0.0)).1 += sample.value;
                 }
-                let mut buckets: Vec<(f64, f64)> = buckets.into_values().filter(|(bound, _)| !bound.is_nan()).collect();
+                let mut buckets: Vec<(f64, f64)> = buckets
+                    .into_values()
+                    .filter(|(bound, _)| !bound.is_nan())
+                    .collect();
                 buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
                 let buckets: Vec<Value> = buckets
                     .into_iter()
                     .map(|(bound, count)| {
-                        let bound = if bound.is_finite() { json!(bound) } else { json!("+Inf") };
+                        let bound = if bound.is_finite() {
+                            json!(bound)
+                        } else {
+                            json!("+Inf")
+                        };
                         json!([bound, count])
                     })
                     .collect();

@@ -51,9 +51,9 @@ impl Params {
                 "min_severity" => params.filter.min_severity = severity(&value)?,
                 "contains" => params.filter.contains = value,
                 "attr" => {
-                    let (key, value) = value.split_once('=').ok_or_else(|| {
-                        format!("attr {value:?}: write it key=value")
-                    })?;
+                    let (key, value) = value
+                        .split_once('=')
+                        .ok_or_else(|| format!("attr {value:?}: write it key=value"))?;
                     params
                         .filter
                         .attributes
@@ -61,12 +61,16 @@ impl Params {
                 }
                 "cursor" => params.cursor = value,
                 "page_size" if paged => {
-                    params.page_size = value.parse().map_err(|_| {
-                        format!("page_size {value:?} is not a whole number")
-                    })?;
+                    params.page_size = value
+                        .parse()
+                        .map_err(|_| format!("page_size {value:?} is not a whole number"))?;
                 }
                 other => {
-                    let extra = if paged { ", page_size, cursor" } else { ", cursor" };
+                    let extra = if paged {
+                        ", page_size, cursor"
+                    } else {
+                        ", cursor"
+                    };
                     return Err(format!(
                         "unknown parameter {other:?}; known: {FILTER_PARAMETERS}{extra}"
                     ));

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod held_lock;
+pub mod http;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -259,13 +260,9 @@ impl TestServer {
             http: http_listener,
             console: Some(console_listener),
         };
-        let task = tokio::spawn(loghaul::server::run(
-            config,
-            listeners,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let task = tokio::spawn(loghaul::server::run(config, listeners, async move {
+            let _ = stopped.await;
+        }));
         let server = TestServer {
             grpc,
             http,
