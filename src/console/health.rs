@@ -68,7 +68,8 @@ impl HealthSource {
                 .iter()
                 .filter(|sample| sample.name == name)
                 .map(|sample| sample.value)
-                .sum()
+                // Not `sum()`: an empty float sum is -0.0, which JSON and the page show as "-0".
+                .fold(0.0, |total, value| total + value)
         };
         let counters: serde_json::Map<String, Value> = COUNTERS
             .iter()

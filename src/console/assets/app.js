@@ -738,10 +738,12 @@
       });
     }
     const levels = samples.map((s) => ({ t: s.at, s }));
-    const window = [last.at - HEALTH_KEEP_MS, last.at];
+    // Until five minutes have been sampled, the charts span what has been.
+    const window = [Math.max(last.at - HEALTH_KEEP_MS, samples[0].at), last.at];
+    // Received is drawn dashed over committed: when the two agree, both stay visible.
     drawChart("chart-records", window, [
-      { cls: "s0", values: points.map((p) => [p.t, p.received]) },
       { cls: "s1", values: points.map((p) => [p.t, p.committed]) },
+      { cls: "s0 dash", values: points.map((p) => [p.t, p.received]) },
     ], { format: (v) => `${number(v)}/s` });
     const capacity = Math.max(0, ...last.shards.map((s) => s.capacity));
     const shardClasses = ["s0", "s1", "s2", "s3"];
@@ -816,7 +818,9 @@
       const found = [...s.values].reverse().find(([, v]) => v !== null && isFinite(v));
       return found ? format(found[1]) : "–";
     });
-    figure.querySelector(".max").textContent = `max ${format(top / 1.1)} · last 5 min`;
+    const minutes = Math.round((end - start) / 60000);
+    const span = minutes >= 1 ? `last ${minutes} min` : `last ${Math.round((end - start) / 1000)} s`;
+    figure.querySelector(".max").textContent = `max ${format(top / 1.1)} · ${span}`;
     figure.querySelector(".now").textContent = `now ${latest.join(" / ")}`;
     figure.dataset.points = String(Math.max(0, ...series.map((s) => s.values.filter(([, v]) => v !== null).length)));
   }
