@@ -185,6 +185,13 @@ async fn bad_requests_are_400_and_bad_keys_401_with_a_json_reason() {
         );
     }
     let metrics = server.metrics().await;
+    for counted in [
+        "loghaul_console_requests_total{endpoint=\"logs\",status=\"400\"}",
+        "loghaul_console_requests_total{endpoint=\"tail\",status=\"401\"}",
+        "loghaul_console_requests_total{endpoint=\"other_api\",status=\"404\"}",
+    ] {
+        assert!(metrics.contains(counted), "{counted} in {metrics}");
+    }
     assert!(
         metrics.contains("loghaul_auth_failures_total{reason=\"unknown_key\"}"),
         "console auth failures are counted like gRPC ones"
@@ -260,7 +267,21 @@ async fn the_tail_streams_records_pushed_over_grpc(db: &TestDb) {
         .flat_map(|batch| batch.as_array().unwrap().clone())
         .collect();
     assert_eq!(messages(&again), ["tail-other-service", "tail-alpha-2"]);
-    drop(resumed);
+
+    // A tail open at shutdown is told why it ends, and does not hold the server up.
+    let mut server = server;
+    server.request_shutdown();
+    resumed
+        .wait_for("event: error", Duration::from_secs(30))
+        .await;
+    let ended = resumed.events("error");
+    assert!(
+        ended[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("shutting down"),
+        "{ended:?}"
+    );
     server.stop().await;
 }
 on_both_backends!(tail, the_tail_streams_records_pushed_over_grpc);

@@ -19,8 +19,12 @@ pub mod params;
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
+use metrics::counter;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -73,7 +77,27 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/favicon.svg", get(assets::favicon))
         .nest("/api/v1", api)
         .fallback(assets::not_found)
+        .layer(middleware::from_fn(count))
         .with_state(state)
+}
+
+/// Counts every answer in `loghaul_console_requests_total{endpoint,status}`, so refused requests
+/// (400, 401, 403) show up in metrics as they do on gRPC. Both labels are bounded: the endpoint by
+/// this list, the status by what the handlers answer.
+async fn count(request: Request, next: Next) -> Response {
+    let endpoint = match request.uri().path() {
+        "/api/v1/logs" => "logs",
+        "/api/v1/tail" => "tail",
+        "/api/v1/health" => "health",
+        "/api/v1/session" => "session",
+        path if path.starts_with("/api") => "other_api",
+        _ => "page",
+    };
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    counter!("loghaul_console_requests_total", "endpoint" => endpoint, "status" => status)
+        .increment(1);
+    response
 }
 
 /// Serves the console until `shutdown` completes (open tails end on their own when the service
