@@ -383,3 +383,30 @@ async fn the_page_is_embedded_and_an_open_service_answers_only_local_names() {
         .contains("configure API keys"));
     server.stop().await;
 }
+
+#[test]
+fn a_console_address_in_use_is_a_clear_error_at_start_up() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("logs.db").display());
+    let output = std::process::Command::new(common::process::BINARY)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--console-listen", &addr, "--database-url", &url])
+        .env_remove("LOGHAUL_API_KEYS")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen for the console on {addr}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--console-listen off"), "{stderr}");
+}

@@ -58,10 +58,12 @@ pub enum ServeError {
     #[error("metrics listener failed: {0}")]
     Http(#[from] std::io::Error),
     /// A listener could not be bound.
-    #[error("cannot listen for {what} on {addr}: {source}")]
+    #[error("cannot listen for {what} on {addr}: {source}{hint}")]
     Bind {
         /// Which listener.
         what: &'static str,
+        /// What to change, when there is an easy way out.
+        hint: &'static str,
         /// The configured address.
         addr: std::net::SocketAddr,
         /// Why.
@@ -103,15 +105,21 @@ impl Listeners {
     /// Binds the addresses the configuration names.
     pub async fn bind(config: &ServeConfig) -> Result<Listeners, ServeError> {
         config.validate()?;
-        let bind = |what: &'static str, addr: std::net::SocketAddr| async move {
+        let bind = |what: &'static str, hint: &'static str, addr: std::net::SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
-                .map_err(|source| ServeError::Bind { what, addr, source })
+                .map_err(|source| ServeError::Bind {
+                    what,
+                    hint,
+                    addr,
+                    source,
+                })
         };
-        let grpc = bind("gRPC", config.listen).await?;
-        let http = bind("metrics", config.metrics_listen).await?;
+        let grpc = bind("gRPC", "", config.listen).await?;
+        let http = bind("metrics", "", config.metrics_listen).await?;
+        let console_hint = " (choose another --console-listen address, or --console-listen off)";
         let console = match config.console_listen.0 {
-            Some(addr) => Some(bind("the console", addr).await?),
+            Some(addr) => Some(bind("the console", console_hint, addr).await?),
             None => None,
         };
         Ok(Listeners {

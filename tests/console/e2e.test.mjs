@@ -138,6 +138,13 @@ test("search: log in, see the tenant's rows newest first with severity colours",
   await page.goto(`${CONSOLE_URL}/#/search?since=1h&service=checkout&service=api&service=ledger`);
   await page.waitForFunction(() => document.querySelectorAll("#search-rows .rec").length === 6);
   await shot(page, "search");
+  // The tail follows with the same filters, without the time range.
+  await page.click("#nav-tail");
+  await page.waitForFunction(() => location.hash.startsWith("#/tail?"));
+  assert.match(page.url(), /service=checkout&service=api&service=ledger/);
+  assert.doesNotMatch(page.url(), /since=/);
+  assert.equal(await page.inputValue("#f-services"), "checkout, api, ledger");
+  await page.waitForSelector("#tail-scroller[data-following=true]");
   await page.context().close();
 });
 

@@ -162,6 +162,11 @@
     // The range pickers live in the search view only; the tail always starts from now.
     showRange(view === "search" && $("f-range").value === "custom");
     formFromParams(params);
+    // Switching views keeps the filters (the tail has no time range: it starts from now).
+    const filters = new URLSearchParams(params);
+    $("nav-search").href = `#/search?${filters}`;
+    for (const key of ["since", "from", "to", "all", "size"]) filters.delete(key);
+    $("nav-tail").href = `#/tail?${filters}`;
     document.title = `loghaul · ${view}`;
     if (view === "search") runSearch(params);
     if (view === "tail") startTail(params, true);
@@ -474,6 +479,7 @@
       tail.cursor = "";
       tail.paused = false;
       tail.params = apiParams(params);
+      for (const key of ["since", "from", "to"]) tail.params.delete(key);
       $("tail-rows").replaceChildren();
       tail.count = 0;
       tail.stick = true;
