@@ -256,11 +256,15 @@ pub async fn run(
                     backend: store.backend(),
                 },
             );
-            let task = tokio::spawn(crate::console::serve(
-                listener,
-                state,
-                draining.clone().cancelled_owned(),
-            ));
+            // Stops with the drain, or with the rest when the gRPC server failed without one.
+            let (drain, stop) = (draining.clone(), stopping.clone());
+            let shutdown = async move {
+                tokio::select! {
+                    () = drain.cancelled() => {}
+                    () = stop.cancelled() => {}
+                }
+            };
+            let task = tokio::spawn(crate::console::serve(listener, state, shutdown));
             Some((addr, task))
         }
         None => None,
@@ -329,13 +333,14 @@ pub async fn run(
     reader.close().await;
     store.close().await;
     let _ = probe.await;
-    if let Some((_, task)) = console {
-        // Its tails ended with the drain; a browser holding an idle connection open must not
-        // hold up the exit.
-        match tokio::time::timeout(Duration::from_secs(5), task).await {
+    if let Some((_, mut task)) = console {
+        // Its tails ended with the drain; a browser holding a connection open must not hold up
+        // the exit.
+        match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
             Ok(Ok(Err(err))) => tracing::warn!(error = %err, "console listener failed"),
             Ok(Err(err)) => tracing::warn!(error = %err, "console listener panicked"),
-            Ok(Ok(Ok(()))) | Err(_) => {}
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => task.abort(),
         }
     }
     match http_task.await {
