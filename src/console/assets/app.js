@@ -28,7 +28,7 @@
     tenant: null,
     open: false,
     view: null,
-    search: { params: null, cursor: "", loading: false },
+    search: { params: null, cursor: "", loading: false, generation: 0 },
     tail: { controller: null, paused: false, cursor: "", stick: true, unseen: 0, retry: null, count: 0 },
     health: { timer: null, samples: [] },
   };
@@ -421,6 +421,9 @@
       if (from) query.set("from", from); else query.set("since", since); // let the server explain
     }
     query.set("page_size", params.get("size") || "100");
+    // A new search replaces one still in flight; the older answer is dropped when it arrives.
+    search.generation += 1;
+    search.loading = false;
     search.params = query;
     search.cursor = "";
     $("search-rows").replaceChildren();
@@ -438,7 +441,8 @@
 
   async function loadPage(first) {
     const search = state.search;
-    if (search.loading) return;
+    if (search.loading) return; // "Load older" pressed twice
+    const generation = search.generation;
     search.loading = true;
     $("search-status").textContent = "Searching…";
     const query = new URLSearchParams(search.params);
@@ -446,6 +450,7 @@
     const started = performance.now();
     try {
       const page = await api("/api/v1/logs", query);
+      if (generation !== search.generation) return;
       if (first && page.records.length === 0) {
         $("search-rows").replaceChildren(el("div", "empty", "No records match these filters."));
       } else {
@@ -458,10 +463,11 @@
         `${shown} record${shown === 1 ? "" : "s"}${page.next_cursor ? ", more older" : ", all shown"} (${took} ms)`;
       $("load-older").hidden = !page.next_cursor;
     } catch (err) {
+      if (generation !== search.generation) return;
       $("search-status").textContent = "";
       if (err.status !== 401) $("search-error").textContent = err.message;
     } finally {
-      search.loading = false;
+      if (generation === search.generation) search.loading = false;
     }
   }
 
