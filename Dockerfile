@@ -4,6 +4,13 @@
 #   docker build -t loghaul:0.1.0 .
 #   docker run --rm -p 4317:4317 -p 9464:9464 -v loghaul-data:/data \
 #     -e LOGHAUL_DATABASE_URL=sqlite:///data/loghaul.db loghaul:0.1.0
+#
+# The log console listens on the container's loopback by default, which a published port cannot
+# reach. To open it from the host only, bind it to all of the container's interfaces and publish
+# it on the host's loopback:
+#
+#   docker run --rm -p 4317:4317 -p 127.0.0.1:8080:8080 -v loghaul-data:/data \
+#     -e LOGHAUL_DATABASE_URL=sqlite:///data/loghaul.db loghaul:0.1.0 serve --console-listen 0.0.0.0:8080
 
 FROM rust:1-bookworm AS builder
 WORKDIR /build
@@ -28,7 +35,7 @@ RUN touch src/main.rs src/lib.rs \
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /out/loghaul /usr/local/bin/loghaul
 USER 65532:65532
-# gRPC ingest, and HTTP /metrics, /healthz, /readyz.
-EXPOSE 4317 9464
+# gRPC ingest; HTTP /metrics, /healthz, /readyz; the log console (see above).
+EXPOSE 4317 9464 8080
 ENTRYPOINT ["/usr/local/bin/loghaul"]
 CMD ["serve"]

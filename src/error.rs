@@ -145,6 +145,16 @@ impl QueryError {
             QueryError::ShuttingDown => "shutting_down",
         }
     }
+
+    /// The HTTP status of the error on the console's JSON API: the same classes as the gRPC
+    /// codes below (400 the request, 429 too slow, 503 come back later).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            QueryError::InvalidArgument(_) => 400,
+            QueryError::SubscriberTooSlow(_) => 429,
+            QueryError::Store(_) | QueryError::ShuttingDown => 503,
+        }
+    }
 }
 
 impl From<QueryError> for Status {

@@ -16,6 +16,8 @@
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
 //!   through [`storage::reader`] on connections separate from ingest.
 //! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
+//! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
+//!   a listener of its own.
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
@@ -33,6 +35,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod console;
 pub mod error;
 pub mod observability;
 pub mod pipeline;

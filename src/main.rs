@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use loghaul::bench::query::BenchQueryArgs;
 use loghaul::bench::BenchArgs;
@@ -126,13 +125,8 @@ fn main() -> ExitCode {
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     logging::init(config.log_format);
-    let grpc = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen for gRPC on {}", config.listen))?;
-    let http = tokio::net::TcpListener::bind(config.metrics_listen)
-        .await
-        .with_context(|| format!("cannot listen for metrics on {}", config.metrics_listen))?;
-    loghaul::server::run(config, grpc, http, shutdown_signal()).await?;
+    let listeners = loghaul::server::Listeners::bind(&config).await?;
+    loghaul::server::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }
 

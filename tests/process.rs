@@ -100,6 +100,8 @@ fn an_unreachable_database_is_a_clear_error_at_start_up() {
             "127.0.0.1:0",
             "--metrics-listen",
             "127.0.0.1:0",
+            "--console-listen",
+            "off",
         ])
         .args([
             "--database-url",

@@ -45,6 +45,9 @@ impl ServerProcess {
                 listen,
                 "--metrics-listen",
                 "127.0.0.1:0",
+                // The benchmark needs no console, and must not take a port someone else uses.
+                "--console-listen",
+                "off",
             ])
             .args(["--log-format", "json", "--database-url", database_url])
             .args(extra)

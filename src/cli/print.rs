@@ -7,7 +7,8 @@ use serde_json::json;
 
 use crate::proto::v1::StoredRecord;
 
-fn time(ts: Option<&prost_types::Timestamp>) -> String {
+/// A timestamp in RFC 3339 with microseconds (empty when absent).
+pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
     ts.and_then(|ts| DateTime::<Utc>::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
         .map(|ts| ts.to_rfc3339_opts(SecondsFormat::Micros, true))
         .unwrap_or_default()
@@ -48,6 +49,11 @@ pub fn human(record: &StoredRecord) -> String {
 
 /// One record as a JSON object with the stored fields (and its cursor, to resume a tail from).
 pub fn json(record: &StoredRecord) -> String {
+    json_value(record).to_string()
+}
+
+/// The object [`json`] prints.
+pub fn json_value(record: &StoredRecord) -> serde_json::Value {
     let optional = |text: &str| (!text.is_empty()).then(|| text.to_owned());
     json!({
         "ts": time(record.timestamp.as_ref()),
@@ -59,7 +65,6 @@ pub fn json(record: &StoredRecord) -> String {
         "span_id": optional(&record.span_id),
         "cursor": record.cursor,
     })
-    .to_string()
 }
 
 /// Writes records in the chosen format.

@@ -3,6 +3,7 @@
 //! Precedence, highest first: a command-line flag, its `LOGHAUL_*` environment twin, the `--config`
 //! file (same names as the flags, `batch-max-rows = 5000`), the built-in default.
 
+pub mod listen;
 pub mod secret;
 pub mod units;
 
@@ -13,6 +14,7 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
+pub use listen::OptionalListen;
 pub use secret::Secret;
 pub use units::{ByteSize, HumanDuration};
 
@@ -79,6 +81,11 @@ pub struct ServeConfig {
     /// Address of the HTTP listener for /metrics, /healthz and /readyz.
     #[arg(long, env = "LOGHAUL_METRICS_LISTEN", default_value = "0.0.0.0:9464")]
     pub metrics_listen: SocketAddr,
+
+    /// Address of the browser console and its JSON API (search, live tail, health); `off` turns
+    /// it off. Loopback by default: open it to the network only where the API keys protect it.
+    #[arg(long, env = "LOGHAUL_CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub console_listen: OptionalListen,
 
     /// Where logs are stored: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
     #[arg(
@@ -279,6 +286,14 @@ impl ServeConfig {
         if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
             return fail("--retention must be at least 1h (or 0s to keep everything)");
         }
+        if let Some(console) = self.console_listen.0 {
+            let clashes = [self.listen, self.metrics_listen]
+                .iter()
+                .any(|other| other.port() != 0 && *other == console);
+            if clashes {
+                return fail("--console-listen must differ from --listen and --metrics-listen");
+            }
+        }
         if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
             return fail("--max-buffered-bytes must be below 4GiB");
         }
@@ -353,5 +368,18 @@ mod tests {
         config.max_request_bytes = ByteSize(128 << 20);
         assert!(config.validate().is_err());
         assert!(defaults().validate().is_ok());
+        let mut config = defaults();
+        config.console_listen = config.metrics_listen.to_string().parse().unwrap();
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("--console-listen"), "{err}");
+    }
+
+    #[test]
+    fn the_console_is_on_loopback_by_default_and_can_be_turned_off() {
+        assert_eq!(defaults().console_listen.to_string(), "127.0.0.1:8080");
+        let merged = defaults()
+            .merge_toml(Path::new("x.toml"), "console-listen = \"off\"", |_| false)
+            .unwrap();
+        assert_eq!(merged.console_listen, OptionalListen(None));
     }
 }

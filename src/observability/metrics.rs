@@ -191,6 +191,11 @@ fn describe() {
         "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down."
     );
     describe_counter!(
+        "loghaul_console_requests_total",
+        Unit::Count,
+        "Console requests answered, by endpoint (logs, tail, health, session, other_api, page) and HTTP status."
+    );
+    describe_counter!(
         "loghaul_retention_runs_total",
         Unit::Count,
         "Retention runs, by outcome: ok, skipped_locked (another replica runs it), failed."

@@ -2,6 +2,7 @@
 //!
 //! - [`filter`]: the wire filter validated once, page-size rules.
 //! - [`cursor`]: the opaque (ts, id, received_at) position of a record.
+//! - [`search`]: one page, shared by the gRPC service and the console.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
 //!   replica show up), bounded buffer, dropped when too slow.
@@ -14,9 +15,55 @@ pub mod service;
 pub mod tail;
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
-use crate::proto::v1::StoredRecord;
-use crate::storage::reader::StoredRow;
+use metrics::{counter, histogram};
+
+use crate::error::QueryError;
+use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
+use crate::storage::reader::{Reader, StoredRow};
+use cursor::Cursor;
+use filter::{page_size, Filter};
+
+/// One page of `tenant`'s records, newest first: the one implementation behind the gRPC `Query`
+/// and the console's search, so both check, page and count (`loghaul_queries_total`) alike.
+pub async fn search(
+    reader: &Reader,
+    tenant: &str,
+    request: QueryRequest,
+) -> Result<QueryResponse, QueryError> {
+    let started = Instant::now();
+    let outcome = page(reader, tenant, request).await;
+    histogram!("loghaul_query_duration_seconds").record(started.elapsed().as_secs_f64());
+    let label = match &outcome {
+        Ok(_) => "ok",
+        Err(err) => err.kind(),
+    };
+    counter!("loghaul_queries_total", "outcome" => label).increment(1);
+    outcome
+}
+
+async fn page(
+    reader: &Reader,
+    tenant: &str,
+    request: QueryRequest,
+) -> Result<QueryResponse, QueryError> {
+    let filter = Filter::from_proto(request.filter)?;
+    let size = page_size(request.page_size)?;
+    let after = Cursor::decode(&request.cursor)?;
+    // One row more than the page says whether there is a next page without a second query.
+    let mut rows = reader.page(tenant, &filter, after, size + 1).await?;
+    let more = rows.len() > size;
+    rows.truncate(size);
+    let next_cursor = match rows.last() {
+        Some(last) if more => last.cursor().encode(),
+        _ => String::new(),
+    };
+    Ok(QueryResponse {
+        records: rows.into_iter().map(to_wire).collect(),
+        next_cursor,
+    })
+}
 
 fn timestamp(ts: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
     prost_types::Timestamp {

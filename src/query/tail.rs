@@ -16,10 +16,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::cursor::Cursor;
 use super::filter::Filter;
 use super::to_wire;
 use crate::error::QueryError;
-use crate::proto::v1::TailResponse;
+use crate::proto::v1::{TailRequest, TailResponse};
 use crate::storage::reader::{Reader, TailState};
 
 /// How a tail polls and buffers.
@@ -44,6 +45,38 @@ impl Default for TailConfig {
             max_remembered: 200_000,
         }
     }
+}
+
+impl TailConfig {
+    /// The tail settings of `loghaul serve`.
+    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+        TailConfig {
+            poll_interval: config.tail_poll_interval.0,
+            ..TailConfig::default()
+        }
+    }
+}
+
+/// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
+/// service and the console, so both refuse the same requests with the same reasons.
+pub async fn start(
+    reader: &Reader,
+    tenant: &Arc<str>,
+    request: TailRequest,
+    config: TailConfig,
+    draining: &CancellationToken,
+) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
+    let filter = Filter::from_proto(request.filter)?;
+    let after = Cursor::decode(&request.cursor)?;
+    let state = reader.tail_start(after).await?;
+    Ok(follow(
+        reader.clone(),
+        Arc::clone(tenant),
+        filter,
+        state,
+        config,
+        draining.clone(),
+    ))
 }
 
 /// Consecutive failed polls before the tail ends with UNAVAILABLE.

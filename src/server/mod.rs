@@ -20,6 +20,8 @@ use tonic_health::ServingStatus;
 use crate::auth::keys::{KeySources, KeysError};
 use crate::auth::{AuthLayer, KeyStore};
 use crate::config::{ConfigError, ServeConfig};
+use crate::console::health::HealthSource;
+use crate::console::ConsoleState;
 use crate::observability::readiness::Readiness;
 use crate::observability::{http, metrics};
 use crate::pipeline::batcher::BatchLimits;
@@ -27,6 +29,7 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::proto::v1::log_ingest_server::LogIngestServer;
 use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
+use crate::query::tail::TailConfig;
 use crate::retention::RetentionConfig;
 use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
@@ -54,6 +57,18 @@ pub enum ServeError {
     /// The HTTP listener failed.
     #[error("metrics listener failed: {0}")]
     Http(#[from] std::io::Error),
+    /// A listener could not be bound.
+    #[error("cannot listen for {what} on {addr}: {source}{hint}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// What to change, when there is an easy way out.
+        hint: &'static str,
+        /// The configured address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// HTTP/2 flow-control windows. A stream whose handler waits for room stops reading, so its client
@@ -74,15 +89,60 @@ const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// Connections a writer waits for before an attempt counts as failed.
 const POOL_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The sockets the service serves on, bound by the caller: the binary from the configuration,
+/// tests on ephemeral ports.
+#[derive(Debug)]
+pub struct Listeners {
+    /// gRPC: ingest, OTLP, query, health, reflection.
+    pub grpc: TcpListener,
+    /// HTTP: `/metrics`, `/healthz`, `/readyz`.
+    pub http: TcpListener,
+    /// The browser console and its API; `None` when `--console-listen off`.
+    pub console: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses the configuration names.
+    pub async fn bind(config: &ServeConfig) -> Result<Listeners, ServeError> {
+        config.validate()?;
+        let bind = |what: &'static str, hint: &'static str, addr: std::net::SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    what,
+                    hint,
+                    addr,
+                    source,
+                })
+        };
+        let grpc = bind("gRPC", "", config.listen).await?;
+        let http = bind("metrics", "", config.metrics_listen).await?;
+        let console_hint = " (choose another --console-listen address, or --console-listen off)";
+        let console = match config.console_listen.0 {
+            Some(addr) => Some(bind("the console", console_hint, addr).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            grpc,
+            http,
+            console,
+        })
+    }
+}
+
 /// Runs the service on the given listeners until `shutdown` completes, then drains: readiness off,
 /// no new streams, open streams get `--shutdown-grace` to finish, every shard is flushed, every
 /// acknowledgement resolved, the pool closed.
 pub async fn run(
     config: ServeConfig,
-    grpc_listener: TcpListener,
-    http_listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let Listeners {
+        grpc: grpc_listener,
+        http: http_listener,
+        console: console_listener,
+    } = listeners;
     config.validate()?;
     let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
     let metrics_handle = metrics::handle();
@@ -183,6 +243,37 @@ pub async fn run(
         stopping.clone(),
     ));
     let http_addr = http_listener.local_addr()?;
+    let console = match console_listener {
+        Some(listener) => {
+            let addr = listener.local_addr()?;
+            let state = ConsoleState::new(
+                Arc::clone(&keys),
+                reader.clone(),
+                TailConfig::from_config(&config),
+                draining.clone(),
+                HealthSource {
+                    metrics: metrics_handle.clone(),
+                    readiness: Arc::clone(&readiness),
+                    ingress: pipeline.ingress(),
+                    backend: store.backend(),
+                },
+            );
+            // Stops with the drain, or with the rest when the gRPC server failed without one.
+            let (drain, stop) = (draining.clone(), stopping.clone());
+            let shutdown = async move {
+                tokio::select! {
+                    () = drain.cancelled() => {}
+                    () = stop.cancelled() => {}
+                }
+            };
+            let task = tokio::spawn(crate::console::serve(listener, state, shutdown));
+            Some((addr, task))
+        }
+        None => None,
+    };
+    let console_addr = console
+        .as_ref()
+        .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string());
     let http_task = tokio::spawn(http::serve(
         http_listener,
         metrics_handle,
@@ -192,7 +283,7 @@ pub async fn run(
         stopping.clone().cancelled_owned(),
     ));
     let grpc_addr = grpc_listener.local_addr()?;
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, shards, "loghaul is serving");
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, console = %console_addr, shards, "loghaul is serving");
 
     let drain_signal = {
         let draining = draining.clone();
@@ -244,6 +335,16 @@ pub async fn run(
     reader.close().await;
     store.close().await;
     let _ = probe.await;
+    if let Some((_, mut task)) = console {
+        // Its tails ended with the drain; a browser holding a connection open must not hold up
+        // the exit.
+        match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "console listener failed"),
+            Ok(Err(err)) => tracing::warn!(error = %err, "console listener panicked"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => task.abort(),
+        }
+    }
     match http_task.await {
         Ok(Err(err)) => tracing::warn!(error = %err, "metrics listener failed"),
         Err(err) => tracing::warn!(error = %err, "metrics listener panicked"),

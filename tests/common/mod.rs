@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod held_lock;
+pub mod http;
 pub mod process;
 pub mod proxy;
 
@@ -253,6 +254,8 @@ struct ServeArgs {
 pub struct TestServer {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    /// The console and its JSON API.
+    pub console: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), loghaul::server::ServeError>>,
 }
@@ -262,20 +265,23 @@ impl TestServer {
     pub async fn start(config: ServeConfig) -> TestServer {
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let console_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
+        let console = console_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(loghaul::server::run(
-            config,
-            grpc_listener,
-            http_listener,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let listeners = loghaul::server::Listeners {
+            grpc: grpc_listener,
+            http: http_listener,
+            console: Some(console_listener),
+        };
+        let task = tokio::spawn(loghaul::server::run(config, listeners, async move {
+            let _ = stopped.await;
+        }));
         let server = TestServer {
             grpc,
             http,
+            console,
             stop: Some(stop),
             task,
         };

@@ -13,6 +13,7 @@ pub struct Process {
     child: Child,
     pub grpc: SocketAddr,
     pub http: SocketAddr,
+    pub console: SocketAddr,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
@@ -30,6 +31,8 @@ impl Process {
                 "--listen",
                 listen,
                 "--metrics-listen",
+                "127.0.0.1:0",
+                "--console-listen",
                 "127.0.0.1:0",
             ])
             .args([
@@ -60,12 +63,14 @@ impl Process {
             child,
             grpc: "0.0.0.0:0".parse().unwrap(),
             http: "0.0.0.0:0".parse().unwrap(),
+            console: "0.0.0.0:0".parse().unwrap(),
             lines,
         };
         let serving = process.wait_for_log("loghaul is serving");
         let addr = |field: &str| serving[field].as_str().unwrap().parse().unwrap();
         process.grpc = addr("grpc");
         process.http = addr("http");
+        process.console = addr("console");
         process
     }
 

@@ -74,6 +74,7 @@ class Server:
                 binary, "serve",
                 "--listen", "127.0.0.1:0",
                 "--metrics-listen", "127.0.0.1:0",
+                "--console-listen", "off",
                 "--database-url", f"sqlite://{db_path}",
                 "--log-format", "json",
                 "--shards", "2",

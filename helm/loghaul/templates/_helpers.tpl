@@ -150,6 +150,7 @@ retention = {{ toString $c.retention | toJson }}
 retention-interval = {{ toString $c.retentionInterval | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
+console-listen = {{ toString $c.consoleListen | toJson }}
 {{- end }}
 
 {{/* Combinations that render but cannot work; fails with a message saying what to change. */}}

@@ -1,0 +1,210 @@
+//! The JSON API behind the console, mirroring `LogQuery`:
+//!
+//! - `GET /api/v1/session`: the caller's tenant (the console's login check).
+//! - `GET /api/v1/logs`: one page, newest first; same filters, page size and cursor as `Query`.
+//! - `GET /api/v1/tail`: Server-Sent Events, oldest first; same filters and cursor as `Tail`.
+//! - `GET /api/v1/health`: the pipeline's metrics, readiness and storage backend.
+//!
+//! Every call needs the `x-api-key` header and sees only its key's tenant, as on gRPC. The key
+//! is taken from the header only, for the tail too: a key in a URL ends up in proxy logs and
+//! browser history, and the one client that cannot set headers, `EventSource`, is not needed —
+//! the console reads the event stream through `fetch`, which can (see `assets/app.js`).
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use super::error::{json_response, ApiError};
+use super::params::Params;
+use super::ConsoleState;
+use crate::auth::{Tenant, API_KEY_HEADER};
+use crate::proto::v1::StoredRecord;
+use crate::query;
+
+/// How often an idle tail sends a comment, so proxies keep the connection and a vanished browser
+/// is noticed.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+impl ConsoleState {
+    /// The caller's tenant. Without configured keys the service is open (as on gRPC), and then only
+    /// requests addressed to a loopback name or an IP address are served: a web page elsewhere
+    /// cannot point a name of its own at the console (DNS rebinding) and read the logs through the
+    /// reader's browser. With keys, a page elsewhere has no key to send.
+    fn authenticate(&self, headers: &HeaderMap) -> Result<Tenant, ApiError> {
+        if self.keys.is_open() {
+            if let Some(host) = headers.get(header::HOST) {
+                let host = host.to_str().unwrap_or_default();
+                if !is_local_or_ip(host) {
+                    return Err(ApiError::Forbidden(format!(
+                        "host {host:?} refused: without API keys the console answers only on localhost or an IP address; configure API keys to serve it under a name"
+                    )));
+                }
+            }
+        }
+        let presented = headers.get(API_KEY_HEADER).map(|value| value.as_bytes());
+        Ok(self.keys.authenticate(presented)?)
+    }
+}
+
+/// True for `localhost`, `*.localhost` and IP literals, with or without a port.
+fn is_local_or_ip(host: &str) -> bool {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest
+            .split_once(']')
+            .is_some_and(|(ip, _)| ip.parse::<IpAddr>().is_ok());
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<IpAddr>().is_ok()
+}
+
+/// `GET /api/v1/session`: who the key belongs to.
+pub async fn session(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = state.authenticate(&headers)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"tenant": tenant.name().as_ref(), "open": state.keys.is_open()}),
+    ))
+}
+
+/// `GET /api/v1/logs`: one page of the tenant's records, newest first.
+pub async fn logs(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = state.authenticate(&headers)?;
+    let params = Params::parse(raw.as_deref(), true).map_err(ApiError::BadRequest)?;
+    let page = query::search(&state.reader, tenant.name(), params.query_request()).await?;
+    let records: Vec<Value> = page.records.iter().map(record_json).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"records": records, "next_cursor": page.next_cursor}),
+    ))
+}
+
+/// `GET /api/v1/tail`: the tenant's records as they are committed, as Server-Sent Events: `open`
+/// once the tail is in place (records committed from then on are delivered), `records` with a
+/// JSON array (the event id is the last record's cursor, so `Last-Event-ID` resumes after it),
+/// and `error` with `{"error": …}` before the stream ends.
+pub async fn tail(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = state.authenticate(&headers)?;
+    let mut params = Params::parse(raw.as_deref(), false).map_err(ApiError::BadRequest)?;
+    if params.cursor.is_empty() {
+        if let Some(last) = headers.get("last-event-id") {
+            params.cursor = last.to_str().unwrap_or_default().to_owned();
+        }
+    }
+    let follow = query::tail::start(
+        &state.reader,
+        tenant.name(),
+        params.tail_request(),
+        state.tail,
+        &state.draining,
+    )
+    .await?;
+    let opened = Event::default()
+        .event("open")
+        .data(json!({"tenant": tenant.name().as_ref()}).to_string());
+    let events = follow.map(|message| {
+        let event = match message {
+            Ok(batch) => {
+                let records: Vec<Value> = batch.records.iter().map(record_json).collect();
+                let event = Event::default()
+                    .event("records")
+                    .data(Value::from(records).to_string());
+                match batch.records.last() {
+                    Some(last) => event.id(last.cursor.clone()),
+                    None => event,
+                }
+            }
+            Err(status) => Event::default()
+                .event("error")
+                .data(json!({"error": status.message()}).to_string()),
+        };
+        Ok::<_, Infallible>(event)
+    });
+    let stream = futures::stream::once(async move { Ok(opened) }).chain(events);
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CACHE_CONTROL,
+        "no-store".parse().expect("a valid header"),
+    );
+    // Reverse proxies (nginx) would otherwise buffer the stream and deliver it late.
+    headers.insert("x-accel-buffering", "no".parse().expect("a valid header"));
+    Ok(response)
+}
+
+/// `GET /api/v1/health`: the snapshot the Health view charts.
+pub async fn health(
+    State(state): State<ConsoleState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    state.authenticate(&headers)?;
+    Ok(json_response(StatusCode::OK, &state.health.snapshot()))
+}
+
+/// Any other `/api/` path.
+pub async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &json!({"error": "no such API endpoint; see /api/v1/logs, /api/v1/tail, /api/v1/health, /api/v1/session"}),
+    )
+}
+
+/// A record as the console shows it: the fields of `loghaul query --json`, plus when it arrived.
+fn record_json(record: &StoredRecord) -> Value {
+    let mut value = crate::cli::print::json_value(record);
+    value["received_at"] = json!(crate::cli::print::time(record.received_at.as_ref()));
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_names_and_ip_literals_count_as_local() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST:1",
+            "app.localhost:3",
+            "127.0.0.1:8080",
+            "10.1.2.3",
+            "[::1]:8080",
+            "[fe80::1]",
+        ] {
+            assert!(is_local_or_ip(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:8080",
+            "localhost.evil.example",
+            "[evil]:80",
+            "127.0.0.1.nip.io",
+        ] {
+            assert!(!is_local_or_ip(host), "{host}");
+        }
+    }
+}

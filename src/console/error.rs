@@ -1,0 +1,67 @@
+//! The JSON error answers of the console API: `{"error": "…"}` with a status that says whose fault
+//! it is, never a 500 for something the client sent.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::auth::AuthFailure;
+use crate::error::QueryError;
+
+/// Why an API call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Missing or unknown key.
+    #[error(transparent)]
+    Unauthorized(#[from] AuthFailure),
+    /// A parameter that cannot be parsed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The host name of an open (keyless) service is not a loopback or IP address.
+    #[error("{0}")]
+    Forbidden(String),
+    /// What the query code refused or could not do.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+impl ApiError {
+    /// The HTTP status of the error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Query(err) => {
+                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = json_response(status, &serde_json::json!({"error": self.to_string()}));
+        if status == StatusCode::UNAUTHORIZED {
+            // Not `Basic`: browsers would pop up their own password dialog.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("ApiKey header=\"x-api-key\""),
+            );
+        }
+        response
+    }
+}
+
+/// A JSON body with the given status; API answers are never cached.
+pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        value.to_string(),
+    )
+        .into_response()
+}

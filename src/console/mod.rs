@@ -1,0 +1,113 @@
+//! The log console: a small single-page app and the JSON API behind it, on an HTTP listener of
+//! its own (`--console-listen`, never the metrics port, whose probes and `/metrics` stay open for
+//! Kubernetes and Prometheus while everything here needs an API key).
+//!
+//! - [`api`]: `/api/v1/{session,logs,tail,health}`, authenticated with the gRPC API keys and
+//!   scoped to the key's tenant, reading through the same code as `LogQuery`
+//!   ([`crate::query::search`], [`crate::query::tail::start`]).
+//! - [`params`]: the query string → the wire `Filter`, `QueryRequest` and `TailRequest`.
+//! - [`health`]: the snapshot the Health view samples, from the service's own metrics.
+//! - [`error`]: JSON error answers.
+//! - [`assets`]: the page, script and style sheet, embedded in the binary.
+
+pub mod api;
+pub mod assets;
+pub mod error;
+pub mod health;
+pub mod params;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use metrics::counter;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::KeyStore;
+use crate::query::tail::TailConfig;
+use crate::storage::reader::Reader;
+use health::HealthSource;
+
+/// What the console's handlers share.
+#[derive(Clone)]
+pub struct ConsoleState {
+    keys: Arc<KeyStore>,
+    reader: Reader,
+    tail: TailConfig,
+    draining: CancellationToken,
+    health: HealthSource,
+}
+
+impl ConsoleState {
+    /// The console's view of a running service; tails end when `draining` is cancelled.
+    pub fn new(
+        keys: Arc<KeyStore>,
+        reader: Reader,
+        tail: TailConfig,
+        draining: CancellationToken,
+        health: HealthSource,
+    ) -> Self {
+        ConsoleState {
+            keys,
+            reader,
+            tail,
+            draining,
+            health,
+        }
+    }
+}
+
+/// The console's routes.
+pub fn router(state: ConsoleState) -> Router {
+    let api = Router::new()
+        .route("/session", get(api::session))
+        .route("/logs", get(api::logs))
+        .route("/tail", get(api::tail))
+        .route("/health", get(api::health))
+        .fallback(api::not_found);
+    Router::new()
+        .route("/", get(assets::index))
+        .route("/app.js", get(assets::script))
+        .route("/app.css", get(assets::style))
+        .route("/favicon.svg", get(assets::favicon))
+        .nest("/api/v1", api)
+        .fallback(assets::not_found)
+        .layer(middleware::from_fn(count))
+        .with_state(state)
+}
+
+/// Counts every answer in `loghaul_console_requests_total{endpoint,status}`, so refused requests
+/// (400, 401, 403) show up in metrics as they do on gRPC. Both labels are bounded: the endpoint by
+/// this list, the status by what the handlers answer.
+async fn count(request: Request, next: Next) -> Response {
+    let endpoint = match request.uri().path() {
+        "/api/v1/logs" => "logs",
+        "/api/v1/tail" => "tail",
+        "/api/v1/health" => "health",
+        "/api/v1/session" => "session",
+        path if path.starts_with("/api") => "other_api",
+        _ => "page",
+    };
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    counter!("loghaul_console_requests_total", "endpoint" => endpoint, "status" => status)
+        .increment(1);
+    response
+}
+
+/// Serves the console until `shutdown` completes (open tails end on their own when the service
+/// drains, so the graceful shutdown does not wait on them).
+pub async fn serve(
+    listener: TcpListener,
+    state: ConsoleState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,188 @@
+//! The query string of `/api/v1/logs` and `/api/v1/tail` turned into the same wire requests the
+//! gRPC `LogQuery` takes, so the filter rules and their reasons live in one place
+//! ([`crate::query::filter`]); this module only refuses what cannot even be parsed.
+
+use chrono::{DateTime, Utc};
+
+use crate::config::HumanDuration;
+use crate::proto::v1::{Filter, QueryRequest, TailRequest};
+use crate::send::parse_severity;
+
+/// Longest query string accepted; a filter never needs more.
+const MAX_QUERY_BYTES: usize = 16 << 10;
+
+/// Parameters common to search and tail, and what they mean.
+pub const FILTER_PARAMETERS: &str =
+    "since, from, to, service, min_severity, contains, attr (key=value)";
+
+/// The parsed parameters.
+#[derive(Debug, Default, PartialEq)]
+pub struct Params {
+    /// The wire filter.
+    pub filter: Filter,
+    /// `page_size` (search only).
+    pub page_size: u32,
+    /// `cursor`: where a page or a tail continues.
+    pub cursor: String,
+}
+
+impl Params {
+    /// Parses a raw query string (`None`: no parameters). `paged` allows `page_size`.
+    pub fn parse(query: Option<&str>, paged: bool) -> Result<Params, String> {
+        let query = query.unwrap_or_default();
+        if query.len() > MAX_QUERY_BYTES {
+            return Err(format!(
+                "the query string is longer than {MAX_QUERY_BYTES} bytes"
+            ));
+        }
+        let mut params = Params::default();
+        let mut since = None;
+        for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+            let value = value.into_owned();
+            match name.as_ref() {
+                "since" => {
+                    let parsed: HumanDuration =
+                        value.parse().map_err(|err| format!("since: {err}"))?;
+                    since = Some(parsed);
+                }
+                "from" => params.filter.from = Some(rfc3339("from", &value)?),
+                "to" => params.filter.to = Some(rfc3339("to", &value)?),
+                "service" => params.filter.services.push(value),
+                "min_severity" => params.filter.min_severity = severity(&value)?,
+                "contains" => params.filter.contains = value,
+                "attr" => {
+                    let (key, value) = value
+                        .split_once('=')
+                        .ok_or_else(|| format!("attr {value:?}: write it key=value"))?;
+                    params
+                        .filter
+                        .attributes
+                        .insert(key.to_owned(), value.to_owned());
+                }
+                "cursor" => params.cursor = value,
+                "page_size" if paged => {
+                    params.page_size = value
+                        .parse()
+                        .map_err(|_| format!("page_size {value:?} is not a whole number"))?;
+                }
+                other => {
+                    let extra = if paged {
+                        ", page_size, cursor"
+                    } else {
+                        ", cursor"
+                    };
+                    return Err(format!(
+                        "unknown parameter {other:?}; known: {FILTER_PARAMETERS}{extra}"
+                    ));
+                }
+            }
+        }
+        if let Some(since) = since {
+            if params.filter.from.is_some() {
+                return Err("give since or from, not both".into());
+            }
+            let since = chrono::TimeDelta::from_std(since.0)
+                .ok()
+                .and_then(|since| Utc::now().checked_sub_signed(since))
+                .ok_or_else(|| "since is too long".to_owned())?;
+            params.filter.from = Some(timestamp(since));
+        }
+        Ok(params)
+    }
+
+    /// The request of a search page.
+    pub fn query_request(self) -> QueryRequest {
+        QueryRequest {
+            filter: Some(self.filter),
+            page_size: self.page_size,
+            cursor: self.cursor,
+        }
+    }
+
+    /// The request of a tail.
+    pub fn tail_request(self) -> TailRequest {
+        TailRequest {
+            filter: Some(self.filter),
+            cursor: self.cursor,
+        }
+    }
+}
+
+fn rfc3339(name: &str, text: &str) -> Result<prost_types::Timestamp, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|ts| timestamp(ts.to_utc()))
+        .map_err(|err| format!("{name} {text:?}: {err}; write it like 2026-11-29T10:00:00Z"))
+}
+
+fn timestamp(ts: DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: ts.timestamp(),
+        nanos: ts.timestamp_subsec_nanos() as i32,
+    }
+}
+
+fn severity(text: &str) -> Result<i32, String> {
+    let value = match text.parse::<i64>() {
+        Ok(number) => serde_json::Value::from(number),
+        Err(_) => serde_json::Value::from(text),
+    };
+    let number = parse_severity(&value);
+    // parse_severity says 0 for an unknown name; only "0" itself means "all".
+    if number == 0 && text != "0" {
+        return Err(format!(
+            "min_severity {text:?}: use trace, debug, info, warn, error, fatal or a number 0..=24"
+        ));
+    }
+    Ok(number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_filter_parameter_maps_onto_the_wire_filter() {
+        let params = Params::parse(
+            Some("service=a&service=b+c&min_severity=warn&contains=card%20declined&attr=region%3Deu&attr=k%3Dv%3Dw&from=2026-11-29T10:00:00Z&to=2026-11-29T11:00:00%2B01:00&page_size=50&cursor=xyz"),
+            true,
+        )
+        .unwrap();
+        assert_eq!(params.filter.services, ["a", "b c"]);
+        assert_eq!(params.filter.min_severity, 13);
+        assert_eq!(params.filter.contains, "card declined");
+        assert_eq!(params.filter.attributes["region"], "eu");
+        assert_eq!(params.filter.attributes["k"], "v=w");
+        assert_eq!(params.filter.from.unwrap().seconds, 1_795_946_400);
+        assert_eq!(params.filter.to.unwrap().seconds, 1_795_946_400);
+        assert_eq!(params.page_size, 50);
+        assert_eq!(params.cursor, "xyz");
+    }
+
+    #[test]
+    fn since_is_relative_to_now() {
+        let params = Params::parse(Some("since=15m"), false).unwrap();
+        let from = params.filter.from.unwrap().seconds;
+        let expected = Utc::now().timestamp() - 15 * 60;
+        assert!((from - expected).abs() <= 2, "{from} vs {expected}");
+        assert_eq!(Params::parse(None, true).unwrap(), Params::default());
+    }
+
+    #[test]
+    fn unparsable_values_say_which_parameter_and_why() {
+        let cases = [
+            ("from=yesterday", "from \"yesterday\""),
+            ("since=soon", "since: invalid duration"),
+            ("since=1h&from=2026-11-29T10:00:00Z", "not both"),
+            ("min_severity=loud", "min_severity \"loud\""),
+            ("attr=region", "write it key=value"),
+            ("page_size=ten", "page_size \"ten\""),
+            ("colour=red", "unknown parameter \"colour\""),
+        ];
+        for (query, expected) in cases {
+            let err = Params::parse(Some(query), true).unwrap_err();
+            assert!(err.contains(expected), "{query}: {err}");
+        }
+        let err = Params::parse(Some("page_size=10"), false).unwrap_err();
+        assert!(err.contains("unknown parameter \"page_size\""), "{err}");
+    }
+}
