@@ -16,6 +16,8 @@ use loghaul::error::IngestError;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::log_ingest_server::{LogIngest, LogIngestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
+use loghaul::retention::{run_once, RetentionConfig};
+use loghaul::storage::{PoolOptions, Store};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -416,6 +418,54 @@ async fn a_retried_chunk_is_stored_once(db: &TestDb) {
 on_both_backends!(
     a_retried_chunk_is_stored_once_everywhere,
     a_retried_chunk_is_stored_once
+);
+
+async fn beyond_the_window(db: &TestDb) {
+    let server = TestServer::start(common::config(db)).await;
+    let mut client = server.client().await;
+    let store = Store::connect(
+        &db.url,
+        PoolOptions {
+            max_connections: 1,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    let retention = |window: Duration| RetentionConfig {
+        keep: None,
+        interval: Duration::from_secs(60),
+        dedup_window: window,
+        database_url: db.url.clone(),
+    };
+    let chunk = || vec![keyed(b"window", 1, records("w", 10))];
+    push_requests(&mut client, chunk()).await.unwrap();
+
+    // Within the window the key stays and a retry is recognised.
+    let report = run_once(&store, &retention(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(report.chunk_keys_pruned, 0);
+    let retry = push_requests(&mut client, chunk()).await.unwrap();
+    assert_eq!(retry.duplicate_records, 10);
+    assert_eq!(db.count().await, 10);
+
+    // Once the key has left the window it is pruned, and the same chunk is stored again.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let report = run_once(&store, &retention(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert_eq!(report.chunk_keys_pruned, 1);
+    let late = push_requests(&mut client, chunk()).await.unwrap();
+    assert_eq!((late.accepted, late.duplicate_records), (10, 0));
+    assert_eq!(db.count().await, 20);
+    store.close().await;
+    server.stop().await;
+}
+
+on_both_backends!(
+    a_retry_beyond_the_dedup_window_is_stored_again,
+    beyond_the_window
 );
 
 async fn malformed_keys_are_refused(db: &TestDb) {
