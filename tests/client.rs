@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::held_lock::HeldLock;
 use common::process::Process;
 use common::{free_address, record, Backend, TestDb, TestServer};
 use loghaul::client::{Client, FullPolicy, Shipper, ShipperConfig};
@@ -119,6 +120,65 @@ async fn restart_keeps_exactly_once(db: &TestDb) {
 on_both_backends!(
     a_server_restart_loses_and_repeats_nothing,
     restart_keeps_exactly_once
+);
+
+async fn backpressure_then_recovery(db: &TestDb) {
+    const TOTAL: usize = 4_000;
+    let mut settings = common::config(db);
+    settings.shards = 1;
+    settings.queue_capacity = 1;
+    settings.batch_max_rows = 100;
+    settings.enqueue_timeout = "300ms".parse().unwrap();
+    settings.store_retry_timeout = "120s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    // Nothing commits while the table is locked: queues fill, streams are refused with
+    // RESOURCE_EXHAUSTED and RetryInfo, and the chunks queued before the refusal are written
+    // later, after the lock goes, while the shipper sends them again.
+    let lock = HeldLock::take(db).await;
+    let shipper = shipper_to(
+        server.grpc,
+        ShipperConfig {
+            chunk_records: 100,
+            ..brisk()
+        },
+    );
+    for n in 0..TOTAL {
+        shipper.push(record(format!("bp-{n:05}"))).unwrap();
+    }
+    let started = Instant::now();
+    while shipper.stats().retries == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no refusal seen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = shipper.last_error().unwrap_or_default();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    lock.release().await;
+    let stats = shipper.close_async(Duration::from_secs(120)).await;
+    assert!(refused.starts_with("ResourceExhausted"), "{refused}");
+    assert!(
+        stats.duplicates > 0,
+        "chunks queued before a refusal were stored once, not again on retry: {stats:?}"
+    );
+    assert_eq!(
+        (stats.acknowledged, stats.failed),
+        (TOTAL as u64, 0),
+        "{stats:?}"
+    );
+    assert_eq!(db.count().await, TOTAL as i64, "{stats:?}");
+    assert_eq!(
+        db.query_scalar("SELECT count(DISTINCT message) FROM logs")
+            .await,
+        TOTAL as i64
+    );
+    server.stop().await;
+}
+
+on_both_backends!(
+    backpressure_refusals_are_retried_and_stored_once,
+    backpressure_then_recovery
 );
 
 /// A real gRPC peer that refuses the first streams with RESOURCE_EXHAUSTED and a RetryInfo
