@@ -336,6 +336,13 @@ impl Task {
         incoming: mpsc::UnboundedReceiver<LogRecord>,
         closing: watch::Receiver<Option<Instant>>,
     ) -> Task {
+        // Zero would mean "never send" or "never seal": the smallest working value instead.
+        let config = ShipperConfig {
+            chunk_records: config.chunk_records.max(1),
+            rotate_chunks: config.rotate_chunks.max(1),
+            max_streams: config.max_streams.max(1),
+            ..config
+        };
         let producer_id: Vec<u8> = (0..16).map(|_| fastrand::u8(..)).collect();
         let backoff = Backoff::new(config.first_backoff, config.max_backoff);
         Task {
