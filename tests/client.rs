@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::held_lock::HeldLock;
 use common::process::Process;
 use common::{free_address, record, Backend, TestDb, TestServer};
 use loghaul::client::{Client, FullPolicy, Shipper, ShipperConfig};
@@ -16,6 +17,8 @@ use loghaul::error::IngestError;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::log_ingest_server::{LogIngest, LogIngestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
+use loghaul::retention::{run_once, RetentionConfig};
+use loghaul::storage::{PoolOptions, Store};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -117,6 +120,65 @@ async fn restart_keeps_exactly_once(db: &TestDb) {
 on_both_backends!(
     a_server_restart_loses_and_repeats_nothing,
     restart_keeps_exactly_once
+);
+
+async fn backpressure_then_recovery(db: &TestDb) {
+    const TOTAL: usize = 4_000;
+    let mut settings = common::config(db);
+    settings.shards = 1;
+    settings.queue_capacity = 1;
+    settings.batch_max_rows = 100;
+    settings.enqueue_timeout = "300ms".parse().unwrap();
+    settings.store_retry_timeout = "120s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    // Nothing commits while the table is locked: queues fill, streams are refused with
+    // RESOURCE_EXHAUSTED and RetryInfo, and the chunks queued before the refusal are written
+    // later, after the lock goes, while the shipper sends them again.
+    let lock = HeldLock::take(db).await;
+    let shipper = shipper_to(
+        server.grpc,
+        ShipperConfig {
+            chunk_records: 100,
+            ..brisk()
+        },
+    );
+    for n in 0..TOTAL {
+        shipper.push(record(format!("bp-{n:05}"))).unwrap();
+    }
+    let started = Instant::now();
+    while shipper.stats().retries == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no refusal seen"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refused = shipper.last_error().unwrap_or_default();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    lock.release().await;
+    let stats = shipper.close_async(Duration::from_secs(120)).await;
+    assert!(refused.starts_with("ResourceExhausted"), "{refused}");
+    assert!(
+        stats.duplicates > 0,
+        "chunks queued before a refusal were stored once, not again on retry: {stats:?}"
+    );
+    assert_eq!(
+        (stats.acknowledged, stats.failed),
+        (TOTAL as u64, 0),
+        "{stats:?}"
+    );
+    assert_eq!(db.count().await, TOTAL as i64, "{stats:?}");
+    assert_eq!(
+        db.query_scalar("SELECT count(DISTINCT message) FROM logs")
+            .await,
+        TOTAL as i64
+    );
+    server.stop().await;
+}
+
+on_both_backends!(
+    backpressure_refusals_are_retried_and_stored_once,
+    backpressure_then_recovery
 );
 
 /// A real gRPC peer that refuses the first streams with RESOURCE_EXHAUSTED and a RetryInfo
@@ -416,6 +478,54 @@ async fn a_retried_chunk_is_stored_once(db: &TestDb) {
 on_both_backends!(
     a_retried_chunk_is_stored_once_everywhere,
     a_retried_chunk_is_stored_once
+);
+
+async fn beyond_the_window(db: &TestDb) {
+    let server = TestServer::start(common::config(db)).await;
+    let mut client = server.client().await;
+    let store = Store::connect(
+        &db.url,
+        PoolOptions {
+            max_connections: 1,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    let retention = |window: Duration| RetentionConfig {
+        keep: None,
+        interval: Duration::from_secs(60),
+        dedup_window: window,
+        database_url: db.url.clone(),
+    };
+    let chunk = || vec![keyed(b"window", 1, records("w", 10))];
+    push_requests(&mut client, chunk()).await.unwrap();
+
+    // Within the window the key stays and a retry is recognised.
+    let report = run_once(&store, &retention(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert_eq!(report.chunk_keys_pruned, 0);
+    let retry = push_requests(&mut client, chunk()).await.unwrap();
+    assert_eq!(retry.duplicate_records, 10);
+    assert_eq!(db.count().await, 10);
+
+    // Once the key has left the window it is pruned, and the same chunk is stored again.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let report = run_once(&store, &retention(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert_eq!(report.chunk_keys_pruned, 1);
+    let late = push_requests(&mut client, chunk()).await.unwrap();
+    assert_eq!((late.accepted, late.duplicate_records), (10, 0));
+    assert_eq!(db.count().await, 20);
+    store.close().await;
+    server.stop().await;
+}
+
+on_both_backends!(
+    a_retry_beyond_the_dedup_window_is_stored_again,
+    beyond_the_window
 );
 
 async fn malformed_keys_are_refused(db: &TestDb) {

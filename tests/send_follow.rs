@@ -112,3 +112,32 @@ async fn follow_survives_rotation_and_truncation() {
         320
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_after_the_flush_timeout_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    append(&log, 0..10);
+    let nobody = common::free_address();
+    let started = Instant::now();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(BINARY)
+            .args(["send", "--flush-timeout", "2s"])
+            .args(["--endpoint", &format!("http://{nobody}")])
+            .arg(&log)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("10 records not stored") && stderr.contains("connect"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "gave up after the flush timeout"
+    );
+}

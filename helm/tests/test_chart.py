@@ -48,8 +48,8 @@ SERVE_FLAGS = {
     "store-retry-timeout", "db-max-connections", "max-connection-age",
     "max-connection-age-grace", "shutdown-grace", "log-format",
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
-    "tenant-burst", "retention", "retention-interval", "read-max-connections", "tail-poll-interval",
-    "console-listen",
+    "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
+    "tail-poll-interval", "console-listen",
 }
 # The database URL and the API keys come from the Secret (env), never from the ConfigMap.
 TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"}
@@ -407,7 +407,8 @@ def config_toml_has_only_known_keys():
                        ("store-retry-timeout", "15s"), ("max-connection-age", "10m"),
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
-                       ("retention", "7d"), ("retention-interval", "10m"), ("read-max-connections", 4),
+                       ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
+                       ("read-max-connections", 4),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
@@ -417,7 +418,8 @@ def config_toml_has_only_known_keys():
         "maxRequestBytes": "8MiB", "storeRetryTimeout": "30s", "dbMaxConnections": 9,
         "maxConnectionAge": "5m", "maxConnectionAgeGrace": "1m", "shutdownGraceSeconds": 40, "logFormat": "text",
         "bindAddress": "[::]", "tenantRecordsPerSecond": 2500.5, "tenantBytesPerSecond": "4MiB",
-        "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "readMaxConnections": 2,
+        "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
+        "readMaxConnections": 2,
         "tailPollInterval": "1s", "consoleListen": "off",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
@@ -428,8 +430,8 @@ def config_toml_has_only_known_keys():
         "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
         "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
-        "retention": "30d", "retention-interval": "5m", "read-max-connections": 2, "tail-poll-interval": "1s",
-        "console-listen": "off",
+        "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
+        "tail-poll-interval": "1s", "console-listen": "off",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

@@ -1,7 +1,7 @@
 //! The shipper's bound: a count of records held (pushed and not yet acknowledged or given up),
 //! taken without a lock; only a push that must wait for room touches a mutex.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ pub struct Slots {
     capacity: usize,
     used: AtomicUsize,
     waiters: AtomicUsize,
+    closed: AtomicBool,
     lock: Mutex<()>,
     room: Condvar,
 }
@@ -31,6 +32,7 @@ impl Slots {
             capacity,
             used: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
             lock: Mutex::new(()),
             room: Condvar::new(),
         }
@@ -71,6 +73,9 @@ impl Slots {
             if self.try_take() {
                 break true;
             }
+            if self.closed.load(Ordering::SeqCst) {
+                break false;
+            }
             let wait = match deadline {
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => left,
@@ -87,6 +92,13 @@ impl Slots {
         drop(guard);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         taken
+    }
+
+    /// Wakes every push waiting for room and makes it, and every later wait, give up.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let _guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.room.notify_all();
     }
 
     /// Gives back `count` slots, waking pushes that wait for room.
@@ -137,5 +149,18 @@ mod tests {
         assert!(slots.take(FullPolicy::Block(Duration::from_secs(30))));
         releaser.join().unwrap();
         assert_eq!(slots.used(), 1);
+
+        let closer = {
+            let slots = Arc::clone(&slots);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                slots.close();
+            })
+        };
+        assert!(
+            !slots.take(FullPolicy::Block(Duration::MAX)),
+            "close wakes the wait"
+        );
+        closer.join().unwrap();
     }
 }

@@ -182,6 +182,9 @@ impl Shipper {
         }
         if !shared.slots.take(shared.policy) {
             Counters::add(&shared.counters.dropped, 1);
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(PushError::Closed);
+            }
             return Err(PushError::Full);
         }
         if record.timestamp.is_none() {
@@ -234,11 +237,18 @@ impl Shipper {
         }
     }
 
+    /// Refuses every later record and wakes pushes waiting for room (they return
+    /// [`PushError::Closed`]); what is buffered is still shipped, until [`Shipper::close`].
+    pub fn stop_taking(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.slots.close();
+    }
+
     /// Stops taking records, sends what is buffered, and waits (blocking this thread) up to
     /// `deadline` for the acknowledgements; records still unacknowledged then count as failed.
     /// Returns the final counters. Further calls (from any clone) return at once.
     pub fn close(&self, deadline: Duration) -> ShipperStats {
-        self.shared.closed.store(true, Ordering::Release);
+        self.stop_taking();
         let _ = self.shared.close.send(Some(Instant::now() + deadline));
         let thread = self
             .shared
@@ -326,6 +336,13 @@ impl Task {
         incoming: mpsc::UnboundedReceiver<LogRecord>,
         closing: watch::Receiver<Option<Instant>>,
     ) -> Task {
+        // Zero would mean "never send" or "never seal": the smallest working value instead.
+        let config = ShipperConfig {
+            chunk_records: config.chunk_records.max(1),
+            rotate_chunks: config.rotate_chunks.max(1),
+            max_streams: config.max_streams.max(1),
+            ..config
+        };
         let producer_id: Vec<u8> = (0..16).map(|_| fastrand::u8(..)).collect();
         let backoff = Backoff::new(config.first_backoff, config.max_backoff);
         Task {
@@ -623,9 +640,18 @@ impl Task {
         }
         if !left.is_empty() || unreceived > 0 {
             let records: usize = left.iter().map(|chunk| chunk.records).sum::<usize>() + unreceived;
-            self.shared.set_error(format!(
-                "{records} records not acknowledged by the close deadline"
-            ));
+            let last = self
+                .shared
+                .last_error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            let mut error = format!("{records} records not acknowledged by the close deadline");
+            if let Some(last) = last {
+                error.push_str("; last failure: ");
+                error.push_str(&last);
+            }
+            self.shared.set_error(error);
             Counters::add(&self.shared.counters.failed, records as u64);
             self.shared.slots.release(records);
         }

@@ -67,6 +67,12 @@ pub enum SendError {
     /// The endpoint or key is unusable, or the shipper could not start.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// Interrupted (SIGINT/SIGTERM) before every input line was read; what was read is shipped.
+    #[error("interrupted: {sent} lines shipped before the signal")]
+    Interrupted {
+        /// Lines acknowledged.
+        sent: u64,
+    },
     /// Records were not acknowledged: the server refused the stream for good, or stayed
     /// unreachable past the flush timeout.
     #[error("{failed} records not stored: {reason}")]
@@ -107,17 +113,32 @@ pub async fn send(args: SendArgs, stop: Arc<AtomicBool>) -> Result<SendSummary, 
         ..ShipperConfig::default()
     })?;
     let reader = {
-        let shipper = shipper.clone();
-        let args = args.clone();
+        let (shipper, args, stop) = (shipper.clone(), args.clone(), Arc::clone(&stop));
         tokio::task::spawn_blocking(move || read_all(&args, &shipper, &stop))
     };
+    // A reader waiting for room (the server is away) must still notice the signal.
+    let interrupter = {
+        let (shipper, stop) = (shipper.clone(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            shipper.stop_taking();
+        })
+    };
     let read = reader.await.expect("the line reader does not panic");
+    interrupter.abort();
     let stats = shipper.close_async(args.flush_timeout.0).await;
     read?;
     if stats.failed > 0 {
         return Err(SendError::NotStored {
             failed: stats.failed,
             reason: shipper.last_error().unwrap_or_default(),
+        });
+    }
+    if stop.load(Ordering::Relaxed) && !args.follow {
+        return Err(SendError::Interrupted {
+            sent: stats.acknowledged,
         });
     }
     Ok(SendSummary {

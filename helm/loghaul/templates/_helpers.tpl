@@ -148,6 +148,7 @@ tenant-bytes-per-second = {{ toString $c.tenantBytesPerSecond | toJson }}
 tenant-burst = {{ toString $c.tenantBurst | toJson }}
 retention = {{ toString $c.retention | toJson }}
 retention-interval = {{ toString $c.retentionInterval | toJson }}
+dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
 console-listen = {{ toString $c.consoleListen | toJson }}
