@@ -19,6 +19,7 @@
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
+//! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` client; [`cli`]: `loghaul query` and `loghaul tail`.
 //! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling) and
 //!   `loghaul bench-query` (Query pages on a large table).
@@ -41,3 +42,4 @@ pub mod retention;
 pub mod send;
 pub mod server;
 pub mod storage;
+pub mod tls;

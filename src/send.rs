@@ -10,7 +10,6 @@ use chrono::DateTime;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
 
 use crate::auth::{request_with_key, InvalidApiKey};
 use crate::proto::v1::log_ingest_client::LogIngestClient;
@@ -35,6 +34,9 @@ pub struct SendArgs {
     /// API key, sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// TLS to the server.
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// Files to read; none means stdin.
     pub files: Vec<PathBuf>,
 }
@@ -56,7 +58,7 @@ pub enum SendError {
         /// The endpoint.
         endpoint: String,
         /// The transport error.
-        source: tonic::transport::Error,
+        source: crate::tls::ConnectError,
     },
     /// The API key cannot be sent as metadata.
     #[error(transparent)]
@@ -68,17 +70,17 @@ pub enum SendError {
 
 /// Sends every line and returns the server's summary.
 pub async fn send(args: SendArgs) -> Result<PushResponse, SendError> {
-    let channel = Endpoint::from_shared(args.endpoint.clone())
-        .map_err(|source| SendError::Connect {
-            endpoint: args.endpoint.clone(),
-            source,
-        })?
+    let connect_error = |source| SendError::Connect {
+        endpoint: args.endpoint.clone(),
+        source,
+    };
+    let channel = args
+        .tls
+        .endpoint(&args.endpoint)
+        .map_err(connect_error)?
         .connect()
         .await
-        .map_err(|source| SendError::Connect {
-            endpoint: args.endpoint.clone(),
-            source,
-        })?;
+        .map_err(|err| connect_error(err.into()))?;
     let mut client = LogIngestClient::new(channel);
     let (chunks, outgoing) = mpsc::channel::<PushRequest>(4);
     let request = request_with_key(ReceiverStream::new(outgoing), args.api_key.as_deref())?;

@@ -70,6 +70,9 @@ pub struct BenchArgs {
     /// Extra argument for the server the benchmark starts (repeatable): --server-arg=--shards=4.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// TLS to an --endpoint server.
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
     #[arg(long)]
     pub metrics_url: Option<String>,
@@ -97,7 +100,7 @@ pub enum BenchError {
     Server(#[from] server_process::ServerProcessError),
     /// The server could not be reached.
     #[error("cannot connect to the server: {0}")]
-    Connect(#[from] tonic::transport::Error),
+    Connect(#[from] crate::tls::ConnectError),
     /// The database could not be read or loaded.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
@@ -240,6 +243,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             rate: args.rate,
             api_key: args.api_key.clone(),
             protocol: args.protocol,
+            tls: args.tls.clone(),
         };
         let progress = Arc::new(Progress::default());
         let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));

@@ -51,6 +51,9 @@ pub enum ServeError {
     /// The reflection service could not be built.
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The TLS certificate, key or client CA could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The HTTP listener failed.
     #[error("metrics listener failed: {0}")]
     Http(#[from] std::io::Error),
@@ -84,6 +87,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     config.validate()?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::tls::server_config(
+            cert,
+            key,
+            config.tls_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
     let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
     let metrics_handle = metrics::handle();
     let shards = config.shard_count();
@@ -190,7 +201,12 @@ pub async fn run(
         stopping.clone().cancelled_owned(),
     ));
     let grpc_addr = grpc_listener.local_addr()?;
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, shards, "loghaul is serving");
+    let transport = match (&tls, config.tls_client_ca.is_some()) {
+        (None, _) => "plaintext",
+        (Some(_), false) => "tls",
+        (Some(_), true) => "tls+client-certificates",
+    };
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, shards, transport, "loghaul is serving");
 
     let drain_signal = {
         let draining = draining.clone();
@@ -205,6 +221,9 @@ pub async fn run(
         }
     };
     let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
     if !config.max_connection_age.0.is_zero() {
         builder = builder
             .max_connection_age(config.max_connection_age.0)
