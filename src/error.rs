@@ -46,6 +46,20 @@ pub enum IngestError {
     /// The database could not commit the stream's records, even after retries.
     #[error("records not stored, the database is unavailable: {0}")]
     Store(#[from] StoreError),
+    /// A message is not valid protobuf for its type: a string field that is not UTF-8, nesting
+    /// deeper than the decoder's recursion limit, a truncated field.
+    #[error("malformed message, not decoded: {0}")]
+    Malformed(String),
+    /// The stream sent no message for `--stream-idle-timeout`; what it sent before is settled.
+    #[error("stream idle for {idle:?} (--stream-idle-timeout): the records it sent before the pause are settled ({accepted} accepted, {rejected} rejected) and must not be resent; open a new stream for the next ones")]
+    StreamIdle {
+        /// The configured timeout.
+        idle: Duration,
+        /// Records of the stream committed.
+        accepted: u64,
+        /// Records of the stream refused.
+        rejected: u64,
+    },
     /// The client's stream failed (reset, malformed message, transport error).
     #[error(transparent)]
     Stream(Status),
@@ -63,6 +77,8 @@ impl IngestError {
             IngestError::RequestTooLarge { .. } => "request_too_large",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
+            IngestError::StreamIdle { .. } => "idle_timeout",
+            IngestError::Malformed(_) => "malformed_message",
             IngestError::Stream(_) => "stream_error",
         }
     }
@@ -79,6 +95,18 @@ impl IngestError {
                 detail: status.message().to_owned(),
                 limit: max_request_bytes,
             };
+        }
+        // tonic-prost reports every protobuf decode error as INTERNAL, which tells the client the
+        // server is at fault; it is the client's message that is wrong.
+        if status.code() == Code::Internal
+            && status
+                .message()
+                .starts_with("failed to decode Protobuf message")
+        {
+            let detail = status
+                .message()
+                .trim_start_matches("failed to decode Protobuf message: ");
+            return IngestError::Malformed(detail.to_owned());
         }
         IngestError::Stream(status)
     }
@@ -102,6 +130,21 @@ impl From<IngestError> for Status {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
             IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
+            IngestError::StreamIdle {
+                accepted, rejected, ..
+            } => {
+                let mut status = Status::deadline_exceeded(message);
+                for (key, count) in [
+                    ("loghaul-accepted", accepted),
+                    ("loghaul-rejected", rejected),
+                ] {
+                    status
+                        .metadata_mut()
+                        .insert(key, MetadataValue::from(count));
+                }
+                status
+            }
+            IngestError::Malformed(_) => Status::invalid_argument(message),
             IngestError::Stream(status) => status,
         }
     }

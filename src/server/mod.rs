@@ -2,6 +2,7 @@
 //! shuts them down in the order that loses nothing.
 
 pub mod admission;
+pub mod first_message;
 pub mod ingest;
 pub mod otlp;
 pub mod validate;
@@ -163,7 +164,8 @@ pub async fn run(
         max_message_bytes: config.max_message_bytes.as_usize(),
         max_age: retention.keep,
     };
-    let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0);
+    let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0)
+        .with_idle_timeout(Some(config.stream_idle_timeout.0).filter(|idle| !idle.is_zero()));
     let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
     let ingest = LogIngestServer::new(ingest)
         .max_decoding_message_size(max_request_bytes)
@@ -240,7 +242,7 @@ pub async fn run(
         .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(ingest)
+        .add_service(first_message::GateFirstMessage::new(ingest))
         .add_service(otlp_logs)
         .add_service(query)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);

@@ -9,6 +9,7 @@
 
 pub mod held_lock;
 pub mod process;
+pub mod raw_grpc;
 
 use std::net::SocketAddr;
 use std::time::Duration;
