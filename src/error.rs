@@ -220,6 +220,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn decode_failures_are_the_clients_fault_and_idle_streams_say_what_was_stored() {
+        let tonic_says = Status::internal(
+            "failed to decode Protobuf message: LogRecord.message: invalid string value: data is not UTF-8 encoded",
+        );
+        let status = Status::from(IngestError::from_stream(tonic_says, 1024));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status
+            .message()
+            .starts_with("malformed message, not decoded: LogRecord.message"));
+        // Any other INTERNAL passes through unchanged.
+        let other = IngestError::from_stream(Status::internal("h2 protocol error"), 1024);
+        assert_eq!(Status::from(other).code(), Code::Internal);
+
+        let status = Status::from(IngestError::StreamIdle {
+            idle: Duration::from_secs(60),
+            accepted: 7,
+            rejected: 2,
+        });
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(status.message().contains("7 accepted, 2 rejected"));
+        assert_eq!(status.metadata().get("loghaul-accepted").unwrap(), "7");
+        assert_eq!(status.metadata().get("loghaul-rejected").unwrap(), "2");
+    }
+
+    #[test]
     fn retryable_errors_carry_the_delay_in_both_places() {
         let status = Status::from(IngestError::Backpressure {
             resource: "shard queue",

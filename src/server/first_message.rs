@@ -150,3 +150,79 @@ where
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use bytes::Bytes;
+    use futures::task::noop_waker;
+
+    use super::*;
+
+    /// A body that has `frames` ready, then ends.
+    struct Ready(VecDeque<Bytes>);
+
+    impl Body for Ready {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(
+                self.get_mut()
+                    .0
+                    .pop_front()
+                    .map(|data| Ok(Frame::data(data))),
+            )
+        }
+    }
+
+    fn poll(body: &mut GatedBody<Ready>) -> Poll<Option<Bytes>> {
+        let waker = noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        Pin::new(body)
+            .poll_frame(&mut cx)
+            .map(|frame| frame.map(|frame| frame.unwrap().into_data().unwrap()))
+    }
+
+    fn gated(frames: &[&'static str]) -> GatedBody<Ready> {
+        GatedBody {
+            inner: Ready(
+                frames
+                    .iter()
+                    .map(|f| Bytes::from_static(f.as_bytes()))
+                    .collect(),
+            ),
+            gate: Arc::new(Gate::default()),
+            held: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_frame_waits_for_the_gate_and_nothing_is_lost() {
+        let mut body = gated(&["one", "two"]);
+        assert!(poll(&mut body).is_pending(), "held until the gate opens");
+        assert!(poll(&mut body).is_pending());
+        body.gate.arrived().await;
+        body.gate.open();
+        assert_eq!(
+            poll(&mut body),
+            Poll::Ready(Some(Bytes::from_static(b"one")))
+        );
+        assert_eq!(
+            poll(&mut body),
+            Poll::Ready(Some(Bytes::from_static(b"two")))
+        );
+        assert_eq!(poll(&mut body), Poll::Ready(None));
+    }
+
+    #[tokio::test]
+    async fn an_empty_stream_ends_at_once_and_counts_as_arrived() {
+        let mut body = gated(&[]);
+        assert_eq!(poll(&mut body), Poll::Ready(None));
+        body.gate.arrived().await;
+    }
+}
