@@ -139,6 +139,38 @@ async fn pushes_over_tls_are_stored_and_plaintext_clients_are_refused() {
         String::from_utf8_lossy(&sent.stderr)
     );
     assert_eq!(db.count().await, 1 + 3);
+    let read = Command::new(BINARY)
+        .args(["query", "--endpoint", &format!("https://{}", server.grpc)])
+        .arg("--tls-ca")
+        .arg(pki.ca())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        read.status.success() && printed.contains("second"),
+        "{printed}{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let bench = Command::new(BINARY)
+        .args(["bench", "--endpoint", &format!("https://{}", server.grpc)])
+        .args([
+            "--streams",
+            "1",
+            "--records",
+            "200",
+            "--records-per-chunk",
+            "100",
+        ])
+        .arg("--tls-ca")
+        .arg(pki.ca())
+        .output()
+        .unwrap();
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    assert_eq!(db.count().await, 1 + 3 + 200);
     server.stop().await;
 }
 

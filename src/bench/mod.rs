@@ -166,6 +166,11 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     if let Err(err) = crate::auth::request_with_key((), args.api_key.as_deref()) {
         return Err(BenchError::Usage(err.to_string()));
     }
+    if args.endpoint.is_none() && args.tls.enabled_for("http://") {
+        return Err(BenchError::Usage(
+            "--tls-ca, --tls-cert and --tls-key are for an --endpoint server; the server the benchmark starts is plaintext".into(),
+        ));
+    }
     let scratch = tempfile::tempdir()?;
     let database_url = match (&args.database_url, &args.endpoint) {
         (Some(url), _) => Some(url.clone()),
