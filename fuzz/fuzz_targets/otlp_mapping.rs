@@ -2,7 +2,7 @@
 //! record and validating it never panics, and whatever validates is storable.
 #![no_main]
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use loghaul::server::otlp::mapping::{to_wire, Shared};
 use loghaul::server::validate::{validate, Limits};
@@ -18,7 +18,6 @@ fuzz_target!(|data: &[u8]| {
         max_age: None,
     };
     let now = DateTime::<Utc>::from_timestamp(1_764_417_600, 0).unwrap();
-    let _ = TimeDelta::zero();
     for resource_logs in request.resource_logs {
         let resource = Shared::from_resource(resource_logs.resource.as_ref());
         for scope_logs in resource_logs.scope_logs {
