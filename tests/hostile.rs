@@ -375,6 +375,8 @@ async fn a_million_attributes_reject_the_record_not_the_server() {
         2.0
     );
     assert_eq!(db.count().await, 1);
+    let (_, peak) = server.rss();
+    eprintln!("peak RSS after a million attributes: {} MiB", peak >> 20);
 }
 
 /// Records with NUL bytes, extreme timestamps and SQL-looking strings in one stream: each bad one
