@@ -49,6 +49,20 @@ pub enum IngestError {
     /// The database could not commit the stream's records, even after retries.
     #[error("records not stored, the database is unavailable: {0}")]
     Store(#[from] StoreError),
+    /// A message is not valid protobuf for its type: a string field that is not UTF-8, nesting
+    /// deeper than the decoder's recursion limit, a truncated field.
+    #[error("malformed message, not decoded: {0}")]
+    Malformed(String),
+    /// The stream sent no message for `--stream-idle-timeout`; what it sent before is settled.
+    #[error("stream idle for {idle:?} (--stream-idle-timeout): the records it sent before the pause are settled ({accepted} accepted, {rejected} rejected) and must not be resent; open a new stream for the next ones")]
+    StreamIdle {
+        /// The configured timeout.
+        idle: Duration,
+        /// Records of the stream committed.
+        accepted: u64,
+        /// Records of the stream refused.
+        rejected: u64,
+    },
     /// The client's stream failed (reset, malformed message, transport error).
     #[error(transparent)]
     Stream(Status),
@@ -67,6 +81,8 @@ impl IngestError {
             IngestError::InvalidChunk(_) => "invalid_chunk",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
+            IngestError::StreamIdle { .. } => "idle_timeout",
+            IngestError::Malformed(_) => "malformed_message",
             IngestError::Stream(_) => "stream_error",
         }
     }
@@ -83,6 +99,18 @@ impl IngestError {
                 detail: status.message().to_owned(),
                 limit: max_request_bytes,
             };
+        }
+        // tonic-prost reports every protobuf decode error as INTERNAL, which tells the client the
+        // server is at fault; it is the client's message that is wrong.
+        if status.code() == Code::Internal
+            && status
+                .message()
+                .starts_with("failed to decode Protobuf message")
+        {
+            let detail = status
+                .message()
+                .trim_start_matches("failed to decode Protobuf message: ");
+            return IngestError::Malformed(detail.to_owned());
         }
         IngestError::Stream(status)
     }
@@ -107,6 +135,21 @@ impl From<IngestError> for Status {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
             IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
+            IngestError::StreamIdle {
+                accepted, rejected, ..
+            } => {
+                let mut status = Status::deadline_exceeded(message);
+                for (key, count) in [
+                    ("loghaul-accepted", accepted),
+                    ("loghaul-rejected", rejected),
+                ] {
+                    status
+                        .metadata_mut()
+                        .insert(key, MetadataValue::from(count));
+                }
+                status
+            }
+            IngestError::Malformed(_) => Status::invalid_argument(message),
             IngestError::Stream(status) => status,
         }
     }
@@ -190,6 +233,31 @@ fn retry_later(code: Code, message: String, delay: Duration) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_failures_are_the_clients_fault_and_idle_streams_say_what_was_stored() {
+        let tonic_says = Status::internal(
+            "failed to decode Protobuf message: LogRecord.message: invalid string value: data is not UTF-8 encoded",
+        );
+        let status = Status::from(IngestError::from_stream(tonic_says, 1024));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert!(status
+            .message()
+            .starts_with("malformed message, not decoded: LogRecord.message"));
+        // Any other INTERNAL passes through unchanged.
+        let other = IngestError::from_stream(Status::internal("h2 protocol error"), 1024);
+        assert_eq!(Status::from(other).code(), Code::Internal);
+
+        let status = Status::from(IngestError::StreamIdle {
+            idle: Duration::from_secs(60),
+            accepted: 7,
+            rejected: 2,
+        });
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(status.message().contains("7 accepted, 2 rejected"));
+        assert_eq!(status.metadata().get("loghaul-accepted").unwrap(), "7");
+        assert_eq!(status.metadata().get("loghaul-rejected").unwrap(), "2");
+    }
 
     #[test]
     fn retryable_errors_carry_the_delay_in_both_places() {

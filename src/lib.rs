@@ -23,6 +23,7 @@
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
 //! - [`client`]: the Rust client — a [`client::Shipper`] that batches, retries without
 //!   duplicates (producer id + sequence) and never blocks the application, and a tracing layer.
+//! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
 //! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling) and
 //!   `loghaul bench-query` (Query pages on a large table).
@@ -47,3 +48,4 @@ pub mod retention;
 pub mod send;
 pub mod server;
 pub mod storage;
+pub mod tls;

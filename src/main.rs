@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the service.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// Apply database migrations and exit.
     Migrate(MigrateArgs),
     /// Ship lines from files or stdin (or follow a file with --follow) to a server, retrying
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
                 let serve_matches = matches
                     .subcommand_matches("serve")
                     .expect("clap matched the serve subcommand");
-                serve(config.merge_file(serve_matches)?).await?;
+                serve((*config).merge_file(serve_matches)?).await?;
                 Ok(ExitCode::SUCCESS)
             }
             Command::Migrate(args) => {

@@ -49,10 +49,13 @@ SERVE_FLAGS = {
     "max-connection-age-grace", "shutdown-grace", "log-format",
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
-    "tail-poll-interval", "console-listen",
+    "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
+    "tls-client-ca",
 }
+TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # The database URL and the API keys come from the Secret (env), never from the ConfigMap.
-TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"}
+# TLS keys appear only with tls.enabled (see tls_mounts_the_secret_and_sets_the_paths).
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"} - TLS_KEYS
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
 
@@ -84,6 +87,7 @@ FULL = {
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "logging", "effect": "NoSchedule"}],
     "extraEnv": [{"name": "RUST_LOG", "value": "info"}],
     "priorityClassName": "high-priority",
+    "tls": {"enabled": True, "secretName": "loghaul-tls", "clientAuth": True},
 }
 
 EXISTING_SECRETS = {
@@ -394,6 +398,23 @@ def termination_grace_derives_from_shutdown_grace():
 
 
 @check
+def tls_mounts_the_secret_and_sets_the_paths():
+    assert "tls-cert" not in config_toml(manifests(render()))
+    docs = manifests(render({"tls": {"enabled": True, "secretName": "loghaul-tls", "clientAuth": True}}))
+    cfg = config_toml(docs)
+    assert {k: cfg[k] for k in TLS_KEYS} == {
+        "tls-cert": "/etc/loghaul-tls/tls.crt",
+        "tls-key": "/etc/loghaul-tls/tls.key",
+        "tls-client-ca": "/etc/loghaul-tls/ca.crt",
+    }
+    pod = deployment(docs)["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "loghaul-tls"}} in pod["volumes"]
+    mounts = container(docs)["volumeMounts"]
+    assert {"name": "tls", "mountPath": "/etc/loghaul-tls", "readOnly": True} in mounts
+    assert "tls-client-ca" not in config_toml(manifests(render({"tls": {"enabled": True, "secretName": "s"}})))
+
+
+@check
 def config_toml_has_only_known_keys():
     docs = manifests(render())
     cfg = config_toml(docs)
@@ -409,7 +430,8 @@ def config_toml_has_only_known_keys():
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
                        ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
                        ("read-max-connections", 4),
-                       ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080")]:
+                       ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
+                       ("stream-idle-timeout", "60s")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -420,7 +442,7 @@ def config_toml_has_only_known_keys():
         "bindAddress": "[::]", "tenantRecordsPerSecond": 2500.5, "tenantBytesPerSecond": "4MiB",
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
         "readMaxConnections": 2,
-        "tailPollInterval": "1s", "consoleListen": "off",
+        "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
     assert cfg2 == {
@@ -431,7 +453,7 @@ def config_toml_has_only_known_keys():
         "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
-        "tail-poll-interval": "1s", "console-listen": "off",
+        "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

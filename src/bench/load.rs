@@ -9,7 +9,9 @@ use crate::client::codec::PreEncoded;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::tls::ConnectError;
 
 use super::workload::Protocol;
 use crate::auth::request_with_key;
@@ -45,6 +47,8 @@ pub struct LoadPlan {
     pub api_key: Option<String>,
     /// Push streams or OTLP exports.
     pub protocol: Protocol,
+    /// TLS to the server.
+    pub tls: crate::tls::ClientTlsArgs,
 }
 
 /// Live counters, read by the progress line.
@@ -75,7 +79,7 @@ pub async fn run(
     chunks: Arc<Vec<Bytes>>,
     records_per_chunk: usize,
     progress: Arc<Progress>,
-) -> Result<LoadOutcome, tonic::transport::Error> {
+) -> Result<LoadOutcome, ConnectError> {
     let started = Instant::now();
     let deadline = match plan.stop {
         Stop::After(duration) => Some(started + duration),
@@ -93,11 +97,13 @@ pub async fn run(
         .map(|rate| Duration::from_secs_f64(records_per_chunk as f64 * plan.streams as f64 / rate));
     let mut tasks = Vec::with_capacity(plan.streams);
     for stream in 0..plan.streams {
-        let channel = Endpoint::from_shared(plan.endpoint.clone())
-            .expect("the endpoint was validated")
+        let channel = plan
+            .tls
+            .endpoint(&plan.endpoint)?
             .tcp_nodelay(true)
             .connect()
-            .await?;
+            .await
+            .map_err(ConnectError::from)?;
         let ctx = StreamContext {
             channel,
             chunks: Arc::clone(&chunks),

@@ -72,6 +72,9 @@ pub struct BenchArgs {
     /// Extra argument for the server the benchmark starts (repeatable): --server-arg=--shards=4.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// TLS to an --endpoint server.
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
     #[arg(long)]
     pub metrics_url: Option<String>,
@@ -99,7 +102,7 @@ pub enum BenchError {
     Server(#[from] server_process::ServerProcessError),
     /// The server could not be reached.
     #[error("cannot connect to the server: {0}")]
-    Connect(#[from] tonic::transport::Error),
+    Connect(#[from] crate::tls::ConnectError),
     /// The database could not be read or loaded.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
@@ -164,6 +167,11 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     }
     if let Err(err) = crate::auth::request_with_key((), args.api_key.as_deref()) {
         return Err(BenchError::Usage(err.to_string()));
+    }
+    if args.endpoint.is_none() && args.tls.enabled_for("http://") {
+        return Err(BenchError::Usage(
+            "--tls-ca, --tls-cert and --tls-key are for an --endpoint server; the server the benchmark starts is plaintext".into(),
+        ));
     }
     let scratch = tempfile::tempdir()?;
     let database_url = match (&args.database_url, &args.endpoint) {
@@ -242,6 +250,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             rate: args.rate,
             api_key: args.api_key.clone(),
             protocol: args.protocol,
+            tls: args.tls.clone(),
         };
         let progress = Arc::new(Progress::default());
         let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));

@@ -1,7 +1,7 @@
 //! The filter flags shared by `loghaul query` and `loghaul tail`.
 
 use chrono::{DateTime, Utc};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::config::HumanDuration;
 use crate::proto::v1::log_query_client::LogQueryClient;
@@ -20,7 +20,7 @@ pub enum ReadError {
         /// The endpoint.
         endpoint: String,
         /// The transport error.
-        source: tonic::transport::Error,
+        source: crate::tls::ConnectError,
     },
     /// The server refused the call.
     #[error("the server refused the request: {}: {}", .0.code(), .0.message())]
@@ -43,6 +43,9 @@ pub struct ReadArgs {
     /// API key, sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// TLS to the server.
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// Only this service (repeat for several).
     #[arg(long = "service")]
     pub services: Vec<String>,
@@ -136,11 +139,13 @@ impl ReadArgs {
             endpoint: self.endpoint.clone(),
             source,
         };
-        let channel = Endpoint::from_shared(self.endpoint.clone())
+        let channel = self
+            .tls
+            .endpoint(&self.endpoint)
             .map_err(connect_error)?
             .connect()
             .await
-            .map_err(connect_error)?;
+            .map_err(|err| connect_error(err.into()))?;
         Ok(LogQueryClient::new(channel))
     }
 

@@ -26,7 +26,7 @@ pub mod stats;
 
 use std::time::Duration;
 
-use tonic::transport::Endpoint;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 
 pub use buffer::FullPolicy;
 pub use layer::LoghaulLayer;
@@ -60,12 +60,19 @@ pub struct ClientBuilder {
     endpoint: String,
     api_key: Option<String>,
     connect_timeout: Duration,
+    tls: Option<ClientTlsConfig>,
 }
 
 impl ClientBuilder {
     /// The API key, sent as `x-api-key` with every stream.
     pub fn api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(key.into());
+        self
+    }
+
+    /// Speaks TLS with these settings (an `http://` endpoint is taken as `https://`).
+    pub fn tls(mut self, config: ClientTlsConfig) -> Self {
+        self.tls = Some(config);
         self
     }
 
@@ -78,11 +85,19 @@ impl ClientBuilder {
     /// Checks the endpoint and key; connects nothing yet.
     pub fn build(self) -> Result<Client, ClientError> {
         request_with_key((), self.api_key.as_deref())?;
-        let endpoint = Endpoint::from_shared(self.endpoint.clone())
-            .map_err(|source| ClientError::Endpoint {
-                endpoint: self.endpoint.clone(),
-                source,
-            })?
+        let invalid = |source| ClientError::Endpoint {
+            endpoint: self.endpoint.clone(),
+            source,
+        };
+        let url = match (&self.tls, self.endpoint.strip_prefix("http://")) {
+            (Some(_), Some(rest)) => format!("https://{rest}"),
+            _ => self.endpoint.clone(),
+        };
+        let mut endpoint = Endpoint::from_shared(url).map_err(invalid)?;
+        if let Some(tls) = self.tls.clone() {
+            endpoint = endpoint.tls_config(tls).map_err(invalid)?;
+        }
+        let endpoint = endpoint
             .connect_timeout(self.connect_timeout)
             // A server that vanished without closing the connection (a dead host, a partition)
             // is noticed by keep-alive pings instead of waiting for the ack timeout.
@@ -111,6 +126,7 @@ impl Client {
             endpoint: endpoint.into(),
             api_key: None,
             connect_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 

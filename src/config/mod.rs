@@ -152,6 +152,23 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_SHUTDOWN_GRACE", default_value = "20s")]
     pub shutdown_grace: HumanDuration,
 
+    /// A Push stream that sends no message for this long is ended with DEADLINE_EXCEEDED after
+    /// what it sent is committed, so idle clients cannot hold streams forever; 0s turns it off.
+    #[arg(long, env = "LOGHAUL_STREAM_IDLE_TIMEOUT", default_value = "60s")]
+    pub stream_idle_timeout: HumanDuration,
+
+    /// PEM certificate chain of the gRPC port; with --tls-key the port speaks only TLS.
+    #[arg(long, env = "LOGHAUL_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LOGHAUL_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates; when set, clients must present a certificate signed by one of them.
+    #[arg(long, env = "LOGHAUL_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Format of the service's own logs (level from RUST_LOG, default info).
     #[arg(long, env = "LOGHAUL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -293,6 +310,12 @@ impl ServeConfig {
             if clashes {
                 return fail("--console-listen must differ from --listen and --metrics-listen");
             }
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return fail("--tls-cert and --tls-key go together");
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
+            return fail("--tls-client-ca needs --tls-cert and --tls-key");
         }
         if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
             return fail("--max-buffered-bytes must be below 4GiB");

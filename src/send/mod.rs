@@ -35,6 +35,9 @@ pub struct SendArgs {
     /// API key, sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// TLS to the server.
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// Keep reading the (single) file as it grows, across rotation (rename and re-create) and
     /// truncation, like `tail -F`, until interrupted; the file is read from its beginning.
     #[arg(long, short = 'F')]
@@ -67,6 +70,9 @@ pub enum SendError {
     /// The endpoint or key is unusable, or the shipper could not start.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A TLS file is missing or malformed.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// Interrupted (SIGINT/SIGTERM) before every input line was read; what was read is shipped.
     #[error("interrupted: {sent} lines shipped before the signal")]
     Interrupted {
@@ -104,6 +110,9 @@ pub async fn send(args: SendArgs, stop: Arc<AtomicBool>) -> Result<SendSummary, 
     let mut builder = Client::builder(args.endpoint.clone());
     if let Some(key) = &args.api_key {
         builder = builder.api_key(key.clone());
+    }
+    if let Some(tls) = args.tls.client_config(&args.endpoint)? {
+        builder = builder.tls(tls);
     }
     let client = builder.build()?;
     let shipper = client.shipper(ShipperConfig {

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::admission::{admit, respond};
+use super::first_message::Gate;
 use super::validate::{validate, Limits};
 use crate::auth::{tenant_of, Tenant};
 use crate::error::IngestError;
@@ -68,6 +69,7 @@ pub struct IngestService {
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
+    idle_timeout: Option<Duration>,
 }
 
 impl IngestService {
@@ -77,13 +79,21 @@ impl IngestService {
             ingress,
             limits,
             max_request_bytes,
+            idle_timeout: None,
         }
+    }
+
+    /// Ends streams that send nothing for `timeout` (`--stream-idle-timeout`); `None` never does.
+    pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
     }
 
     async fn ingest(
         &self,
         tenant: &Tenant,
         mut stream: Streaming<PushRequest>,
+        mut gate: Option<Arc<Gate>>,
     ) -> Result<PushResponse, IngestError> {
         let shard = self.ingress.assign_shard();
         let mut tally = Tally::default();
@@ -91,14 +101,40 @@ impl IngestService {
         let mut in_flight = FuturesUnordered::new();
         // Until the stream has shown its chunk size, assume the largest message allowed.
         let mut expected_bytes = self.max_request_bytes as usize;
+        if let Some(gate) = &gate {
+            // Nothing is reserved until the client sends something; see `first_message`.
+            let silent = tokio::time::sleep(self.idle_timeout.unwrap_or(Duration::MAX));
+            tokio::select! {
+                () = gate.arrived() => {}
+                // Polling the read is what reads the body; the gate keeps it from completing
+                // with a message, so it ends here only when the stream ended or failed.
+                early = stream.message() => match early {
+                    Ok(None) => return Ok(tally.into_response()),
+                    Ok(Some(_)) => unreachable!("the gate holds the first message back"),
+                    Err(status) => return Err(IngestError::from_stream(status, self.max_request_bytes)),
+                },
+                () = silent, if self.idle_timeout.is_some() => {
+                    return Err(IngestError::StreamIdle {
+                        idle: self.idle_timeout.unwrap_or_default(),
+                        accepted: 0,
+                        rejected: 0,
+                    });
+                }
+            }
+        }
         loop {
             let deadline = Instant::now() + self.ingress.enqueue_timeout();
             let mut held = Some(self.ingress.reserve(expected_bytes, deadline).await?);
-            let message = {
+            if let Some(gate) = gate.take() {
+                gate.open();
+            }
+            let next = {
                 let read = stream.message();
                 tokio::pin!(read);
                 let idle = tokio::time::sleep(IDLE_RESERVATION);
                 tokio::pin!(idle);
+                let silent = tokio::time::sleep(self.idle_timeout.unwrap_or(Duration::MAX));
+                tokio::pin!(silent);
                 loop {
                     tokio::select! {
                         biased;
@@ -107,10 +143,25 @@ impl IngestService {
                         Some((outcome, chunk)) = in_flight.next() => tally.settle(outcome, &chunk)?,
                         // A client with nothing to send must not sit on budget others need.
                         () = &mut idle, if held.is_some() => held = None,
-                        message = &mut read => break message
-                            .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?,
+                        // Nor may it hold a stream (and its handler) forever.
+                        () = &mut silent, if self.idle_timeout.is_some() => break None,
+                        message = &mut read => break Some(message
+                            .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?),
                     }
                 }
+            };
+            let Some(message) = next else {
+                drop(held);
+                // What the stream sent before it went quiet is committed and counted, so the
+                // client learns it need not resend it.
+                while let Some((outcome, chunk)) = in_flight.next().await {
+                    tally.settle(outcome, &chunk)?;
+                }
+                return Err(IngestError::StreamIdle {
+                    idle: self.idle_timeout.unwrap_or_default(),
+                    accepted: tally.accepted,
+                    rejected: tally.rejected,
+                });
             };
             let Some(request) = message else { break };
             // A stream that gave its reservation back waited for its client, not for room: its
@@ -187,7 +238,8 @@ impl LogIngest for IngestService {
     ) -> Result<Response<PushResponse>, Status> {
         let tenant = tenant_of(&request)?;
         let _open = OpenStream::start();
-        let outcome = self.ingest(&tenant, request.into_inner()).await;
+        let gate = request.extensions().get::<Arc<Gate>>().cloned();
+        let outcome = self.ingest(&tenant, request.into_inner(), gate).await;
         respond(outcome, "loghaul_streams_total")
     }
 }

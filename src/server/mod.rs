@@ -2,6 +2,7 @@
 //! shuts them down in the order that loses nothing.
 
 pub mod admission;
+pub mod first_message;
 pub mod ingest;
 pub mod otlp;
 pub mod validate;
@@ -54,6 +55,9 @@ pub enum ServeError {
     /// The reflection service could not be built.
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The TLS certificate, key or client CA could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The HTTP listener failed.
     #[error("metrics listener failed: {0}")]
     Http(#[from] std::io::Error),
@@ -144,6 +148,14 @@ pub async fn run(
         console: console_listener,
     } = listeners;
     config.validate()?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::tls::server_config(
+            cert,
+            key,
+            config.tls_client_ca.as_deref(),
+        )?),
+        _ => None,
+    };
     let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
     let metrics_handle = metrics::handle();
     let shards = config.shard_count();
@@ -214,7 +226,8 @@ pub async fn run(
         max_message_bytes: config.max_message_bytes.as_usize(),
         max_age: retention.keep,
     };
-    let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0);
+    let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0)
+        .with_idle_timeout(Some(config.stream_idle_timeout.0).filter(|idle| !idle.is_zero()));
     let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
     let ingest = LogIngestServer::new(ingest)
         .max_decoding_message_size(max_request_bytes)
@@ -283,7 +296,12 @@ pub async fn run(
         stopping.clone().cancelled_owned(),
     ));
     let grpc_addr = grpc_listener.local_addr()?;
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, console = %console_addr, shards, "loghaul is serving");
+    let transport = match (&tls, config.tls_client_ca.is_some()) {
+        (None, _) => "plaintext",
+        (Some(_), false) => "tls",
+        (Some(_), true) => "tls+client-certificates",
+    };
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, console = %console_addr, shards, transport, "loghaul is serving");
 
     let drain_signal = {
         let draining = draining.clone();
@@ -298,6 +316,9 @@ pub async fn run(
         }
     };
     let mut builder = Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
     if !config.max_connection_age.0.is_zero() {
         builder = builder
             .max_connection_age(config.max_connection_age.0)
@@ -314,7 +335,7 @@ pub async fn run(
         .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(ingest)
+        .add_service(first_message::GateFirstMessage::new(ingest))
         .add_service(otlp_logs)
         .add_service(query)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);

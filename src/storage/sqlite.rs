@@ -87,6 +87,36 @@ fn is_data_error(code: &str) -> bool {
         .is_ok_and(|extended| matches!(extended & 0xff, 18 | 19 | 20 | 25))
 }
 
+/// The file path of a `sqlite://` URL, without its query.
+fn options_path(url: &str) -> Option<std::path::PathBuf> {
+    let path = url.strip_prefix("sqlite://")?;
+    let path = path.split('?').next()?;
+    (!path.is_empty() && path != ":memory:").then(|| path.into())
+}
+
+/// SQLite says only "unable to open database file" when the directory is the problem; say which.
+fn directory_hint(path: Option<&std::path::Path>) -> String {
+    let Some(parent) = path.and_then(std::path::Path::parent) else {
+        return String::new();
+    };
+    if parent.as_os_str().is_empty() {
+        return String::new();
+    }
+    let mut ancestor = Some(parent);
+    while let Some(dir) = ancestor {
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() => break,
+            Ok(_) => return format!(" ({} is not a directory)", dir.display()),
+            Err(_) => ancestor = dir.parent(),
+        }
+    }
+    if parent.is_dir() {
+        String::new()
+    } else {
+        format!(" (directory {} does not exist)", parent.display())
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database file named by a `sqlite://` URL.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -112,7 +142,12 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await
-            .map_err(|err| StoreError::Unavailable(format!("cannot open {url}: {err}")))?;
+            .map_err(|err| {
+                StoreError::Unavailable(format!(
+                    "cannot open {url}: {err}{}",
+                    directory_hint(options_path(url).as_deref())
+                ))
+            })?;
         Ok(SqliteStore { pool })
     }
 

@@ -11,6 +11,7 @@ pub mod held_lock;
 pub mod http;
 pub mod process;
 pub mod proxy;
+pub mod raw_grpc;
 
 use std::net::SocketAddr;
 use std::time::Duration;

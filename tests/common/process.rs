@@ -15,16 +15,26 @@ pub struct Process {
     pub http: SocketAddr,
     pub console: SocketAddr,
     lines: std::sync::mpsc::Receiver<String>,
+    transcript: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Process {
     /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
     pub fn serve(database_url: &str, extra: &[&str]) -> Process {
-        Process::serve_at("127.0.0.1:0", database_url, extra)
+        Process::spawn("127.0.0.1:0", database_url, extra, &[])
     }
 
     /// Like [`Process::serve`], with gRPC on `listen` (a fixed port survives a restart).
     pub fn serve_at(listen: &str, database_url: &str, extra: &[&str]) -> Process {
+        Process::spawn(listen, database_url, extra, &[])
+    }
+
+    /// As [`Process::serve`], with environment variables; stdout and stderr are both captured.
+    pub fn serve_with_env(database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
+        Process::spawn("127.0.0.1:0", database_url, extra, env)
+    }
+
+    fn spawn(listen: &str, database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
         let mut child = Command::new(BINARY)
             .args([
                 "serve",
@@ -46,25 +56,24 @@ impl Process {
             .args(extra)
             // Keys come only from what a test passes, never from the developer's environment.
             .env_remove("LOGHAUL_API_KEYS")
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("the binary starts");
-        let stderr = child.stderr.take().unwrap();
         let (sender, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let transcript = std::sync::Arc::default();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        forward_lines(stdout, sender.clone(), std::sync::Arc::clone(&transcript));
+        forward_lines(stderr, sender, std::sync::Arc::clone(&transcript));
         let mut process = Process {
             child,
             grpc: "0.0.0.0:0".parse().unwrap(),
             http: "0.0.0.0:0".parse().unwrap(),
             console: "0.0.0.0:0".parse().unwrap(),
             lines,
+            transcript,
         };
         let serving = process.wait_for_log("loghaul is serving");
         let addr = |field: &str| serving[field].as_str().unwrap().parse().unwrap();
@@ -116,6 +125,11 @@ impl Process {
         }
     }
 
+    /// Everything the process wrote to stdout and stderr so far.
+    pub fn transcript(&self) -> Vec<String> {
+        self.transcript.lock().unwrap().clone()
+    }
+
     /// What the server logged since the last call.
     pub fn logs(&self) -> Vec<String> {
         self.lines.try_iter().collect()
@@ -137,6 +151,19 @@ impl Process {
         };
         (field("VmRSS:"), field("VmHWM:"))
     }
+}
+
+fn forward_lines(
+    output: impl std::io::Read + Send + 'static,
+    sender: std::sync::mpsc::Sender<String>,
+    transcript: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            transcript.lock().unwrap().push(line.clone());
+            let _ = sender.send(line);
+        }
+    });
 }
 
 impl Drop for Process {

@@ -140,6 +140,7 @@ max-request-bytes = {{ toString $c.maxRequestBytes | toJson }}
 store-retry-timeout = {{ toString $c.storeRetryTimeout | toJson }}
 db-max-connections = {{ int64 $c.dbMaxConnections }}
 max-connection-age = {{ toString $c.maxConnectionAge | toJson }}
+stream-idle-timeout = {{ toString $c.streamIdleTimeout | toJson }}
 max-connection-age-grace = {{ toString $c.maxConnectionAgeGrace | toJson }}
 shutdown-grace = {{ printf "%ds" (int $c.shutdownGraceSeconds) | toJson }}
 log-format = {{ toString $c.logFormat | toJson }}
@@ -152,10 +153,23 @@ dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
 console-listen = {{ toString $c.consoleListen | toJson }}
+{{- if .Values.tls.enabled }}
+tls-cert = "/etc/loghaul-tls/tls.crt"
+tls-key = "/etc/loghaul-tls/tls.key"
+{{- if .Values.tls.clientAuth }}
+tls-client-ca = "/etc/loghaul-tls/ca.crt"
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Combinations that render but cannot work; fails with a message saying what to change. */}}
 {{- define "loghaul.validate" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
+{{- fail "loghaul: tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt and tls.key)" }}
+{{- end }}
+{{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
+{{- fail "loghaul: tls.clientAuth needs tls.enabled" }}
+{{- end }}
 {{- if and .Values.database.url .Values.database.existingSecret }}
 {{- fail "loghaul: set either database.url or database.existingSecret, not both" }}
 {{- end }}

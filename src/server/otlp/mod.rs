@@ -7,7 +7,7 @@
 //!   answer into the precise status.
 
 pub mod mapping;
-pub mod oversize;
+pub mod refusal;
 pub mod service;
 
 use std::collections::HashSet;
@@ -19,7 +19,7 @@ use tonic::codec::CompressionEncoding;
 
 use crate::pipeline::Ingress;
 use crate::server::validate::Limits;
-use oversize::ExplainOversize;
+use refusal::ExplainRefusal;
 use service::OtlpLogsService;
 
 pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
@@ -33,14 +33,14 @@ pub fn logs_server(
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
-) -> ExplainOversize<LogsServiceServer<OtlpLogsService>> {
+) -> ExplainRefusal<LogsServiceServer<OtlpLogsService>> {
     let server = LogsServiceServer::new(OtlpLogsService::new(ingress, limits))
         .max_decoding_message_size(usize::try_from(max_request_bytes).unwrap_or(usize::MAX))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Zstd);
-    ExplainOversize::new(server, max_request_bytes)
+    ExplainRefusal::new(server, max_request_bytes)
 }
 
 /// Descriptors of the logs service and the files it imports, for server reflection. The crate

@@ -1,13 +1,15 @@
-//! Makes tonic's answer to an oversized unary request say what the client should do.
+//! Makes tonic's answer to a request it refused to decode say what the client should do.
 //!
 //! For a unary method tonic decodes the message before the handler runs, so a request over
 //! `max_decoding_message_size` never reaches it: tonic answers `OUT_OF_RANGE` ("decoded message
 //! length too large") or, for a compressed message that inflates past the limit,
 //! `RESOURCE_EXHAUSTED` ("size limit … exceeded while decompressing"). OTLP clients treat
-//! `OUT_OF_RANGE` as "retry" and neither message names the option to change. This wrapper rewrites
-//! such an answer into the status `LogIngest` gives, built by the one mapping in `crate::error`:
-//! `RESOURCE_EXHAUSTED` without `RetryInfo` (so OTLP clients do not retry the same request), with a
-//! message naming `--max-request-bytes`.
+//! `OUT_OF_RANGE` as "retry" and neither message names the option to change. A message that is not
+//! valid protobuf (invalid UTF-8 in a string, nesting past prost's recursion limit) gets
+//! `INTERNAL`, which blames the server. This wrapper rewrites such answers into the statuses
+//! `LogIngest` gives, built by the one mapping in `crate::error`: `RESOURCE_EXHAUSTED` without
+//! `RetryInfo` (so OTLP clients do not retry the same request) naming `--max-request-bytes`, and
+//! `INVALID_ARGUMENT` naming the malformed field.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,26 +27,26 @@ use crate::error::IngestError;
 
 /// A gRPC service whose "message too large" answers are rewritten; see the module docs.
 #[derive(Clone, Debug)]
-pub struct ExplainOversize<S> {
+pub struct ExplainRefusal<S> {
     inner: S,
     max_request_bytes: u64,
 }
 
-impl<S> ExplainOversize<S> {
+impl<S> ExplainRefusal<S> {
     /// Wraps `inner`, whose decoding limit is `max_request_bytes`.
     pub fn new(inner: S, max_request_bytes: u64) -> Self {
-        ExplainOversize {
+        ExplainRefusal {
             inner,
             max_request_bytes,
         }
     }
 }
 
-impl<S: NamedService> NamedService for ExplainOversize<S> {
+impl<S: NamedService> NamedService for ExplainRefusal<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, B> Service<http::Request<B>> for ExplainOversize<S>
+impl<S, B> Service<http::Request<B>> for ExplainRefusal<S>
 where
     S: Service<http::Request<B>, Response = http::Response<Body>, Error = Infallible>,
     S::Future: Send + 'static,
@@ -74,9 +76,9 @@ fn explain(response: http::Response<Body>, limit: u64) -> http::Response<Body> {
         return response;
     }
     match IngestError::from_stream(status, limit) {
-        oversize @ IngestError::RequestTooLarge { .. } => {
-            counter!("loghaul_otlp_exports_total", "outcome" => oversize.kind()).increment(1);
-            Status::from(oversize).into_http()
+        refusal @ (IngestError::RequestTooLarge { .. } | IngestError::Malformed(_)) => {
+            counter!("loghaul_otlp_exports_total", "outcome" => refusal.kind()).increment(1);
+            Status::from(refusal).into_http()
         }
         _ => response,
     }
@@ -109,6 +111,20 @@ mod tests {
             );
             assert!(explained.message().contains("65536"));
         }
+    }
+
+    #[test]
+    fn undecodable_requests_become_invalid_argument() {
+        let tonic_says = Status::internal(
+            "failed to decode Protobuf message: AnyValue.value: recursion limit reached",
+        );
+        let explained = status_of(&explain(tonic_says.into_http(), 65536));
+        assert_eq!(explained.code(), Code::InvalidArgument);
+        assert!(
+            explained.message().contains("recursion limit reached"),
+            "{}",
+            explained.message()
+        );
     }
 
     #[test]

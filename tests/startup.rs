@@ -1,0 +1,209 @@
+//! Start-up failures of the real binary: each exits non-zero within seconds with one line that
+//! names the cause, and never panics. (An unreachable PostgreSQL is covered in `process.rs`.)
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::process::BINARY;
+
+/// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
+/// checking that it failed quickly and did not panic.
+fn start_up_error(args: &[&str]) -> String {
+    let started = Instant::now();
+    let output = Command::new(BINARY)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--console-listen",
+            "off",
+        ])
+        .args(args)
+        .env_remove("LOGHAUL_API_KEYS")
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{args:?} started: {stderr}");
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    assert!(
+        took < Duration::from_secs(20),
+        "{args:?} took {took:?} to fail"
+    );
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{args:?}: one error line in {stderr}");
+    errors[0].to_owned()
+}
+
+fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}", path.display())
+}
+
+#[test]
+fn wrong_postgres_credentials_name_the_database_not_the_password() {
+    let error = start_up_error(&[
+        "--database-url",
+        "postgres://no_such_role:hunter2@127.0.0.1:5432/test",
+    ]);
+    assert!(
+        error.contains("postgres://no_such_role:***@127.0.0.1:5432/test"),
+        "{error}"
+    );
+    assert!(error.contains("no_such_role"), "{error}");
+    assert!(!error.contains("hunter2"), "{error}");
+}
+
+#[test]
+fn a_read_only_sqlite_database_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("logs.db");
+    // Root ignores file permissions, so read-only is asked of SQLite itself.
+    std::fs::write(&file, b"").unwrap();
+    let url = format!("{}?mode=ro", sqlite_url(&file));
+    let error = start_up_error(&["--database-url", &url]);
+    assert!(
+        error.contains("readonly") || error.contains("read-only"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_unwritable_sqlite_path_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_directory = dir.path().join("file");
+    std::fs::write(&not_a_directory, b"x").unwrap();
+    let error = start_up_error(&[
+        "--database-url",
+        &sqlite_url(&not_a_directory.join("logs.db")),
+    ]);
+    assert!(error.contains("file is not a directory"), "{error}");
+
+    let error = start_up_error(&[
+        "--database-url",
+        &sqlite_url(&dir.path().join("missing/dir/logs.db")),
+    ]);
+    assert!(error.contains("missing/dir does not exist)"), "{error}");
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("logs.db");
+    std::fs::write(&file, vec![b'x'; 8192]).unwrap();
+    let error = start_up_error(&["--database-url", &sqlite_url(&file)]);
+    assert!(
+        error.contains("not a database") || error.contains("logs.db"),
+        "{error}"
+    );
+}
+
+#[test]
+fn missing_or_invalid_tls_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_url(&dir.path().join("logs.db"));
+    let missing = dir.path().join("missing.pem");
+    let error = start_up_error(&[
+        "--database-url",
+        &db,
+        "--tls-cert",
+        missing.to_str().unwrap(),
+        "--tls-key",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(
+        error.contains("cannot read --tls-cert") && error.contains("missing.pem"),
+        "{error}"
+    );
+
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(
+        &garbage,
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let key_file = dir.path().join("key.pem");
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let error = start_up_error(&[
+        "--database-url",
+        &db,
+        "--tls-cert",
+        garbage.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+    ]);
+    assert!(error.contains("invalid TLS configuration"), "{error}");
+
+    // A certificate with the key of another one.
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert_file = dir.path().join("cert.pem");
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    let error = start_up_error(&[
+        "--database-url",
+        &db,
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+    ]);
+    assert!(error.contains("invalid TLS configuration"), "{error}");
+
+    let error = start_up_error(&[
+        "--database-url",
+        &db,
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+    ]);
+    assert!(
+        error.contains("--tls-cert and --tls-key go together"),
+        "{error}"
+    );
+
+    let error = start_up_error(&[
+        "--database-url",
+        &db,
+        "--tls-cert",
+        cert_file.to_str().unwrap(),
+        "--tls-key",
+        key_file.to_str().unwrap(),
+        "--tls-client-ca",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(error.contains("cannot read --tls-client-ca"), "{error}");
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(BINARY)
+        .args([
+            "serve",
+            "--listen",
+            &address,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--console-listen",
+            "off",
+        ])
+        .args(["--database-url", &sqlite_url(&dir.path().join("logs.db"))])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen for gRPC on {address}")),
+        "{stderr}"
+    );
+}
