@@ -424,7 +424,7 @@ def config_toml_has_only_known_keys():
     assert cfg["batch-max-rows"] == 20000 and isinstance(cfg["batch-max-rows"], int)
     assert cfg["queue-capacity"] == 64 and cfg["db-max-connections"] == 0
     for key, value in [("batch-max-bytes", "16MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
-                       ("max-request-bytes", "4MiB"), ("batch-linger", "50ms"), ("enqueue-timeout", "5s"),
+                       ("max-request-bytes", "4MiB"), ("batch-linger", "10ms"), ("enqueue-timeout", "5s"),
                        ("store-retry-timeout", "15s"), ("max-connection-age", "10m"),
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),

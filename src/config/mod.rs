@@ -107,8 +107,10 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_BATCH_MAX_BYTES", default_value = "16MiB")]
     pub batch_max_bytes: ByteSize,
 
-    /// A shard flushes when its oldest buffered record has waited this long.
-    #[arg(long, env = "LOGHAUL_BATCH_LINGER", default_value = "50ms")]
+    /// A shard flushes when its oldest buffered record has waited this long. Under load batches
+    /// fill while the previous one is written, so this only bounds what a quiet shard waits for
+    /// company: 10 ms against 50 ms halved the median ack at 80 % load (README "Benchmarks").
+    #[arg(long, env = "LOGHAUL_BATCH_LINGER", default_value = "10ms")]
     pub batch_linger: HumanDuration,
 
     /// Chunks (PushRequest messages) each shard's queue holds before senders wait.

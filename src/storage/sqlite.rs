@@ -132,11 +132,12 @@ impl SqliteStore {
             // when the file is created) cut the per-page work; together with 20,000-row batches
             // they moved the embedded benchmark from about 55k to 125k records/s.
             .pragma("cache_size", "-65536")
-            .page_size(65536);
-        let options = match std::env::var("LOGHAUL_EXP_WAL_AUTOCHECKPOINT") {
-            Ok(pages) => options.pragma("wal_autocheckpoint", pages),
-            Err(_) => options,
-        };
+            .page_size(65536)
+            // The commit that fills the WAL past this many pages copies them into the database and
+            // syncs it before it returns: 256 pages of 64 KiB (16 MiB) instead of SQLite's 1,000
+            // (64 MiB) keeps that stall short enough for the ack p99 at 80 % load, at no cost in
+            // throughput that the benchmark could see.
+            .pragma("wal_autocheckpoint", "256");
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
