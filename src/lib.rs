@@ -25,8 +25,9 @@
 //!   duplicates (producer id + sequence) and never blocks the application, and a tracing layer.
 //! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
-//! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling) and
-//!   `loghaul bench-query` (Query pages on a large table).
+//! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling),
+//!   `loghaul bench-query` (Query pages on a large table), `loghaul bench-shipper` (one client
+//!   shipper) and `loghaul chaos` (a load-and-faults soak that counts lost and duplicated records).
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports.
