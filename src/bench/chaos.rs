@@ -17,6 +17,7 @@ use super::BenchError;
 use crate::client::{Client, FullPolicy, ShipperConfig, ShipperStats};
 use crate::config::HumanDuration;
 use crate::proto::v1::LogRecord;
+use crate::storage::Backend;
 
 /// A fault the soak injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -164,7 +165,7 @@ pub async fn run(args: ChaosArgs) -> Result<ChaosReport, BenchError> {
         .database_url
         .clone()
         .unwrap_or_else(|| format!("sqlite://{}", scratch.path().join("chaos.db").display()));
-    let postgres = database_url.starts_with("postgres");
+    let postgres = Backend::is_postgres(&database_url);
     let faults = if args.faults.is_empty() {
         let mut all = vec![Fault::Kill, Fault::Term];
         if postgres {
@@ -313,7 +314,7 @@ async fn stored_copies(
 ) -> Result<HashMap<(usize, u64), u64>, BenchError> {
     let sql = "SELECT message FROM logs WHERE message LIKE $1";
     let pattern = format!("chaos {run_id} %");
-    let messages: Vec<String> = if database_url.starts_with("postgres") {
+    let messages: Vec<String> = if Backend::is_postgres(database_url) {
         let mut conn = sqlx::PgConnection::connect(database_url).await?;
         sqlx::query_scalar(sql)
             .bind(pattern)

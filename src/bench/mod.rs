@@ -23,6 +23,7 @@ use serde::Serialize;
 use sqlx::Connection;
 
 use crate::config::HumanDuration;
+use crate::storage::Backend;
 use load::{LoadPlan, Progress, Stop};
 use server_process::ServerProcess;
 use workload::{Protocol, WorkloadShape};
@@ -182,7 +183,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         )),
         (None, Some(_)) => None,
     };
-    if args.compare_copy && !database_url.as_deref().is_some_and(is_postgres) {
+    if args.compare_copy && !database_url.as_deref().is_some_and(Backend::is_postgres) {
         return Err(BenchError::Usage(
             "--compare-copy needs a postgres:// --database-url".into(),
         ));
@@ -305,13 +306,9 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     Ok(report)
 }
 
-fn is_postgres(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
 pub(crate) async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {
     let sql = "SELECT count(*) FROM logs";
-    if is_postgres(url) {
+    if Backend::is_postgres(url) {
         let mut conn = sqlx::PgConnection::connect(url).await?;
         return sqlx::query_scalar(sql).fetch_one(&mut conn).await;
     }

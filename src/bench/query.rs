@@ -73,7 +73,7 @@ const LOAD_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, ser
 
 /// Runs the benchmark and prints its report.
 pub async fn run(args: BenchQueryArgs) -> Result<(), BenchError> {
-    if !args.database_url.starts_with("postgres") {
+    if !crate::storage::Backend::is_postgres(&args.database_url) {
         return Err(BenchError::Usage(
             "bench-query needs a postgres:// URL".into(),
         ));

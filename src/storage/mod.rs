@@ -130,6 +130,36 @@ pub struct PoolOptions {
     pub acquire_timeout: Duration,
 }
 
+/// Which database a URL names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `postgres://…` or `postgresql://…`.
+    Postgres,
+    /// `sqlite:…`.
+    Sqlite,
+}
+
+impl Backend {
+    /// The backend `url` names; any other scheme is refused (with the password redacted).
+    pub fn of(url: &str) -> Result<Backend, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else {
+            Err(StoreError::Url(format!(
+                "{:?} is neither postgres://… nor sqlite://…",
+                redact_url(url)
+            )))
+        }
+    }
+
+    /// True when `url` names a PostgreSQL database.
+    pub fn is_postgres(url: &str) -> bool {
+        matches!(Backend::of(url), Ok(Backend::Postgres))
+    }
+}
+
 /// A connected store.
 #[derive(Clone, Debug)]
 pub enum Store {
@@ -142,18 +172,12 @@ pub enum Store {
 impl Store {
     /// Connects to the database the URL names: `postgres://…`/`postgresql://…` or `sqlite://…`.
     pub async fn connect(url: &str, pool: PoolOptions) -> Result<Store, StoreError> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return postgres::PostgresStore::connect(url, pool)
+        match Backend::of(url)? {
+            Backend::Postgres => postgres::PostgresStore::connect(url, pool)
                 .await
-                .map(Store::Postgres);
+                .map(Store::Postgres),
+            Backend::Sqlite => sqlite::SqliteStore::connect(url).await.map(Store::Sqlite),
         }
-        if url.starts_with("sqlite:") {
-            return sqlite::SqliteStore::connect(url).await.map(Store::Sqlite);
-        }
-        Err(StoreError::Url(format!(
-            "{:?} is neither postgres://… nor sqlite://…",
-            redact_url(url)
-        )))
     }
 
     /// Applies pending migrations (PostgreSQL: under an advisory lock, so replicas can start together).

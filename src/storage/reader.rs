@@ -74,20 +74,14 @@ impl Reader {
     /// Opens a read pool of `max_connections` on the database the URL names. The database must
     /// exist and be migrated (the writer does both first).
     pub async fn connect(url: &str, max_connections: u32) -> Result<Reader, StoreError> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return read_postgres::PgReader::connect(url, max_connections)
+        match super::Backend::of(url)? {
+            super::Backend::Postgres => read_postgres::PgReader::connect(url, max_connections)
                 .await
-                .map(Reader::Postgres);
-        }
-        if url.starts_with("sqlite:") {
-            return read_sqlite::SqliteReader::connect(url, max_connections)
+                .map(Reader::Postgres),
+            super::Backend::Sqlite => read_sqlite::SqliteReader::connect(url, max_connections)
                 .await
-                .map(Reader::Sqlite);
+                .map(Reader::Sqlite),
         }
-        Err(StoreError::Url(format!(
-            "{:?} is neither postgres://… nor sqlite://…",
-            super::redact_url(url)
-        )))
     }
 
     /// Up to `limit` of the tenant's records matching `filter`, newest first (by timestamp, then
