@@ -175,14 +175,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         ));
     }
     let scratch = tempfile::tempdir()?;
-    let database_url = match (&args.database_url, &args.endpoint) {
-        (Some(url), _) => Some(url.clone()),
-        (None, None) => Some(format!(
-            "sqlite://{}",
-            scratch.path().join("bench.db").display()
-        )),
-        (None, Some(_)) => None,
-    };
+    let database_url = bench_database(&args.database_url, &args.endpoint, scratch.path());
     if args.compare_copy && !database_url.as_deref().is_some_and(Backend::is_postgres) {
         return Err(BenchError::Usage(
             "--compare-copy needs a postgres:// --database-url".into(),
@@ -221,18 +214,8 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
 
     let mut runs = Vec::new();
     for &streams in &args.streams {
-        let server = match &args.endpoint {
-            Some(_) => None,
-            None => Some(ServerProcess::start(
-                database_url.as_deref().expect("set above"),
-                &args.server_args,
-            )?),
-        };
-        let endpoint = match (&args.endpoint, &server) {
-            (Some(endpoint), _) => endpoint.clone(),
-            (None, Some(server)) => format!("http://{}", server.grpc),
-            (None, None) => unreachable!("a server was started"),
-        };
+        let (endpoint, server) =
+            start_target(&args.endpoint, database_url.as_deref(), &args.server_args)?;
         let metrics_url = args
             .metrics_url
             .clone()
@@ -304,6 +287,35 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         );
     }
     Ok(report)
+}
+
+/// The database of a benchmark's own server: the one named, else a scratch SQLite file in
+/// `scratch`; none when it drives an `--endpoint` without naming the database behind it.
+pub(crate) fn bench_database(
+    database_url: &Option<String>,
+    endpoint: &Option<String>,
+    scratch: &std::path::Path,
+) -> Option<String> {
+    match (database_url, endpoint) {
+        (Some(url), _) => Some(url.clone()),
+        (None, None) => Some(format!("sqlite://{}", scratch.join("bench.db").display())),
+        (None, Some(_)) => None,
+    }
+}
+
+/// Where a benchmark sends: `endpoint` when given, else a server it starts on `database_url`
+/// (returned too, so the caller measures and stops it).
+pub(crate) fn start_target(
+    endpoint: &Option<String>,
+    database_url: Option<&str>,
+    server_args: &[String],
+) -> Result<(String, Option<ServerProcess>), BenchError> {
+    if let Some(endpoint) = endpoint {
+        return Ok((endpoint.clone(), None));
+    }
+    let database_url = database_url.expect("bench_database names one when there is no endpoint");
+    let server = ServerProcess::start(database_url, server_args)?;
+    Ok((format!("http://{}", server.grpc), Some(server)))
 }
 
 pub(crate) async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::server_process::ServerProcess;
 use super::workload::{self, Protocol, WorkloadShape};
-use super::{count_rows, BenchError};
+use super::{bench_database, count_rows, start_target, BenchError};
 use crate::client::{Client, FullPolicy, ShipperConfig, ShipperStats};
 
 /// Options of `loghaul bench-shipper`.
@@ -99,26 +98,9 @@ pub async fn run(args: BenchShipperArgs) -> Result<ShipperReport, BenchError> {
         ));
     }
     let scratch = tempfile::tempdir()?;
-    let database_url = match (&args.database_url, &args.endpoint) {
-        (Some(url), _) => Some(url.clone()),
-        (None, None) => Some(format!(
-            "sqlite://{}",
-            scratch.path().join("bench.db").display()
-        )),
-        (None, Some(_)) => None,
-    };
-    let server = match &args.endpoint {
-        Some(_) => None,
-        None => Some(ServerProcess::start(
-            database_url.as_deref().expect("set above"),
-            &args.server_args,
-        )?),
-    };
-    let endpoint = match (&args.endpoint, &server) {
-        (Some(endpoint), _) => endpoint.clone(),
-        (None, Some(server)) => format!("http://{}", server.grpc),
-        (None, None) => unreachable!("a server was started"),
-    };
+    let database_url = bench_database(&args.database_url, &args.endpoint, scratch.path());
+    let (endpoint, server) =
+        start_target(&args.endpoint, database_url.as_deref(), &args.server_args)?;
     let before = match &database_url {
         Some(url) => Some(count_rows(url).await?),
         None => None,
