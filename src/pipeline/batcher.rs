@@ -193,7 +193,10 @@ impl Batcher {
                     counter!("loghaul_duplicate_chunks_total").increment(duplicate_chunks);
                     counter!("loghaul_duplicate_records_total").increment(duplicate_rows as u64);
                 }
-                if !written.refused.is_empty() {
+                if let Some((_, first)) = written.refused.first() {
+                    // One line per batch, not per row: a stream of refused rows must not flood
+                    // the log. Each row's reason goes back to its client by index.
+                    tracing::warn!(shard, refused = written.refused.len(), first_reason = %first, "the database refused records of a batch");
                     counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str())
                         .increment(written.refused.len() as u64);
                 }

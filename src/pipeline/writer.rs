@@ -104,10 +104,7 @@ impl Writer {
                             None => written.duplicate[index] = true,
                         }
                     }
-                    [_] if end - start == 1 => {
-                        tracing::warn!(reason = %reason, "the database refused a record");
-                        written.refused.push((start, reason));
-                    }
+                    [_] if end - start == 1 => written.refused.push((start, reason)),
                     [_] => {
                         let half = (end - start) / 2;
                         pending.push((start + half, end));
@@ -149,7 +146,6 @@ impl Writer {
             {
                 Ok(_) => {}
                 Err(StoreError::RowRejected(reason)) if range.len() == 1 => {
-                    tracing::warn!(reason = %reason, "the database refused a record");
                     refused.push((range.start, reason));
                 }
                 Err(StoreError::RowRejected(_)) => {
