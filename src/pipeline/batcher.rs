@@ -141,7 +141,7 @@ impl Batcher {
             .iter()
             .flat_map(|chunk| {
                 chunk.records.iter().map(|record| Row {
-                    tenant: &chunk.tenant,
+                    tenant: &chunk.source.tenant,
                     record,
                 })
             })
@@ -154,8 +154,8 @@ impl Batcher {
                 offset += chunk.records.len();
                 Span {
                     rows: start..offset,
-                    key: chunk.key.as_ref().map(|key| ChunkKey {
-                        tenant: &chunk.tenant,
+                    key: chunk.source.key.as_ref().map(|key| ChunkKey {
+                        tenant: &chunk.source.tenant,
                         producer_id: &key.producer_id,
                         sequence: key.sequence,
                     }),

@@ -49,10 +49,8 @@ pub struct ChunkSource {
 /// Records of one stream message on their way to the database.
 #[derive(Debug)]
 pub struct Chunk {
-    /// Tenant that sent them.
-    pub tenant: Arc<str>,
-    /// Set when the chunk is stored at most once per (tenant, producer, sequence).
-    pub key: Option<ProducerSequence>,
+    /// Who sent them, and the chunk's name when it is deduplicated.
+    pub source: ChunkSource,
     /// The valid records of the message, in stream order.
     pub records: Vec<Record>,
     /// What they are charged against the byte budget.
@@ -251,8 +249,7 @@ impl Ingress {
         self.wait_histogram.record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
-            tenant: source.tenant,
-            key: source.key,
+            source,
             records,
             bytes,
             enqueued_at: Instant::now(),
