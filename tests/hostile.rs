@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 
 const PUSH: &str = "/loghaul.v1.LogIngest/Push";
 const EXPORT: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+const QUERY: &str = "/loghaul.v1.LogQuery/Query";
 const MIB: usize = 1 << 20;
 
 /// gRPC status codes used below.
@@ -268,6 +269,12 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
     .await;
     assert_eq!(answer.code, INVALID_ARGUMENT, "{answer:?}");
 
+    // LogQuery's requests are decoded by tonic too: a bad cursor string is the client's fault.
+    let bad_query = field(3, b"\xff\xfe");
+    let answer = call(server.grpc, QUERY, None, vec![frame(false, &bad_query)]).await;
+    assert_eq!(answer.code, INVALID_ARGUMENT, "{answer:?}");
+    assert!(answer.message.contains("UTF-8"), "{}", answer.message);
+
     // Within the limit, nesting is stored as compact JSON.
     let shallow = raw_export_with_body(&nested_any_value(20, false));
     let answer = call(server.grpc, EXPORT, None, vec![frame(false, &shallow)]).await;
@@ -299,6 +306,13 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
             "loghaul_otlp_exports_total{outcome=\"malformed_message\"}"
         ),
         4.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "loghaul_queries_total{outcome=\"malformed_message\"}"
+        ),
+        1.0
     );
 }
 

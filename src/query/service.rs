@@ -9,6 +9,7 @@ use super::tail::{self, TailConfig};
 use crate::auth::tenant_of;
 use crate::proto::v1::log_query_server::{LogQuery, LogQueryServer};
 use crate::proto::v1::{QueryRequest, QueryResponse, TailRequest, TailResponse};
+use crate::server::refusal::ExplainRefusal;
 use crate::storage::reader::Reader;
 
 /// The query service.
@@ -34,13 +35,16 @@ impl QueryService {
         reader: Reader,
         config: &crate::config::ServeConfig,
         draining: CancellationToken,
-    ) -> LogQueryServer<QueryService> {
+    ) -> ExplainRefusal<LogQueryServer<QueryService>> {
         let tail = TailConfig::from_config(config);
-        LogQueryServer::new(QueryService::new(reader, tail, draining))
+        let server = LogQueryServer::new(QueryService::new(reader, tail, draining))
+            .max_decoding_message_size(config.max_request_bytes.as_usize())
             .accept_compressed(CompressionEncoding::Gzip)
             .accept_compressed(CompressionEncoding::Zstd)
             .send_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Zstd)
+            .send_compressed(CompressionEncoding::Zstd);
+        // A request tonic cannot decode is the client's fault: INVALID_ARGUMENT, not INTERNAL.
+        ExplainRefusal::new(server, config.max_request_bytes.0, "loghaul_queries_total")
     }
 }
 

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod first_message;
 pub mod ingest;
 pub mod otlp;
+pub mod refusal;
 pub mod validate;
 
 use std::future::Future;

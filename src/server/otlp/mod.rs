@@ -7,7 +7,6 @@
 //!   answer into the precise status.
 
 pub mod mapping;
-pub mod refusal;
 pub mod service;
 
 use std::collections::HashSet;
@@ -18,8 +17,8 @@ use prost_types::FileDescriptorSet;
 use tonic::codec::CompressionEncoding;
 
 use crate::pipeline::Ingress;
+use crate::server::refusal::ExplainRefusal;
 use crate::server::validate::Limits;
-use refusal::ExplainRefusal;
 use service::OtlpLogsService;
 
 pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
@@ -40,7 +39,7 @@ pub fn logs_server(
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Zstd);
-    ExplainRefusal::new(server, max_request_bytes)
+    ExplainRefusal::new(server, max_request_bytes, "loghaul_otlp_exports_total")
 }
 
 /// Descriptors of the logs service and the files it imports, for server reflection. The crate

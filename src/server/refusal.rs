@@ -1,4 +1,5 @@
-//! Makes tonic's answer to a request it refused to decode say what the client should do.
+//! Makes tonic's answer to a request it refused to decode say what the client should do; wraps
+//! every unary service (OTLP `Export`, `LogQuery`).
 //!
 //! For a unary method tonic decodes the message before the handler runs, so a request over
 //! `max_decoding_message_size` never reaches it: tonic answers `OUT_OF_RANGE` ("decoded message
@@ -25,19 +26,22 @@ use tower::Service;
 
 use crate::error::IngestError;
 
-/// A gRPC service whose "message too large" answers are rewritten; see the module docs.
+/// A gRPC service whose "too large" and "cannot decode" answers are rewritten; see the module docs.
 #[derive(Clone, Debug)]
 pub struct ExplainRefusal<S> {
     inner: S,
     max_request_bytes: u64,
+    metric: &'static str,
 }
 
 impl<S> ExplainRefusal<S> {
-    /// Wraps `inner`, whose decoding limit is `max_request_bytes`.
-    pub fn new(inner: S, max_request_bytes: u64) -> Self {
+    /// Wraps `inner`, whose decoding limit is `max_request_bytes`; a rewritten answer is counted
+    /// in the service's own outcome counter `metric`.
+    pub fn new(inner: S, max_request_bytes: u64, metric: &'static str) -> Self {
         ExplainRefusal {
             inner,
             max_request_bytes,
+            metric,
         }
     }
 }
@@ -61,13 +65,17 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let answer = self.inner.call(request);
-        let limit = self.max_request_bytes;
-        Box::pin(async move { Ok(explain(answer.await?, limit)) })
+        let (limit, metric) = (self.max_request_bytes, self.metric);
+        Box::pin(async move { Ok(explain(answer.await?, limit, metric)) })
     }
 }
 
 /// The response itself, unless it is a trailers-only error that says the message was too large.
-fn explain(response: http::Response<Body>, limit: u64) -> http::Response<Body> {
+fn explain(
+    response: http::Response<Body>,
+    limit: u64,
+    metric: &'static str,
+) -> http::Response<Body> {
     // A successful answer carries its status in the trailers, so only errors match here.
     let Some(status) = Status::from_header_map(response.headers()) else {
         return response;
@@ -77,7 +85,7 @@ fn explain(response: http::Response<Body>, limit: u64) -> http::Response<Body> {
     }
     match IngestError::from_stream(status, limit) {
         refusal @ (IngestError::RequestTooLarge { .. } | IngestError::Malformed(_)) => {
-            counter!("loghaul_otlp_exports_total", "outcome" => refusal.kind()).increment(1);
+            counter!(metric, "outcome" => refusal.kind()).increment(1);
             Status::from(refusal).into_http()
         }
         _ => response,
@@ -102,7 +110,7 @@ mod tests {
                 "Error decompressing: size limit, of 65536 bytes, exceeded while decompressing message",
             ),
         ] {
-            let explained = status_of(&explain(tonic_says.into_http(), 65536));
+            let explained = status_of(&explain(tonic_says.into_http(), 65536, "loghaul_otlp_exports_total"));
             assert_eq!(explained.code(), Code::ResourceExhausted);
             assert!(
                 explained.message().contains("--max-request-bytes"),
@@ -118,7 +126,11 @@ mod tests {
         let tonic_says = Status::internal(
             "failed to decode Protobuf message: AnyValue.value: recursion limit reached",
         );
-        let explained = status_of(&explain(tonic_says.into_http(), 65536));
+        let explained = status_of(&explain(
+            tonic_says.into_http(),
+            65536,
+            "loghaul_otlp_exports_total",
+        ));
         assert_eq!(explained.code(), Code::InvalidArgument);
         assert!(
             explained.message().contains("recursion limit reached"),
@@ -130,8 +142,14 @@ mod tests {
     #[test]
     fn other_answers_pass_untouched() {
         let invalid = Status::invalid_argument("nope").into_http();
-        assert_eq!(status_of(&explain(invalid, 1)).message(), "nope");
+        assert_eq!(
+            status_of(&explain(invalid, 1, "loghaul_otlp_exports_total")).message(),
+            "nope"
+        );
         let success = http::Response::new(Body::empty());
-        assert!(Status::from_header_map(explain(success, 1).headers()).is_none());
+        assert!(Status::from_header_map(
+            explain(success, 1, "loghaul_otlp_exports_total").headers()
+        )
+        .is_none());
     }
 }
