@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{Process, BINARY};
+use common::process::{serve_command, Process, BINARY};
 use common::{record, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
@@ -93,16 +93,7 @@ on_both_backends!(migrate, migrate_creates_the_schema_and_is_idempotent);
 
 #[test]
 fn an_unreachable_database_is_a_clear_error_at_start_up() {
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
+    let output = serve_command()
         .args([
             "--database-url",
             "postgres://loghaul:secret-password@127.0.0.1:1/logs",

@@ -4,29 +4,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::process::BINARY;
+use common::process::{serve_command, serve_command_at};
 
 /// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
 /// checking that it failed quickly and did not panic.
 fn start_up_error(args: &[&str]) -> String {
     let started = Instant::now();
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
-        .args(args)
-        .env_remove("LOGHAUL_API_KEYS")
-        .output()
-        .unwrap();
+    let output = serve_command().args(args).output().unwrap();
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{args:?} started: {stderr}");
@@ -186,16 +172,7 @@ fn a_port_in_use_is_named() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            &address,
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
+    let output = serve_command_at(&address, "off")
         .args(["--database-url", &sqlite_url(&dir.path().join("logs.db"))])
         .output()
         .unwrap();
