@@ -49,6 +49,32 @@ fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::
     })
 }
 
+/// Starts a server keeping `(retention, interval)` while streams keep pushing, waits until
+/// `old_rows` counts none, lets ingest go on for `after`, and returns the server with how many
+/// records the streams had acknowledged (at least one).
+async fn retain_while_ingesting(
+    db: &TestDb,
+    (retention, interval): (&str, &str),
+    old_rows: &str,
+    after: Duration,
+) -> (TestServer, u64) {
+    let mut settings = config(db);
+    settings.retention = retention.parse().unwrap();
+    settings.retention_interval = interval.parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let stop = CancellationToken::new();
+    let ingest = keep_ingesting(&server, stop.clone());
+    wait_for("old rows to go", async || {
+        db.query_scalar(old_rows).await == 0
+    })
+    .await;
+    tokio::time::sleep(after).await;
+    stop.cancel();
+    let accepted = ingest.await.unwrap();
+    assert!(accepted > 0, "ingest went on during retention");
+    (server, accepted)
+}
+
 async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done().await {
@@ -97,24 +123,14 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
         "rows with no partition of their day are in the default one"
     );
 
-    let mut settings = config(&db);
-    settings.retention = "2d".parse().unwrap();
-    settings.retention_interval = "300ms".parse().unwrap();
-    let server = TestServer::start(settings).await;
-    let stop = CancellationToken::new();
-    let ingest = keep_ingesting(&server, stop.clone());
-
-    wait_for("old rows to go", async || {
-        db.query_scalar("SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'")
-            .await
-            == 0
-    })
+    // 700 ms: ingest runs through at least one more retention run.
+    let (server, accepted) = retain_while_ingesting(
+        &db,
+        ("2d", "300ms"),
+        "SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'",
+        Duration::from_millis(700),
+    )
     .await;
-    // Let ingest run through at least one more retention run.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    stop.cancel();
-    let accepted = ingest.await.unwrap();
-    assert!(accepted > 0);
 
     let partitions: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
@@ -222,22 +238,13 @@ async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
     .unwrap();
     conn.close().await.unwrap();
 
-    let mut settings = config(db);
-    settings.retention = "1h".parse().unwrap();
-    settings.retention_interval = "200ms".parse().unwrap();
-    let server = TestServer::start(settings).await;
-    let stop = CancellationToken::new();
-    let ingest = keep_ingesting(&server, stop.clone());
-    wait_for("old rows to go", async || {
-        db.query_scalar("SELECT count(*) FROM logs WHERE service = 'old'")
-            .await
-            == 0
-    })
+    let (server, accepted) = retain_while_ingesting(
+        db,
+        ("1h", "200ms"),
+        "SELECT count(*) FROM logs WHERE service = 'old'",
+        Duration::from_millis(300),
+    )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.cancel();
-    let accepted = ingest.await.unwrap();
-    assert!(accepted > 0);
     assert_eq!(
         db.count().await,
         accepted as i64,
