@@ -7,9 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::held_lock::HeldLock;
-use common::{config, push, record, Backend, TestDb, TestServer};
+use common::{config, push, record, TestDb, TestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest};
-use sqlx::Connection;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
@@ -199,17 +198,8 @@ async fn a_commit_that_fails_for_good_ends_the_stream_unavailable(db: &TestDb) {
     settings.store_retry_timeout = "1s".parse().unwrap();
     let server = TestServer::start(settings).await;
     // Take the table away so every insert fails the way a broken database does.
-    let rename = "ALTER TABLE logs RENAME TO logs_elsewhere";
-    match db.backend {
-        Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-            sqlx::query(rename).execute(&mut conn).await.unwrap();
-        }
-        Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-            sqlx::query(rename).execute(&mut conn).await.unwrap();
-        }
-    }
+    db.execute("ALTER TABLE logs RENAME TO logs_elsewhere")
+        .await;
     let mut client = server.client().await;
     let status = push(&mut client, vec![vec![record("lost")]])
         .await
