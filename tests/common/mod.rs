@@ -387,14 +387,7 @@ pub async fn push(
     client: &mut LogIngestClient<Channel>,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest {
-        records,
-        ..Default::default()
-    });
-    client
-        .push(tokio_stream::iter(requests))
-        .await
-        .map(tonic::Response::into_inner)
+    push_as(client, "", chunks).await
 }
 
 /// `message` wrapped in a request carrying `key` as `x-api-key` (none when `key` is empty).
