@@ -34,6 +34,14 @@ fn sqlite_url(path: &Path) -> String {
     format!("sqlite://{}", path.display())
 }
 
+/// The start-up error for a database file `logs.db` holding `contents`, opened with `options`.
+fn sqlite_file_start_up_error(contents: &[u8], options: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("logs.db");
+    std::fs::write(&file, contents).unwrap();
+    start_up_error(&["--database-url", &format!("{}{options}", sqlite_url(&file))])
+}
+
 #[test]
 fn wrong_postgres_credentials_name_the_database_not_the_password() {
     let error = start_up_error(&[
@@ -50,12 +58,8 @@ fn wrong_postgres_credentials_name_the_database_not_the_password() {
 
 #[test]
 fn a_read_only_sqlite_database_is_refused_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("logs.db");
     // Root ignores file permissions, so read-only is asked of SQLite itself.
-    std::fs::write(&file, b"").unwrap();
-    let url = format!("{}?mode=ro", sqlite_url(&file));
-    let error = start_up_error(&["--database-url", &url]);
+    let error = sqlite_file_start_up_error(b"", "?mode=ro");
     assert!(
         error.contains("readonly") || error.contains("read-only"),
         "{error}"
@@ -82,10 +86,7 @@ fn an_unwritable_sqlite_path_is_refused_at_start_up() {
 
 #[test]
 fn a_file_that_is_not_sqlite_is_refused_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("logs.db");
-    std::fs::write(&file, vec![b'x'; 8192]).unwrap();
-    let error = start_up_error(&["--database-url", &sqlite_url(&file)]);
+    let error = sqlite_file_start_up_error(&[b'x'; 8192], "");
     assert!(
         error.contains("not a database") || error.contains("logs.db"),
         "{error}"
