@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::process::{serve_command, serve_command_at};
+use common::{Backend, TestDb};
 
 /// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
 /// checking that it failed quickly and did not panic.
@@ -42,17 +43,28 @@ fn sqlite_file_start_up_error(contents: &[u8], options: &str) -> String {
     start_up_error(&["--database-url", &format!("{}{options}", sqlite_url(&file))])
 }
 
-#[test]
-fn wrong_postgres_credentials_name_the_database_not_the_password() {
+/// Needs a server that answers: against an unreachable one the error would name the URL too,
+/// and the credentials would never be checked.
+#[tokio::test]
+async fn wrong_postgres_credentials_name_the_database_not_the_password() {
+    let Some(db) = TestDb::create(Backend::Postgres, "startup_credentials").await else {
+        return;
+    };
+    let (base, name) = db.url.rsplit_once('/').unwrap();
+    let host = base.rsplit_once('@').unwrap().1;
     let error = start_up_error(&[
         "--database-url",
-        "postgres://no_such_role:hunter2@127.0.0.1:5432/test",
+        &format!("postgres://no_such_role:hunter2@{host}/{name}"),
     ]);
     assert!(
-        error.contains("postgres://no_such_role:***@127.0.0.1:5432/test"),
+        error.contains(&format!("postgres://no_such_role:***@{host}/{name}")),
         "{error}"
     );
-    assert!(error.contains("no_such_role"), "{error}");
+    assert!(
+        error.contains("role \"no_such_role\" does not exist")
+            || error.contains("authentication failed for user \"no_such_role\""),
+        "the server refused the role: {error}"
+    );
     assert!(!error.contains("hunter2"), "{error}");
 }
 
