@@ -98,11 +98,18 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
         .await
         .unwrap();
     assert_eq!(created, 3);
+    // Noon of each partition's day: an offset from now() would leave a day's partition before
+    // noon UTC.
+    let noon_ten_days_ago = (today - Days::new(10))
+        .and_hms_opt(12, 0, 0)
+        .unwrap()
+        .and_utc();
     sqlx::query(
         "INSERT INTO logs (tenant, ts, severity, service, message) \
-         SELECT 'default', now() - interval '10 days 12 hours' - (g % 3) * interval '1 day', 9, 'old', 'old ' || g \
+         SELECT 'default', $1 - (g % 3) * interval '1 day', 9, 'old', 'old ' || g \
          FROM generate_series(1, 3000) g",
     )
+    .bind(noon_ten_days_ago)
     .execute(&mut conn)
     .await
     .unwrap();
