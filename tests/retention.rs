@@ -200,18 +200,23 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} not in metrics"))
 }
 
+/// Retention keeping two days, for tests that call `run_once` themselves.
+fn keep_two_days(db: &TestDb) -> RetentionConfig {
+    RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: Duration::from_secs(60),
+        dedup_window: Duration::from_secs(86400),
+        database_url: db.url.clone(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_at_a_time_runs_retention() {
     let Some(db) = TestDb::create(Backend::Postgres, "retention_lock").await else {
         return;
     };
     let store = migrated(&db).await;
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: Duration::from_secs(60),
-        dedup_window: Duration::from_secs(86400),
-        database_url: db.url.clone(),
-    };
+    let config = keep_two_days(&db);
     let mut other_replica = PgConnection::connect(&db.url).await.unwrap();
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(RETENTION_LOCK_KEY)
@@ -301,12 +306,7 @@ async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
         return;
     };
     let store = migrated(&db).await;
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: Duration::from_secs(60),
-        dedup_window: Duration::from_secs(86400),
-        database_url: db.url.clone(),
-    };
+    let config = keep_two_days(&db);
     run_once(&store, &config).await.unwrap();
     // Rows written after the index exists leave their BRIN ranges unsummarized.
     sqlx::query(
