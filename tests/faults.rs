@@ -185,15 +185,17 @@ async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
     let Some(db) = TestDb::create(Backend::Postgres, "store_outage").await else {
         return;
     };
-    let upstream = "127.0.0.1:5432".parse().unwrap();
-    let proxy = Proxy::start(upstream).await;
-    let (_, database) = db.url.rsplit_once('/').unwrap();
-    let user = db
-        .url
+    let (base, database) = db.url.rsplit_once('/').unwrap();
+    let (user, host) = base
         .strip_prefix("postgres://")
         .and_then(|rest| rest.split_once('@'))
-        .map(|(user, _)| user)
         .unwrap();
+    // The proxy leads to whichever server TestDb found, not an assumed port.
+    let upstream = std::net::ToSocketAddrs::to_socket_addrs(host)
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = Proxy::start(upstream).await;
     // A process of its own, so the store_up gauge is this server's alone.
     let url = format!("postgres://{user}@{}/{database}", proxy.addr);
     let mut server = Process::serve(&url, &["--store-retry-timeout", "2s"]);
