@@ -168,14 +168,7 @@ async fn query_and_tail_commands_print_json_lines() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let later = (0..3).map(|n| record(format!("later {n}"))).collect();
     push_as(&mut client, "key-a", vec![later]).await.unwrap();
-    let output = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || tail.wait_with_output()),
-    )
-    .await
-    .expect("tail --limit 3 exits after three records")
-    .unwrap()
-    .unwrap();
+    let output = exit_within_30s(tail, "tail --limit 3 exits after three records").await;
     assert!(output.status.success());
     let messages = json_messages(&output.stdout);
     assert_eq!(messages, ["later 0", "later 1", "later 2"]);
@@ -221,14 +214,7 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         .unwrap();
         tokio::time::sleep(Duration::from_millis(2500)).await;
     }
-    let output = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || tail.wait_with_output()),
-    )
-    .await
-    .expect("the tail exits after six records")
-    .unwrap()
-    .unwrap();
+    let output = exit_within_30s(tail, "the tail exits after six records").await;
     assert!(
         output.status.success(),
         "{}",
@@ -240,4 +226,16 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         ["r0", "r1", "r2", "r3", "r4", "r5"],
         "every record once, across reconnects"
     );
+}
+
+/// Waits for `child` to exit and returns its output, failing the test with `expectation` after 30 s.
+async fn exit_within_30s(child: std::process::Child, expectation: &str) -> std::process::Output {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect(expectation)
+    .unwrap()
+    .unwrap()
 }

@@ -390,16 +390,8 @@ fn a_console_address_in_use_is_a_clear_error_at_start_up() {
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("logs.db").display());
-    let output = std::process::Command::new(common::process::BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--console-listen", &addr, "--database-url", &url])
-        .env_remove("LOGHAUL_API_KEYS")
+    let output = common::process::serve_command_at(common::process::EPHEMERAL, &addr)
+        .args(["--database-url", &url])
         .output()
         .unwrap();
     assert!(!output.status.success());

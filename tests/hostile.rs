@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::process::Process;
 use common::raw_grpc::{call, field, frame, varint};
-use common::{http_get, push, record, Backend, TestDb};
+use common::{chunk, http_get, open_push, push, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
@@ -581,25 +581,13 @@ async fn an_idle_stream_is_ended_after_its_records_are_committed() {
         .await
         .unwrap();
     let server = Process::serve(&db.url, &["--stream-idle-timeout", "1s"]);
-    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
-        .await
-        .unwrap();
-    let (chunks, outgoing) = tokio::sync::mpsc::channel::<PushRequest>(1);
-    let records = (0..30)
-        .map(|n| record(format!("before idle {n}")))
-        .collect();
-    chunks
-        .send(PushRequest {
-            records,
-            ..Default::default()
-        })
+    let client = LogIngestClient::connect(format!("http://{}", server.grpc))
         .await
         .unwrap();
     let started = Instant::now();
-    let status = client
-        .push(tokio_stream::wrappers::ReceiverStream::new(outgoing))
-        .await
-        .unwrap_err();
+    let (chunks, answer) = open_push(client, 1);
+    chunks.send(chunk("before idle", 30)).await.unwrap();
+    let status = answer.await.unwrap().unwrap_err();
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert!(

@@ -7,9 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::held_lock::HeldLock;
-use common::{config, push, record, Backend, TestDb, TestServer};
+use common::{chunk, config, open_push, push, record, TestDb, TestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest};
-use sqlx::Connection;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
@@ -199,17 +198,8 @@ async fn a_commit_that_fails_for_good_ends_the_stream_unavailable(db: &TestDb) {
     settings.store_retry_timeout = "1s".parse().unwrap();
     let server = TestServer::start(settings).await;
     // Take the table away so every insert fails the way a broken database does.
-    let rename = "ALTER TABLE logs RENAME TO logs_elsewhere";
-    match db.backend {
-        Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-            sqlx::query(rename).execute(&mut conn).await.unwrap();
-        }
-        Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-            sqlx::query(rename).execute(&mut conn).await.unwrap();
-        }
-    }
+    db.execute("ALTER TABLE logs RENAME TO logs_elsewhere")
+        .await;
     let mut client = server.client().await;
     let status = push(&mut client, vec![vec![record("lost")]])
         .await
@@ -296,39 +286,24 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
     let mut senders = Vec::new();
     let mut responses = Vec::new();
     for stream in 0..8 {
-        let mut client = server.client().await;
-        let (chunks, outgoing) = mpsc::channel::<PushRequest>(8);
-        for chunk in 0..3 {
-            let records = (0..100)
-                .map(|n| record(format!("{stream}-{chunk}-{n}")))
-                .collect();
+        let (chunks, answer) = open_push(server.client().await, 8);
+        for n in 0..3 {
             chunks
-                .send(PushRequest {
-                    records,
-                    ..Default::default()
-                })
+                .send(chunk(&format!("{stream}-{n}"), 100))
                 .await
                 .unwrap();
         }
         senders.push((stream, chunks));
-        responses.push(tokio::spawn(async move {
-            client.push(ReceiverStream::new(outgoing)).await
-        }));
+        responses.push(answer);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     server.request_shutdown();
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Open streams keep going during the grace period.
     for (stream, chunks) in senders {
-        for chunk in 3..5 {
-            let records = (0..100)
-                .map(|n| record(format!("{stream}-{chunk}-{n}")))
-                .collect();
+        for n in 3..5 {
             chunks
-                .send(PushRequest {
-                    records,
-                    ..Default::default()
-                })
+                .send(chunk(&format!("{stream}-{n}"), 100))
                 .await
                 .unwrap();
         }
@@ -338,8 +313,7 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
         let response = response
             .await
             .unwrap()
-            .expect("streams open at SIGTERM finish")
-            .into_inner();
+            .expect("streams open at SIGTERM finish");
         assert_eq!(response.accepted, 500);
         acknowledged += response.accepted as i64;
     }

@@ -8,19 +8,10 @@ use std::time::{Duration, Instant};
 
 use common::held_lock::HeldLock;
 use common::process::Process;
-use common::{config, http_get, record, Backend, TestDb, TestServer};
+use common::{chunk, config, http_get, open_push, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
-
-fn chunk(tag: &str, records: usize) -> PushRequest {
-    PushRequest {
-        records: (0..records).map(|n| record(format!("{tag}-{n}"))).collect(),
-        ..Default::default()
-    }
-}
 
 async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers(db: &TestDb) {
     let mut settings = config(db);
@@ -135,11 +126,9 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
     let mut feeders = Vec::new();
     let mut streams = Vec::new();
     for stream in 0..256 {
-        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
-        let (chunks, outgoing) = mpsc::channel::<PushRequest>(1);
-        streams.push(tokio::spawn(async move {
-            client.push(ReceiverStream::new(outgoing)).await
-        }));
+        let client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        let (chunks, answer) = open_push(client, 1);
+        streams.push(answer);
         feeders.push(tokio::spawn(async move {
             let mut sent = 0u64;
             // Together the streams offer about five times the budget: 256 × 6 × 500 records.
@@ -198,7 +187,7 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
             .await
             .unwrap()
             .expect("every stream completes once the table is free");
-        acknowledged += response.into_inner().accepted;
+        acknowledged += response.accepted;
     }
     eprintln!(
         "{acknowledged} records committed {:?} after the release",

@@ -5,12 +5,9 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{Process, BINARY};
-use common::{record, TestDb};
+use common::process::{serve_command, Process, BINARY};
+use common::{chunk, open_push, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
-use loghaul::proto::v1::PushRequest;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
     let mut server = Process::serve(&db.url, &["--shutdown-grace", "10s"]);
@@ -18,21 +15,13 @@ async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
     let mut feeders = Vec::new();
     let mut streams = Vec::new();
     for stream in 0..8 {
-        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
-        let (chunks, outgoing) = mpsc::channel::<PushRequest>(2);
-        streams.push(tokio::spawn(async move {
-            client.push(ReceiverStream::new(outgoing)).await
-        }));
+        let client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
+        let (chunks, answer) = open_push(client, 2);
+        streams.push(answer);
         feeders.push(tokio::spawn(async move {
-            for chunk in 0..40 {
-                let records = (0..100)
-                    .map(|n| record(format!("{stream}-{chunk}-{n}")))
-                    .collect();
+            for n in 0..40 {
                 if chunks
-                    .send(PushRequest {
-                        records,
-                        ..Default::default()
-                    })
+                    .send(chunk(&format!("{stream}-{n}"), 100))
                     .await
                     .is_err()
                 {
@@ -53,8 +42,7 @@ async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
         let response = stream
             .await
             .unwrap()
-            .expect("an open stream finishes during the grace")
-            .into_inner();
+            .expect("an open stream finishes during the grace");
         assert_eq!(response.rejected, 0);
         acknowledged += response.accepted as i64;
     }
@@ -93,16 +81,7 @@ on_both_backends!(migrate, migrate_creates_the_schema_and_is_idempotent);
 
 #[test]
 fn an_unreachable_database_is_a_clear_error_at_start_up() {
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
+    let output = serve_command()
         .args([
             "--database-url",
             "postgres://loghaul:secret-password@127.0.0.1:1/logs",

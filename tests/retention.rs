@@ -49,6 +49,32 @@ fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::
     })
 }
 
+/// Starts a server keeping `(retention, interval)` while streams keep pushing, waits until
+/// `old_rows` counts none, lets ingest go on for `after`, and returns the server with how many
+/// records the streams had acknowledged (at least one).
+async fn retain_while_ingesting(
+    db: &TestDb,
+    (retention, interval): (&str, &str),
+    old_rows: &str,
+    after: Duration,
+) -> (TestServer, u64) {
+    let mut settings = config(db);
+    settings.retention = retention.parse().unwrap();
+    settings.retention_interval = interval.parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let stop = CancellationToken::new();
+    let ingest = keep_ingesting(&server, stop.clone());
+    wait_for("old rows to go", async || {
+        db.query_scalar(old_rows).await == 0
+    })
+    .await;
+    tokio::time::sleep(after).await;
+    stop.cancel();
+    let accepted = ingest.await.unwrap();
+    assert!(accepted > 0, "ingest went on during retention");
+    (server, accepted)
+}
+
 async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done().await {
@@ -72,11 +98,18 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
         .await
         .unwrap();
     assert_eq!(created, 3);
+    // Noon of each partition's day: an offset from now() would leave a day's partition before
+    // noon UTC.
+    let noon_ten_days_ago = (today - Days::new(10))
+        .and_hms_opt(12, 0, 0)
+        .unwrap()
+        .and_utc();
     sqlx::query(
         "INSERT INTO logs (tenant, ts, severity, service, message) \
-         SELECT 'default', now() - interval '10 days 12 hours' - (g % 3) * interval '1 day', 9, 'old', 'old ' || g \
+         SELECT 'default', $1 - (g % 3) * interval '1 day', 9, 'old', 'old ' || g \
          FROM generate_series(1, 3000) g",
     )
+    .bind(noon_ten_days_ago)
     .execute(&mut conn)
     .await
     .unwrap();
@@ -97,24 +130,14 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
         "rows with no partition of their day are in the default one"
     );
 
-    let mut settings = config(&db);
-    settings.retention = "2d".parse().unwrap();
-    settings.retention_interval = "300ms".parse().unwrap();
-    let server = TestServer::start(settings).await;
-    let stop = CancellationToken::new();
-    let ingest = keep_ingesting(&server, stop.clone());
-
-    wait_for("old rows to go", async || {
-        db.query_scalar("SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'")
-            .await
-            == 0
-    })
+    // 700 ms: ingest runs through at least one more retention run.
+    let (server, accepted) = retain_while_ingesting(
+        &db,
+        ("2d", "300ms"),
+        "SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'",
+        Duration::from_millis(700),
+    )
     .await;
-    // Let ingest run through at least one more retention run.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    stop.cancel();
-    let accepted = ingest.await.unwrap();
-    assert!(accepted > 0);
 
     let partitions: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
@@ -177,18 +200,23 @@ fn metric(text: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} not in metrics"))
 }
 
+/// Retention keeping two days, for tests that call `run_once` themselves.
+fn keep_two_days(db: &TestDb) -> RetentionConfig {
+    RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: Duration::from_secs(60),
+        dedup_window: Duration::from_secs(86400),
+        database_url: db.url.clone(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_at_a_time_runs_retention() {
     let Some(db) = TestDb::create(Backend::Postgres, "retention_lock").await else {
         return;
     };
     let store = migrated(&db).await;
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: Duration::from_secs(60),
-        dedup_window: Duration::from_secs(86400),
-        database_url: db.url.clone(),
-    };
+    let config = keep_two_days(&db);
     let mut other_replica = PgConnection::connect(&db.url).await.unwrap();
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(RETENTION_LOCK_KEY)
@@ -222,22 +250,13 @@ async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
     .unwrap();
     conn.close().await.unwrap();
 
-    let mut settings = config(db);
-    settings.retention = "1h".parse().unwrap();
-    settings.retention_interval = "200ms".parse().unwrap();
-    let server = TestServer::start(settings).await;
-    let stop = CancellationToken::new();
-    let ingest = keep_ingesting(&server, stop.clone());
-    wait_for("old rows to go", async || {
-        db.query_scalar("SELECT count(*) FROM logs WHERE service = 'old'")
-            .await
-            == 0
-    })
+    let (server, accepted) = retain_while_ingesting(
+        db,
+        ("1h", "200ms"),
+        "SELECT count(*) FROM logs WHERE service = 'old'",
+        Duration::from_millis(300),
+    )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.cancel();
-    let accepted = ingest.await.unwrap();
-    assert!(accepted > 0);
     assert_eq!(
         db.count().await,
         accepted as i64,
@@ -287,12 +306,7 @@ async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
         return;
     };
     let store = migrated(&db).await;
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: Duration::from_secs(60),
-        dedup_window: Duration::from_secs(86400),
-        database_url: db.url.clone(),
-    };
+    let config = keep_two_days(&db);
     run_once(&store, &config).await.unwrap();
     // Rows written after the index exists leave their BRIN ranges unsummarized.
     sqlx::query(

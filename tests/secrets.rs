@@ -5,10 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::process::{Process, BINARY};
+use common::process::{serve_command, Process};
 use common::{http_get, push_as, query_all, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::log_query_client::LogQueryClient;
@@ -126,16 +125,7 @@ async fn passwords_and_keys_never_appear_in_logs_or_errors() {
     );
 
     // A start-up that fails on the credentials: a role that does not exist, with a password.
-    let failed = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
+    let failed = serve_command()
         .arg("--database-url")
         .arg(format!(
             "postgres://{role}_missing:{password}@{host}/{name}"

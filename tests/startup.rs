@@ -4,29 +4,16 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::process::BINARY;
+use common::process::{serve_command, serve_command_at};
+use common::{Backend, TestDb};
 
 /// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
 /// checking that it failed quickly and did not panic.
 fn start_up_error(args: &[&str]) -> String {
     let started = Instant::now();
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
-        .args(args)
-        .env_remove("LOGHAUL_API_KEYS")
-        .output()
-        .unwrap();
+    let output = serve_command().args(args).output().unwrap();
     let took = started.elapsed();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{args:?} started: {stderr}");
@@ -48,28 +35,43 @@ fn sqlite_url(path: &Path) -> String {
     format!("sqlite://{}", path.display())
 }
 
-#[test]
-fn wrong_postgres_credentials_name_the_database_not_the_password() {
+/// The start-up error for a database file `logs.db` holding `contents`, opened with `options`.
+fn sqlite_file_start_up_error(contents: &[u8], options: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("logs.db");
+    std::fs::write(&file, contents).unwrap();
+    start_up_error(&["--database-url", &format!("{}{options}", sqlite_url(&file))])
+}
+
+/// Needs a server that answers: against an unreachable one the error would name the URL too,
+/// and the credentials would never be checked.
+#[tokio::test]
+async fn wrong_postgres_credentials_name_the_database_not_the_password() {
+    let Some(db) = TestDb::create(Backend::Postgres, "startup_credentials").await else {
+        return;
+    };
+    let (base, name) = db.url.rsplit_once('/').unwrap();
+    let host = base.rsplit_once('@').unwrap().1;
     let error = start_up_error(&[
         "--database-url",
-        "postgres://no_such_role:hunter2@127.0.0.1:5432/test",
+        &format!("postgres://no_such_role:hunter2@{host}/{name}"),
     ]);
     assert!(
-        error.contains("postgres://no_such_role:***@127.0.0.1:5432/test"),
+        error.contains(&format!("postgres://no_such_role:***@{host}/{name}")),
         "{error}"
     );
-    assert!(error.contains("no_such_role"), "{error}");
+    assert!(
+        error.contains("role \"no_such_role\" does not exist")
+            || error.contains("authentication failed for user \"no_such_role\""),
+        "the server refused the role: {error}"
+    );
     assert!(!error.contains("hunter2"), "{error}");
 }
 
 #[test]
 fn a_read_only_sqlite_database_is_refused_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("logs.db");
     // Root ignores file permissions, so read-only is asked of SQLite itself.
-    std::fs::write(&file, b"").unwrap();
-    let url = format!("{}?mode=ro", sqlite_url(&file));
-    let error = start_up_error(&["--database-url", &url]);
+    let error = sqlite_file_start_up_error(b"", "?mode=ro");
     assert!(
         error.contains("readonly") || error.contains("read-only"),
         "{error}"
@@ -96,10 +98,7 @@ fn an_unwritable_sqlite_path_is_refused_at_start_up() {
 
 #[test]
 fn a_file_that_is_not_sqlite_is_refused_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("logs.db");
-    std::fs::write(&file, vec![b'x'; 8192]).unwrap();
-    let error = start_up_error(&["--database-url", &sqlite_url(&file)]);
+    let error = sqlite_file_start_up_error(&[b'x'; 8192], "");
     assert!(
         error.contains("not a database") || error.contains("logs.db"),
         "{error}"
@@ -186,16 +185,7 @@ fn a_port_in_use_is_named() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(BINARY)
-        .args([
-            "serve",
-            "--listen",
-            &address,
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--console-listen",
-            "off",
-        ])
+    let output = serve_command_at(&address, "off")
         .args(["--database-url", &sqlite_url(&dir.path().join("logs.db"))])
         .output()
         .unwrap();

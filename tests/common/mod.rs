@@ -387,14 +387,34 @@ pub async fn push(
     client: &mut LogIngestClient<Channel>,
     chunks: Vec<Vec<LogRecord>>,
 ) -> Result<PushResponse, tonic::Status> {
-    let requests = chunks.into_iter().map(|records| PushRequest {
-        records,
+    push_as(client, "", chunks).await
+}
+
+/// A Push request of `count` records with messages `{tag}-0`, `{tag}-1`…
+pub fn chunk(tag: &str, count: usize) -> PushRequest {
+    PushRequest {
+        records: (0..count).map(|n| record(format!("{tag}-{n}"))).collect(),
         ..Default::default()
+    }
+}
+
+/// A Push stream fed through the returned sender, buffering `capacity` chunks; the task ends with
+/// the server's answer once the sender is dropped or the server ends the stream.
+pub fn open_push(
+    mut client: LogIngestClient<Channel>,
+    capacity: usize,
+) -> (
+    tokio::sync::mpsc::Sender<PushRequest>,
+    JoinHandle<Result<PushResponse, tonic::Status>>,
+) {
+    let (chunks, outgoing) = tokio::sync::mpsc::channel(capacity);
+    let answer = tokio::spawn(async move {
+        client
+            .push(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .map(tonic::Response::into_inner)
     });
-    client
-        .push(tokio_stream::iter(requests))
-        .await
-        .map(tonic::Response::into_inner)
+    (chunks, answer)
 }
 
 /// `message` wrapped in a request carrying `key` as `x-api-key` (none when `key` is empty).

@@ -8,6 +8,26 @@ use std::time::{Duration, Instant};
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
 
+/// Loopback with a port the system picks.
+pub const EPHEMERAL: &str = "127.0.0.1:0";
+
+/// `loghaul serve` with gRPC and metrics on ephemeral loopback ports, the console off, and no API
+/// keys taken from the developer's environment.
+pub fn serve_command() -> Command {
+    serve_command_at(EPHEMERAL, "off")
+}
+
+/// Like [`serve_command`], with gRPC on `listen` and the console on `console` (flags given twice
+/// are refused, so these two are chosen here rather than appended).
+pub fn serve_command_at(listen: &str, console: &str) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .args(["serve", "--listen", listen, "--metrics-listen", EPHEMERAL])
+        .args(["--console-listen", console])
+        .env_remove("LOGHAUL_API_KEYS");
+    command
+}
+
 /// A `loghaul serve` process on ephemeral ports; killed on drop if still running.
 pub struct Process {
     child: Child,
@@ -21,7 +41,7 @@ pub struct Process {
 impl Process {
     /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
     pub fn serve(database_url: &str, extra: &[&str]) -> Process {
-        Process::spawn("127.0.0.1:0", database_url, extra, &[])
+        Process::spawn(EPHEMERAL, database_url, extra, &[])
     }
 
     /// Like [`Process::serve`], with gRPC on `listen` (a fixed port survives a restart).
@@ -31,20 +51,11 @@ impl Process {
 
     /// As [`Process::serve`], with environment variables; stdout and stderr are both captured.
     pub fn serve_with_env(database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
-        Process::spawn("127.0.0.1:0", database_url, extra, env)
+        Process::spawn(EPHEMERAL, database_url, extra, env)
     }
 
     fn spawn(listen: &str, database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
-        let mut child = Command::new(BINARY)
-            .args([
-                "serve",
-                "--listen",
-                listen,
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--console-listen",
-                "127.0.0.1:0",
-            ])
+        let mut child = serve_command_at(listen, EPHEMERAL)
             .args([
                 "--database-url",
                 database_url,
@@ -54,8 +65,6 @@ impl Process {
                 "json",
             ])
             .args(extra)
-            // Keys come only from what a test passes, never from the developer's environment.
-            .env_remove("LOGHAUL_API_KEYS")
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
