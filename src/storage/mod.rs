@@ -9,6 +9,7 @@ pub mod read_postgres;
 pub mod read_sqlite;
 pub mod reader;
 pub mod sqlite;
+pub mod sqlite_checkpoint;
 
 use std::collections::HashMap;
 use std::ops::Range;

@@ -2,6 +2,7 @@
 //! single writer connection (SQLite allows one writer at a time; more would only wait on its lock).
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -10,6 +11,7 @@ use sqlx::sqlite::{
 
 use chrono::{DateTime, Utc};
 
+use super::sqlite_checkpoint::Checkpointer;
 use super::{claimed_in_order, classify, kept_rows, Claim, Row, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -79,6 +81,7 @@ fn batch_json<'r>(rows: &[Row<'r>]) -> String {
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    checkpointer: Option<Arc<Checkpointer>>,
 }
 
 /// Primary result codes that blame the data: TOOBIG, CONSTRAINT, MISMATCH, RANGE.
@@ -133,23 +136,38 @@ impl SqliteStore {
             // they moved the embedded benchmark from about 55k to 125k records/s.
             .pragma("cache_size", "-65536")
             .page_size(65536)
-            // The commit that fills the WAL past this many pages copies them into the database and
-            // syncs it before it returns: 256 pages of 64 KiB (16 MiB) instead of SQLite's 1,000
-            // (64 MiB) keeps that stall short enough for the ack p99 at 80 % load, at no cost in
-            // throughput that the benchmark could see.
-            .pragma("wal_autocheckpoint", "256");
+            // The writer never checkpoints: a commit that did would hold its batch's acks while it
+            // copies the WAL into the database file. The checkpointer does it beside the writer.
+            .pragma("wal_autocheckpoint", "0");
+        let cannot_open = |err| {
+            StoreError::Unavailable(format!(
+                "cannot open {url}: {err}{}",
+                directory_hint(options_path(url).as_deref())
+            ))
+        };
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
-            .map_err(|err| {
-                StoreError::Unavailable(format!(
-                    "cannot open {url}: {err}{}",
-                    directory_hint(options_path(url).as_deref())
-                ))
-            })?;
-        Ok(SqliteStore { pool })
+            .map_err(cannot_open)?;
+        // An in-memory database has no WAL to checkpoint.
+        let checkpointer = match options_path(url) {
+            Some(_) => Some(Arc::new(
+                Checkpointer::start(&options).await.map_err(cannot_open)?,
+            )),
+            None => None,
+        };
+        Ok(SqliteStore { pool, checkpointer })
+    }
+
+    /// A writer's turn: held for each write transaction so that the checkpointer can rewind the
+    /// WAL between two of them.
+    async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        match &self.checkpointer {
+            Some(checkpointer) => Some(checkpointer.turn().await),
+            None => None,
+        }
     }
 
     /// The underlying pool, for tests and tools that read back what was written.
@@ -167,6 +185,7 @@ impl SqliteStore {
     pub(super) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
+        let _turn = self.turn().await;
         // The whole batch travels as one JSON array bound to one parameter, which SQLite unpacks
         // with json_each in C: one statement and one bind per batch instead of nine binds per row.
         sqlx::query(INSERT_SQL)
@@ -185,6 +204,7 @@ impl SqliteStore {
     ) -> Result<Vec<bool>, StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
+        let _turn = self.turn().await;
         let mut tx = self.pool.begin().await.map_err(fail)?;
         let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
             .bind(claims_json(claims))
@@ -208,6 +228,7 @@ impl SqliteStore {
 
     pub(super) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
+        let _turn = self.turn().await;
         let mut tx = self.pool.begin().await.map_err(fail)?;
         sqlx::query(INSERT_SQL)
             .bind(batch_json(rows))
@@ -222,6 +243,7 @@ impl SqliteStore {
         let before = before.timestamp_micros();
         let mut deleted = 0;
         loop {
+            let _turn = self.turn().await;
             let chunk = sqlx::query(PRUNE_SQL)
                 .bind(before)
                 .bind(crate::retention::DELETE_CHUNK)
@@ -247,6 +269,10 @@ impl SqliteStore {
 
     pub(super) async fn close(&self) {
         self.pool.close().await;
+        // Last, so that its connection is the last one closed and SQLite folds the WAL back in.
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.stop().await;
+        }
     }
 }
 
