@@ -324,3 +324,30 @@ on_both_backends!(
     graceful_shutdown,
     shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged
 );
+
+/// The writer's sessions ask PostgreSQL to write their evicted pages out as they go, so that a
+/// checkpoint's sync has little left to flush (the README's "Benchmarks" has the figures).
+#[tokio::test]
+async fn postgres_writer_sessions_ask_for_early_writeback() {
+    let Some(db) = TestDb::create(common::Backend::Postgres, "early_writeback").await else {
+        return;
+    };
+    let store = loghaul::storage::Store::connect(
+        &db.url,
+        loghaul::storage::PoolOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    let loghaul::storage::Store::Postgres(postgres) = &store else {
+        panic!("a postgres:// URL opens a PostgreSQL store");
+    };
+    let setting: String = sqlx::query_scalar("SHOW backend_flush_after")
+        .fetch_one(postgres.pool())
+        .await
+        .unwrap();
+    assert_eq!(setting, "2MB");
+    store.close().await;
+}
