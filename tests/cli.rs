@@ -1,4 +1,5 @@
-//! The real binary: API keys reloaded on SIGHUP, and `loghaul query` / `loghaul tail` output.
+//! The real binary: API keys reloaded on SIGHUP, `loghaul query` / `loghaul tail` output, and
+//! `loghaul bench`'s paced runs.
 
 mod common;
 
@@ -238,4 +239,68 @@ async fn exit_within_30s(child: std::process::Child, expectation: &str) -> std::
     .expect(expectation)
     .unwrap()
     .unwrap()
+}
+
+#[test]
+fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("acks.csv");
+    let bench = Command::new(BINARY)
+        .args([
+            "bench",
+            "--duration",
+            "2s",
+            "--streams",
+            "2",
+            "--rate",
+            "50%",
+        ])
+        .args(["--records-per-chunk", "100", "--json", "--latency-log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        bench.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bench.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{stdout}");
+    let (saturated, paced) = (&runs[0], &runs[1]);
+    assert!(saturated["offered_per_sec"].is_null(), "{stdout}");
+    let maximum = saturated["records_per_sec"].as_f64().unwrap();
+    let offered = paced["offered_per_sec"].as_f64().unwrap();
+    assert!((offered - maximum / 2.0).abs() < 1.0, "{stdout}");
+    for run in runs {
+        assert_eq!(run["verified"], true, "{stdout}");
+    }
+    // Paced at half the maximum, the second run gets about what it offered, not the maximum.
+    let achieved = paced["records_per_sec"].as_f64().unwrap();
+    assert!(achieved < offered * 1.2, "{stdout}");
+
+    // One CSV line per acknowledgement of either run, the offered rate naming the run.
+    let csv = std::fs::read_to_string(&log).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("streams,offered_per_sec,at_sec,latency_ms")
+    );
+    let (mut unpaced, mut at_offered) = (0, 0);
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.len(), 4, "{line}");
+        assert_eq!(fields[0], "2");
+        assert!(fields[2].parse::<f64>().unwrap() >= 0.0, "{line}");
+        assert!(fields[3].parse::<f64>().unwrap() >= 0.0, "{line}");
+        match fields[1] {
+            "" => unpaced += 1,
+            rate => {
+                assert_eq!(rate, format!("{offered:.0}"));
+                at_offered += 1;
+            }
+        }
+    }
+    assert!(unpaced > 0 && at_offered > 0, "{csv}");
 }

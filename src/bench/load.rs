@@ -58,6 +58,15 @@ pub struct Progress {
     pub acked: AtomicU64,
 }
 
+/// One acknowledgement: when it came and how long it took.
+#[derive(Clone, Copy, Debug)]
+pub struct AckSample {
+    /// From the start of the run to the response.
+    pub at: Duration,
+    /// From the stream's half-close (OTLP: the call) to its response.
+    pub latency: Duration,
+}
+
 /// What a run measured.
 #[derive(Debug, Default)]
 pub struct LoadOutcome {
@@ -67,8 +76,8 @@ pub struct LoadOutcome {
     pub rejected: u64,
     /// Streams that ended with an error status, by code.
     pub failed_streams: Vec<(tonic::Code, u64)>,
-    /// From each stream's half-close to its response.
-    pub ack_latencies: Vec<Duration>,
+    /// Every acknowledgement, in the order the streams finished.
+    pub acks: Vec<AckSample>,
     /// From the first send to the last response.
     pub elapsed: Duration,
 }
@@ -113,6 +122,12 @@ pub async fn run(
             deadline,
             chunk_budget: chunk_budget.clone(),
             interval,
+            // Spread the streams' sends over the interval: started in step, they would half-close
+            // together and share every batch, so a run's acks would be a few dozen samples eight
+            // times over and its p99 would be its maximum.
+            phase: interval.map_or(Duration::ZERO, |interval| {
+                interval.mul_f64(stream as f64 / plan.streams as f64)
+            }),
             api_key: plan.api_key.clone(),
             progress: Arc::clone(&progress),
         };
@@ -127,7 +142,15 @@ pub async fn run(
         let stream = task.await.expect("a load task does not panic");
         outcome.acked += stream.acked;
         outcome.rejected += stream.rejected;
-        outcome.ack_latencies.extend(stream.latencies);
+        outcome.acks.extend(
+            stream
+                .latencies
+                .into_iter()
+                .map(|(answered, latency)| AckSample {
+                    at: answered.saturating_duration_since(started),
+                    latency,
+                }),
+        );
         for code in stream.failures {
             *failures.entry(code as i32).or_default() += 1;
         }
@@ -149,6 +172,8 @@ struct StreamContext {
     deadline: Option<Instant>,
     chunk_budget: Option<Arc<AtomicU64>>,
     interval: Option<Duration>,
+    /// Delay of this stream's first send, so that paced streams do not send in step.
+    phase: Duration,
     api_key: Option<String>,
     progress: Arc<Progress>,
 }
@@ -157,7 +182,8 @@ struct StreamContext {
 struct StreamOutcome {
     acked: u64,
     rejected: u64,
-    latencies: Vec<Duration>,
+    /// When each response came, and its latency.
+    latencies: Vec<(Instant, Duration)>,
     failures: Vec<tonic::Code>,
 }
 
@@ -190,7 +216,7 @@ impl StreamContext {
         let mut outcome = StreamOutcome::default();
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let mut next_chunk = self.first_chunk;
-        let mut next_send = tokio::time::Instant::now();
+        let mut next_send = tokio::time::Instant::now() + self.phase;
         while self.claim() {
             if let Some(interval) = self.interval {
                 tokio::time::sleep_until(next_send).await;
@@ -215,7 +241,7 @@ impl StreamContext {
                     outcome.acked += accepted;
                     outcome.rejected += rejected;
                     self.progress.acked.fetch_add(accepted, Ordering::Relaxed);
-                    outcome.latencies.push(sent.elapsed());
+                    outcome.latencies.push((Instant::now(), sent.elapsed()));
                 }
                 Err(status) => {
                     outcome.failures.push(status.code());
@@ -230,7 +256,7 @@ impl StreamContext {
         let mut outcome = StreamOutcome::default();
         let mut grpc = tonic::client::Grpc::new(self.channel.clone());
         let mut next_chunk = self.first_chunk;
-        let mut next_send = tokio::time::Instant::now();
+        let mut next_send = tokio::time::Instant::now() + self.phase;
         loop {
             if self
                 .deadline
@@ -300,7 +326,7 @@ impl StreamContext {
                     if sent > 0 {
                         outcome
                             .latencies
-                            .push(answered.saturating_duration_since(closed));
+                            .push((answered, answered.saturating_duration_since(closed)));
                     }
                 }
                 Err(status) => {

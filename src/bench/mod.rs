@@ -60,9 +60,11 @@ pub struct BenchArgs {
     /// Stop after this many records instead of after --duration.
     #[arg(long)]
     pub records: Option<u64>,
-    /// Offered load in records per second across all streams; default: as fast as acks allow.
+    /// Offered load across all streams: records per second (`120000`), or a share of the maximum
+    /// (`80%`: a run as fast as acks allow first, then one offering that share of its rate).
+    /// Default: as fast as acks allow.
     #[arg(long)]
-    pub rate: Option<f64>,
+    pub rate: Option<Rate>,
     /// Sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -90,6 +92,41 @@ pub struct BenchArgs {
     /// Print the report as one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
+    /// Appends every acknowledgement to this CSV file (`streams,offered_per_sec,at_sec,latency_ms`),
+    /// to find when the slow ones happened.
+    #[arg(long, value_name = "PATH")]
+    pub latency_log: Option<std::path::PathBuf>,
+}
+
+/// An offered load.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Rate {
+    /// Records per second.
+    PerSecond(f64),
+    /// A share (0 to 1) of the rate measured when sending as fast as acks allow.
+    OfMaximum(f64),
+}
+
+impl std::str::FromStr for Rate {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Rate, String> {
+        let positive = |value: f64| value.is_finite() && value > 0.0;
+        match text.strip_suffix('%') {
+            Some(percent) => match percent.trim().parse::<f64>() {
+                Ok(value) if positive(value) && value <= 100.0 => {
+                    Ok(Rate::OfMaximum(value / 100.0))
+                }
+                _ => Err(format!("{text:?}: a share of the maximum is 1% to 100%")),
+            },
+            None => match text.trim().parse::<f64>() {
+                Ok(value) if positive(value) => Ok(Rate::PerSecond(value)),
+                _ => Err(format!(
+                    "{text:?}: records per second (120000) or a share of the maximum (80%)"
+                )),
+            },
+        }
+    }
 }
 
 /// Why a benchmark could not run.
@@ -117,6 +154,8 @@ pub enum BenchError {
 pub struct RunReport {
     /// Concurrent streams.
     pub streams: usize,
+    /// Records per second offered (`--rate`); `None` when sent as fast as acks allowed.
+    pub offered_per_sec: Option<f64>,
     /// Committed and acknowledged records per second.
     pub records_per_sec: f64,
     /// Records acknowledged.
@@ -189,7 +228,6 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         client_timestamps: args.client_timestamps,
     };
     let workload = workload::generate(shape, args.protocol);
-    let chunks = Arc::new(workload.encoded.clone());
     let settings = serde_json::json!({
         "endpoint": args.endpoint,
         "database": database_url.as_deref().map(crate::storage::redact_url),
@@ -214,69 +252,25 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
 
     let mut runs = Vec::new();
     for &streams in &args.streams {
-        let (endpoint, server) =
-            start_target(&args.endpoint, database_url.as_deref(), &args.server_args)?;
-        let metrics_url = args
-            .metrics_url
-            .clone()
-            .or_else(|| server.as_ref().map(|server| server.http.clone()));
-        let before = match &database_url {
-            Some(url) => Some(count_rows(url).await?),
+        let offered = match args.rate {
             None => None,
+            Some(Rate::PerSecond(rate)) => Some(rate),
+            Some(Rate::OfMaximum(fraction)) => {
+                // The maximum is this machine's, today: measure it with the same settings first.
+                let saturated =
+                    measure(&args, database_url.as_deref(), &workload, streams, None).await?;
+                let rate = saturated.records_per_sec * fraction;
+                eprintln!(
+                    "maximum {:.0} records/s; now offering {:.0} ({:.0} %)",
+                    saturated.records_per_sec,
+                    rate,
+                    fraction * 100.0
+                );
+                runs.push(saturated);
+                Some(rate)
+            }
         };
-        let plan = LoadPlan {
-            endpoint,
-            streams,
-            chunks_per_stream: args.chunks_per_stream,
-            stop: args
-                .records
-                .map_or(Stop::After(args.duration.0), Stop::Records),
-            rate: args.rate,
-            api_key: args.api_key.clone(),
-            protocol: args.protocol,
-            tls: args.tls.clone(),
-        };
-        let progress = Arc::new(Progress::default());
-        let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
-        let outcome =
-            load::run(plan, Arc::clone(&chunks), args.records_per_chunk, progress).await?;
-        reporter.abort();
-        let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
-        if let Some(server) = server {
-            server.stop()?;
-        }
-        let stored_delta = match (&database_url, before) {
-            (Some(url), Some(before)) => Some(count_rows(url).await? - before),
-            _ => None,
-        };
-        let records_per_sec = outcome.acked as f64 / outcome.elapsed.as_secs_f64();
-        let (copy_records_per_sec, copy_ratio) = if args.compare_copy {
-            let url = database_url.as_deref().expect("checked above");
-            eprintln!("COPY of {} rows over one connection…", outcome.acked);
-            let took = copy_ceiling::copy_rows(url, &workload.records, outcome.acked).await?;
-            let copy_rate = outcome.acked as f64 / took.as_secs_f64();
-            (Some(copy_rate), Some(records_per_sec / copy_rate))
-        } else {
-            (None, None)
-        };
-        runs.push(RunReport {
-            streams,
-            records_per_sec,
-            acked: outcome.acked,
-            rejected: outcome.rejected,
-            failed_streams: outcome
-                .failed_streams
-                .iter()
-                .map(|(code, count)| (format!("{code:?}"), *count))
-                .collect(),
-            elapsed_sec: outcome.elapsed.as_secs_f64(),
-            ack_latency_ms: latency(outcome.ack_latencies),
-            verified: stored_delta.map(|delta| delta == outcome.acked as i64),
-            stored_delta,
-            server_peak_rss_bytes,
-            copy_records_per_sec,
-            copy_ratio,
-        });
+        runs.push(measure(&args, database_url.as_deref(), &workload, streams, offered).await?);
     }
     let report = BenchReport { settings, runs };
     print_table(&report);
@@ -287,6 +281,83 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         );
     }
     Ok(report)
+}
+
+/// One measurement: a fresh server (unless `--endpoint`), `streams` streams offering `offered`
+/// records per second (as fast as acks allow when `None`), the count re-checked afterwards.
+async fn measure(
+    args: &BenchArgs,
+    database_url: Option<&str>,
+    workload: &workload::Workload,
+    streams: usize,
+    offered: Option<f64>,
+) -> Result<RunReport, BenchError> {
+    let chunks = Arc::new(workload.encoded.clone());
+    let (endpoint, server) = start_target(&args.endpoint, database_url, &args.server_args)?;
+    let metrics_url = args
+        .metrics_url
+        .clone()
+        .or_else(|| server.as_ref().map(|server| server.http.clone()));
+    let before = match database_url {
+        Some(url) => Some(count_rows(url).await?),
+        None => None,
+    };
+    let plan = LoadPlan {
+        endpoint,
+        streams,
+        chunks_per_stream: args.chunks_per_stream,
+        stop: args
+            .records
+            .map_or(Stop::After(args.duration.0), Stop::Records),
+        rate: offered,
+        api_key: args.api_key.clone(),
+        protocol: args.protocol,
+        tls: args.tls.clone(),
+    };
+    let progress = Arc::new(Progress::default());
+    let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
+    let outcome = load::run(plan, chunks, args.records_per_chunk, progress).await?;
+    reporter.abort();
+    if let Some(path) = &args.latency_log {
+        write_latency_log(path, streams, offered, &outcome.acks)?;
+    }
+    let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
+    if let Some(server) = server {
+        server.stop()?;
+    }
+    let stored_delta = match (database_url, before) {
+        (Some(url), Some(before)) => Some(count_rows(url).await? - before),
+        _ => None,
+    };
+    let records_per_sec = outcome.acked as f64 / outcome.elapsed.as_secs_f64();
+    let (copy_records_per_sec, copy_ratio) = if args.compare_copy {
+        let url = database_url.expect("checked by run");
+        eprintln!("COPY of {} rows over one connection…", outcome.acked);
+        let took = copy_ceiling::copy_rows(url, &workload.records, outcome.acked).await?;
+        let copy_rate = outcome.acked as f64 / took.as_secs_f64();
+        (Some(copy_rate), Some(records_per_sec / copy_rate))
+    } else {
+        (None, None)
+    };
+    Ok(RunReport {
+        streams,
+        offered_per_sec: offered,
+        records_per_sec,
+        acked: outcome.acked,
+        rejected: outcome.rejected,
+        failed_streams: outcome
+            .failed_streams
+            .iter()
+            .map(|(code, count)| (format!("{code:?}"), *count))
+            .collect(),
+        elapsed_sec: outcome.elapsed.as_secs_f64(),
+        ack_latency_ms: latency(outcome.acks.iter().map(|ack| ack.latency).collect()),
+        verified: stored_delta.map(|delta| delta == outcome.acked as i64),
+        stored_delta,
+        server_peak_rss_bytes,
+        copy_records_per_sec,
+        copy_ratio,
+    })
 }
 
 /// The database of a benchmark's own server: the one named, else a scratch SQLite file in
@@ -334,6 +405,37 @@ pub(crate) async fn count_rows(url: &str) -> Result<i64, sqlx::Error> {
         return Ok(0);
     }
     sqlx::query_scalar(sql).fetch_one(&mut conn).await
+}
+
+/// Appends one CSV line per acknowledgement (`streams,offered_per_sec,at_sec,latency_ms`; the
+/// offered rate is empty for a run as fast as acks allow), so a latency tail can be lined up with
+/// what the database logged at that moment.
+fn write_latency_log(
+    path: &std::path::Path,
+    streams: usize,
+    offered: Option<f64>,
+    acks: &[load::AckSample],
+) -> std::io::Result<()> {
+    let fresh = !path.exists();
+    let mut file = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    );
+    if fresh {
+        writeln!(file, "streams,offered_per_sec,at_sec,latency_ms")?;
+    }
+    let offered = offered.map_or(String::new(), |rate| format!("{rate:.0}"));
+    for ack in acks {
+        writeln!(
+            file,
+            "{streams},{offered},{:.3},{:.1}",
+            ack.at.as_secs_f64(),
+            ack.latency.as_secs_f64() * 1000.0
+        )?;
+    }
+    file.flush()
 }
 
 fn latency(mut samples: Vec<Duration>) -> Latency {
@@ -404,8 +506,9 @@ async fn queue_depth(addr: &str) -> Option<(f64, f64)> {
 
 fn print_table(report: &BenchReport) {
     println!(
-        "{:>8} {:>12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>12} {:>6}",
+        "{:>8} {:>9} {:>12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>12} {:>6}",
         "streams",
+        "offered",
         "records/s",
         "acked",
         "rejected",
@@ -423,8 +526,10 @@ fn print_table(report: &BenchReport) {
         };
         let failures: u64 = run.failed_streams.iter().map(|(_, count)| count).sum();
         println!(
-            "{:>8} {:>12.0} {:>11} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>8} {:>12} {:>6}",
+            "{:>8} {:>9} {:>12.0} {:>11} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>8} {:>12} {:>6}",
             run.streams,
+            run.offered_per_sec
+                .map_or("max".to_owned(), |rate| format!("{rate:.0}")),
             run.records_per_sec,
             run.acked,
             run.rejected,
@@ -453,6 +558,16 @@ fn print_table(report: &BenchReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_is_per_second_or_a_share_of_the_maximum() {
+        assert_eq!("120000".parse(), Ok(Rate::PerSecond(120000.0)));
+        assert_eq!("80%".parse(), Ok(Rate::OfMaximum(0.8)));
+        for bad in ["0", "-5", "0%", "150%", "fast", "NaN", "inf%"] {
+            let refused = bad.parse::<Rate>();
+            assert!(refused.is_err(), "{bad} was taken as {refused:?}");
+        }
+    }
 
     #[test]
     fn percentiles_pick_the_nearest_rank() {
