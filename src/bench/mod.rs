@@ -574,6 +574,17 @@ fn print_table(report: &BenchReport) {
         if failures > 0 {
             println!("         failed streams: {:?}", run.failed_streams);
         }
+        if let Some(offered) = run.offered_per_sec {
+            // A run that fell behind its offered rate measured a saturated server, not one at that
+            // rate (the machine slowed after the maximum was taken, say): say so by the figures.
+            let share = run.records_per_sec / offered;
+            if share < 0.98 {
+                println!(
+                    "         only {:.1} % of the offered rate was sustained: a saturated server, not one at that rate",
+                    share * 100.0
+                );
+            }
+        }
     }
 }
 
