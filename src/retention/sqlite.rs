@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
 
-use super::{CHUNK_PAUSE, DELETE_CHUNK};
+use super::{delete_in_chunks, DELETE_CHUNK};
 
 /// Every tenant with rows, by a loose index scan of `(tenant, ts)`: one index probe per tenant
 /// instead of reading every row.
@@ -25,20 +25,17 @@ pub async fn delete_before(pool: &SqlitePool, horizon: DateTime<Utc>) -> Result<
     let tenants: Vec<String> = sqlx::query_scalar(TENANTS_SQL).fetch_all(pool).await?;
     let mut deleted = 0;
     for tenant in tenants {
-        loop {
-            let chunk = sqlx::query(DELETE_SQL)
-                .bind(&tenant)
+        let tenant = tenant.as_str();
+        deleted += delete_in_chunks(move || async move {
+            sqlx::query(DELETE_SQL)
+                .bind(tenant)
                 .bind(horizon)
                 .bind(DELETE_CHUNK)
                 .execute(pool)
-                .await?
-                .rows_affected();
-            deleted += chunk;
-            if chunk < DELETE_CHUNK as u64 {
-                break;
-            }
-            tokio::time::sleep(CHUNK_PAUSE).await;
-        }
+                .await
+                .map(|done| done.rows_affected())
+        })
+        .await?;
     }
     Ok(deleted)
 }

@@ -186,21 +186,17 @@ impl PostgresStore {
     }
 
     pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut deleted = 0;
-        loop {
-            let chunk = sqlx::query(PRUNE_SQL)
+        let pool = &self.pool;
+        crate::retention::delete_in_chunks(move || async move {
+            sqlx::query(PRUNE_SQL)
                 .bind(before)
                 .bind(crate::retention::DELETE_CHUNK)
-                .execute(&self.pool)
+                .execute(pool)
                 .await
-                .map_err(|err| StoreError::Unavailable(err.to_string()))?
-                .rows_affected();
-            deleted += chunk;
-            if chunk < crate::retention::DELETE_CHUNK as u64 {
-                return Ok(deleted);
-            }
-            tokio::time::sleep(crate::retention::CHUNK_PAUSE).await;
-        }
+                .map(|done| done.rows_affected())
+                .map_err(|err| StoreError::Unavailable(err.to_string()))
+        })
+        .await
     }
 
     pub(super) async fn ping(&self) -> Result<(), StoreError> {
