@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 const PASS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// WAL frames (64 KiB pages, so 16 MiB) after which the WAL is rewound to its start.
-pub const REWIND_FRAMES: i64 = 256;
+const REWIND_FRAMES: i64 = 256;
 
 /// How long a RESTART waits for the writer or a reader before it gives up until the next pass.
 /// Writers wait behind a pending RESTART, so a long read must not keep one pending.
