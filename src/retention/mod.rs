@@ -177,10 +177,22 @@ pub async fn run_once(
     outcome
 }
 
-/// Runs retention every `interval` until `stopping` is cancelled. Failures are logged and
-/// counted, and the next run tries again.
+/// How long after start-up the first run waits (one interval, if that is shorter). A restart is
+/// when clients reconnect and send what they buffered meanwhile, the worst moment for a run that
+/// may summarize millions of rows; the partitions the first records need were created before
+/// serving (`prepare`).
+const FIRST_RUN_DELAY: Duration = Duration::from_secs(60);
+
+/// When the first run after a start at `started` is due.
+fn first_run_at(started: tokio::time::Instant, interval: Duration) -> tokio::time::Instant {
+    started + interval.min(FIRST_RUN_DELAY)
+}
+
+/// Runs retention every `interval`, the first run `FIRST_RUN_DELAY` after start-up, until
+/// `stopping` is cancelled. Failures are logged and counted, and the next run tries again.
 pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationToken) {
-    let mut every = tokio::time::interval(config.interval);
+    let first = first_run_at(tokio::time::Instant::now(), config.interval);
+    let mut every = tokio::time::interval_at(first, config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -207,5 +219,22 @@ pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationTo
                 tracing::error!(error = %err, "retention run failed; retrying at the next interval")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_run_waits_a_minute_or_one_shorter_interval() {
+        let started = tokio::time::Instant::now();
+        let ten_minutes = Duration::from_secs(600);
+        assert_eq!(
+            first_run_at(started, ten_minutes),
+            started + Duration::from_secs(60)
+        );
+        let short = Duration::from_millis(200);
+        assert_eq!(first_run_at(started, short), started + short);
     }
 }
