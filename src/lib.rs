@@ -38,6 +38,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod console;
+pub mod deadline;
 pub mod error;
 pub mod observability;
 pub mod pipeline;

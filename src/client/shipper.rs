@@ -28,6 +28,7 @@ use super::buffer::{FullPolicy, Slots};
 use super::codec::PreEncoded;
 use super::stats::{Counters, ShipperStats};
 use crate::auth::request_with_key;
+use crate::deadline::sleep_until_some;
 use crate::proto::v1::{LogRecord, PushRequest, PushResponse};
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
@@ -680,13 +681,6 @@ async fn reserve(sender: Option<mpsc::Sender<Bytes>>) -> Option<mpsc::OwnedPermi
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86400 * 365)
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

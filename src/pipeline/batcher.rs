@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::ack::{RowRejection, Stored};
 use super::writer::{Span, Writer, Written};
 use super::Chunk;
+use crate::deadline::sleep_until_some;
 use crate::server::validate::RejectReason;
 use crate::storage::{ChunkKey, Row};
 
@@ -233,13 +234,6 @@ fn resolve(chunks: Vec<Chunk>, written: Written) {
             refused: mine,
             duplicate,
         }));
-    }
-}
-
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
 
