@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{Process, BINARY};
+use common::process::{assert_success, Process, BINARY};
 use common::{push_as, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tonic::Code;
@@ -104,11 +104,7 @@ async fn query_and_tail_commands_print_json_lines() {
         .args(["--min-severity", "error", "--since", "1h", "--limit", "30"])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
         .unwrap()
         .lines()
@@ -216,11 +212,7 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         tokio::time::sleep(Duration::from_millis(2500)).await;
     }
     let output = exit_within_30s(tail, "the tail exits after six records").await;
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let messages = json_messages(&output.stdout);
     assert_eq!(
         messages,
@@ -259,11 +251,7 @@ fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
         .arg(&log)
         .output()
         .unwrap();
-    assert!(
-        bench.status.success(),
-        "{}",
-        String::from_utf8_lossy(&bench.stderr)
-    );
+    assert_success(&bench);
     let stdout = String::from_utf8_lossy(&bench.stdout);
     let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     let runs = report["runs"].as_array().unwrap();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::held_lock::HeldLock;
-use common::process::Process;
+use common::process::{assert_success, Process};
 use common::{free_address, record, Backend, TestDb, TestServer};
 use loghaul::client::{Client, FullPolicy, Shipper, ShipperConfig};
 use loghaul::error::IngestError;
@@ -358,12 +358,7 @@ async fn the_tracing_example_ships_its_events() {
     })
     .await
     .unwrap();
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let rows = db.stored().await;
     assert_eq!(rows.len(), 26);
     let paid: Vec<_> = rows

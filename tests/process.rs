@@ -5,7 +5,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{serve_command, Process, BINARY};
+use common::process::{assert_success, serve_command, Process, BINARY};
 use common::{chunk, open_push, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 
@@ -69,11 +69,7 @@ async fn migrate_creates_the_schema_and_is_idempotent(db: &TestDb) {
             .args(["migrate", "--database-url", &db.url])
             .output()
             .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_success(&output);
     }
     assert_eq!(db.count().await, 0);
 }

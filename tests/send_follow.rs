@@ -8,7 +8,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{Process, BINARY};
+use common::process::{assert_success, Process, BINARY};
 use common::{Backend, TestDb};
 
 fn append(path: &std::path::Path, lines: std::ops::Range<usize>) {
@@ -100,11 +100,7 @@ async fn follow_survives_rotation_and_truncation() {
     .await
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     assert_eq!(stdout.trim(), "accepted 320 rejected 0");
     assert_eq!(
         db.query_scalar("SELECT count(DISTINCT message) FROM logs WHERE service = 'app'")

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::process::BINARY;
+use common::process::{assert_success, BINARY};
 use common::{config, push, record, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::tls::ClientTlsArgs;
@@ -133,11 +133,7 @@ async fn pushes_over_tls_are_stored_and_plaintext_clients_are_refused() {
         .arg(&lines)
         .output()
         .unwrap();
-    assert!(
-        sent.status.success(),
-        "{}",
-        String::from_utf8_lossy(&sent.stderr)
-    );
+    assert_success(&sent);
     assert_eq!(db.count().await, 1 + 3);
     let read = Command::new(BINARY)
         .args(["query", "--endpoint", &format!("https://{}", server.grpc)])
@@ -165,11 +161,7 @@ async fn pushes_over_tls_are_stored_and_plaintext_clients_are_refused() {
         .arg(pki.ca())
         .output()
         .unwrap();
-    assert!(
-        bench.status.success(),
-        "{}",
-        String::from_utf8_lossy(&bench.stderr)
-    );
+    assert_success(&bench);
     assert_eq!(db.count().await, 1 + 3 + 200);
     server.stop().await;
 }

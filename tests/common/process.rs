@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -10,6 +10,17 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_loghaul");
 
 /// Loopback with a port the system picks.
 pub const EPHEMERAL: &str = "127.0.0.1:0";
+
+/// Fails the test, showing what the command printed, unless it exited successfully.
+pub fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "{:?}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
 
 /// `loghaul serve` with gRPC and metrics on ephemeral loopback ports, the console off, and no API
 /// keys taken from the developer's environment.
