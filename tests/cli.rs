@@ -292,3 +292,28 @@ fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
     }
     assert!(unpaced > 0 && at_offered > 0, "{csv}");
 }
+
+#[test]
+fn bench_at_a_share_of_a_maximum_of_nothing_says_so_instead_of_pacing_at_zero() {
+    // Every stream of the saturated run is refused (wrong API key), so it acknowledges nothing.
+    let output = Command::new(BINARY)
+        .args([
+            "bench",
+            "--duration",
+            "1s",
+            "--streams",
+            "2",
+            "--rate",
+            "80%",
+        ])
+        .args(["--server-arg=--api-keys=right=team", "--api-key", "wrong"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("no maximum to take a share of") && stderr.contains("Unauthenticated"),
+        "{stderr}"
+    );
+}

@@ -117,12 +117,15 @@ impl std::str::FromStr for Rate {
                 Ok(value) if positive(value) && value <= 100.0 => {
                     Ok(Rate::OfMaximum(value / 100.0))
                 }
-                _ => Err(format!("{text:?}: a share of the maximum is 1% to 100%")),
+                _ => Err(format!(
+                    "{text:?}: a share of the maximum is above 0% and at most 100%"
+                )),
             },
             None => match text.trim().parse::<f64>() {
-                Ok(value) if positive(value) => Ok(Rate::PerSecond(value)),
+                // Below one record a second the pacing interval can outgrow what a timer holds.
+                Ok(value) if positive(value) && value >= 1.0 => Ok(Rate::PerSecond(value)),
                 _ => Err(format!(
-                    "{text:?}: records per second (120000) or a share of the maximum (80%)"
+                    "{text:?}: records per second, at least 1 (120000), or a share of the maximum (80%)"
                 )),
             },
         }
@@ -147,6 +150,9 @@ pub enum BenchError {
     /// A temporary directory could not be made.
     #[error("temporary directory: {0}")]
     Io(#[from] std::io::Error),
+    /// `--rate N%`: the run as fast as acks allow acknowledged nothing, so it has no maximum.
+    #[error("the run as fast as acks allow acknowledged nothing (failed streams: {0}), so there is no maximum to take a share of")]
+    NoMaximum(String),
 }
 
 /// One measurement.
@@ -259,6 +265,12 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
                 // The maximum is this machine's, today: measure it with the same settings first.
                 let saturated =
                     measure(&args, database_url.as_deref(), &workload, streams, None).await?;
+                if saturated.acked == 0 {
+                    return Err(BenchError::NoMaximum(format!(
+                        "{:?}",
+                        saturated.failed_streams
+                    )));
+                }
                 let rate = saturated.records_per_sec * fraction;
                 eprintln!(
                     "maximum {:.0} records/s; now offering {:.0} ({:.0} %)",
@@ -399,7 +411,8 @@ pub(crate) fn start_target(
 /// PostgreSQL: a `CHECKPOINT` before the clock starts, so that every run begins with no dirty
 /// pages left by the one before (its rows, and the hint bits the verifying `count(*)` set on every
 /// page it read). It gives runs the same start; it is not what made the first seconds of the
-/// paced run of `--rate 80%` slow, which was retention's BRIN summary at server start (now paced).
+/// paced run of `--rate 80%` slow, which was retention's BRIN summary at server start (now paced,
+/// and a minute after start-up).
 /// Needs a superuser or `pg_checkpoint`; without it the run goes ahead unsettled, and says so.
 async fn settle(url: &str) {
     if !Backend::is_postgres(url) {
@@ -599,7 +612,8 @@ mod tests {
     fn a_rate_is_per_second_or_a_share_of_the_maximum() {
         assert_eq!("120000".parse(), Ok(Rate::PerSecond(120000.0)));
         assert_eq!("80%".parse(), Ok(Rate::OfMaximum(0.8)));
-        for bad in ["0", "-5", "0%", "150%", "fast", "NaN", "inf%"] {
+        assert_eq!("0.5%".parse(), Ok(Rate::OfMaximum(0.005)));
+        for bad in ["0", "-5", "0.001", "0%", "150%", "fast", "NaN", "inf%"] {
             let refused = bad.parse::<Rate>();
             assert!(refused.is_err(), "{bad} was taken as {refused:?}");
         }
