@@ -125,7 +125,7 @@ pub async fn run_once(
     let outcome = match store {
         Store::Postgres(_) => postgres::run_once(&config.database_url, config.keep).await,
         Store::Sqlite(sqlite) => match config.horizon() {
-            Some(horizon) => sqlite::delete_before(sqlite.pool(), horizon)
+            Some(horizon) => sqlite::delete_before(sqlite, horizon)
                 .await
                 .map_err(RetentionError::from)
                 .map(|rows_deleted| RunReport {

@@ -163,7 +163,7 @@ impl SqliteStore {
 
     /// A writer's turn: held for each write transaction so that the checkpointer can rewind the
     /// WAL between two of them.
-    async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+    pub(crate) async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
         match &self.checkpointer {
             Some(checkpointer) => Some(checkpointer.turn().await),
             None => None,
