@@ -81,9 +81,8 @@ fn is_data_error(code: &str) -> bool {
 ///
 /// With the default shared buffers our sessions write nearly all of the table's new pages
 /// themselves; left in the page cache, they are flushed in one go by the checkpoint's sync, which
-/// stalls the WAL syncs of every commit behind it. In back-to-back benchmark runs this setting
-/// shortened those syncs from about 0.22 s to 0.07 s and halved the ack p99. It changes
-/// nothing about durability. Servers without `sync_file_range` refuse it; they work as before.
+/// stalls the WAL syncs of every commit behind it (the README's "Benchmarks" has the sync times
+/// and ack p99 with and without it). It changes nothing about durability. Servers without `sync_file_range` refuse it; they work as before.
 async fn ask_for_early_writeback(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
     if let Err(err) = sqlx::query("SET backend_flush_after = '2MB'")
         .execute(connection)
