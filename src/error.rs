@@ -8,6 +8,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthFailure;
+use crate::proto::v1::PushResponse;
+use crate::server::settlement::NotStored;
 use crate::storage::StoreError;
 
 /// Why a stream could not be served to the end. Per-record problems are not errors: they are
@@ -54,15 +56,10 @@ pub enum IngestError {
     #[error("malformed message, not decoded: {0}")]
     Malformed(String),
     /// The stream sent no message for `--stream-idle-timeout`; what it sent before is settled.
-    #[error("stream idle for {idle:?} (--stream-idle-timeout): the records it sent before the pause are settled ({accepted} accepted, {rejected} rejected) and must not be resent; open a new stream for the next ones")]
-    StreamIdle {
-        /// The configured timeout.
-        idle: Duration,
-        /// Records of the stream committed.
-        accepted: u64,
-        /// Records of the stream refused.
-        rejected: u64,
-    },
+    #[error(
+        "stream idle for {0:?} (--stream-idle-timeout); open a new stream for the next records"
+    )]
+    StreamIdle(Duration),
     /// The client's stream failed (reset, malformed message, transport error).
     #[error(transparent)]
     Stream(Status),
@@ -81,7 +78,7 @@ impl IngestError {
             IngestError::InvalidChunk(_) => "invalid_chunk",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
-            IngestError::StreamIdle { .. } => "idle_timeout",
+            IngestError::StreamIdle(_) => "idle_timeout",
             IngestError::Malformed(_) => "malformed_message",
             IngestError::Stream(_) => "stream_error",
         }
@@ -135,23 +132,107 @@ impl From<IngestError> for Status {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
             IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
-            IngestError::StreamIdle {
-                accepted, rejected, ..
-            } => {
-                let mut status = Status::deadline_exceeded(message);
-                for (key, count) in [
-                    ("loghaul-accepted", accepted),
-                    ("loghaul-rejected", rejected),
-                ] {
-                    status
-                        .metadata_mut()
-                        .insert(key, MetadataValue::from(count));
-                }
-                status
-            }
+            IngestError::StreamIdle(_) => Status::deadline_exceeded(message),
             IngestError::Malformed(_) => Status::invalid_argument(message),
             IngestError::Stream(status) => status,
         }
+    }
+}
+
+/// An ingest call's failure: a gRPC status, and a stable label for the metric that counts it.
+pub trait CallFailure: Into<Status> + std::fmt::Display {
+    /// The metric label.
+    fn kind(&self) -> &'static str;
+}
+
+impl CallFailure for IngestError {
+    fn kind(&self) -> &'static str {
+        IngestError::kind(self)
+    }
+}
+
+impl CallFailure for StreamFailure {
+    fn kind(&self) -> &'static str {
+        self.cause.kind()
+    }
+}
+
+impl std::fmt::Display for StreamFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; not stored: {}; settled: {} accepted, {} rejected",
+            self.cause, self.not_stored, self.settled.accepted, self.settled.rejected
+        )
+    }
+}
+
+/// A Push stream that stopped part-way: why, what it had settled by then, and which of its
+/// messages were not stored.
+#[derive(Debug)]
+pub struct StreamFailure {
+    /// What stopped it.
+    pub cause: IngestError,
+    /// The records of its stored messages: committed or rejected, final.
+    pub settled: PushResponse,
+    /// The messages to send again.
+    pub not_stored: NotStored,
+}
+
+/// Rejections carried in the `loghaul-settled-bin` trailer; the counts stay exact beyond it, and
+/// the cap keeps the trailers under HTTP/2's usual 16 KiB header-list limit.
+const MAX_TRAILER_REJECTIONS: usize = 20;
+/// Longest rejection reason carried in that trailer.
+const MAX_TRAILER_REASON_CHARS: usize = 120;
+
+impl From<StreamFailure> for Status {
+    /// The cause's status, its message saying what was and was not stored, and the same in the
+    /// trailers a client acts on: `loghaul-unstored-messages` (which messages to resend),
+    /// `loghaul-accepted` / `loghaul-rejected` (counts of the settled records) and
+    /// `loghaul-settled-bin` (a `PushResponse` of the settled records).
+    fn from(failure: StreamFailure) -> Self {
+        let StreamFailure {
+            cause,
+            mut settled,
+            not_stored,
+        } = failure;
+        let status = Status::from(cause);
+        let message = format!(
+            "{}; not stored: {not_stored} of this stream (resend them); settled: {} accepted, {} rejected records of its other messages (do not resend them)",
+            status.message(),
+            settled.accepted,
+            settled.rejected
+        );
+        let mut metadata = status.metadata().clone();
+        for (key, count) in [
+            ("loghaul-accepted", settled.accepted),
+            ("loghaul-rejected", settled.rejected),
+        ] {
+            metadata.insert(key, MetadataValue::from(count));
+        }
+        if let Ok(value) = MetadataValue::try_from(not_stored.to_header()) {
+            metadata.insert("loghaul-unstored-messages", value);
+        }
+        settled.rejections.truncate(MAX_TRAILER_REJECTIONS);
+        for rejection in &mut settled.rejections {
+            if let Some((cut, _)) = rejection
+                .reason
+                .char_indices()
+                .nth(MAX_TRAILER_REASON_CHARS)
+            {
+                rejection.reason.truncate(cut);
+            }
+        }
+        metadata.insert_bin(
+            "loghaul-settled-bin",
+            MetadataValue::from_bytes(&settled.encode_to_vec()),
+        );
+        Status::with_details_and_metadata(
+            status.code(),
+            message,
+            status.details().to_vec().into(),
+            metadata,
+        )
     }
 }
 
@@ -248,15 +329,77 @@ mod tests {
         let other = IngestError::from_stream(Status::internal("h2 protocol error"), 1024);
         assert_eq!(Status::from(other).code(), Code::Internal);
 
-        let status = Status::from(IngestError::StreamIdle {
-            idle: Duration::from_secs(60),
-            accepted: 7,
-            rejected: 2,
+        let status = Status::from(StreamFailure {
+            cause: IngestError::StreamIdle(Duration::from_secs(60)),
+            settled: PushResponse {
+                accepted: 7,
+                rejected: 2,
+                ..PushResponse::default()
+            },
+            not_stored: NotStored {
+                failed: vec![],
+                from: Some(3),
+            },
         });
         assert_eq!(status.code(), Code::DeadlineExceeded);
         assert!(status.message().contains("7 accepted, 2 rejected"));
+        assert!(status.message().contains("not stored: messages 3.."));
         assert_eq!(status.metadata().get("loghaul-accepted").unwrap(), "7");
         assert_eq!(status.metadata().get("loghaul-rejected").unwrap(), "2");
+        assert_eq!(
+            status.metadata().get("loghaul-unstored-messages").unwrap(),
+            "3-"
+        );
+    }
+
+    #[test]
+    fn a_failed_stream_keeps_the_causes_retry_delay_and_lists_what_was_settled() {
+        let rejections = (0..100)
+            .map(|index| crate::proto::v1::Rejection {
+                index,
+                reason: "r".repeat(1000),
+            })
+            .collect();
+        let status = Status::from(StreamFailure {
+            cause: IngestError::Backpressure {
+                resource: "shard queue",
+                waited: Duration::from_secs(5),
+                retry_after: Duration::from_secs(1),
+            },
+            settled: PushResponse {
+                accepted: 10,
+                rejected: 100,
+                rejections,
+                duplicate_records: 0,
+            },
+            not_stored: NotStored {
+                failed: vec![1],
+                from: Some(4),
+            },
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.get_error_details().retry_info().is_some());
+        assert!(status
+            .metadata()
+            .get_bin("google.rpc.retryinfo-bin")
+            .is_some());
+        let settled = status.metadata().get_bin("loghaul-settled-bin").unwrap();
+        let settled = PushResponse::decode(settled.to_bytes().unwrap()).unwrap();
+        assert_eq!((settled.accepted, settled.rejected), (10, 100));
+        assert_eq!(settled.rejections.len(), MAX_TRAILER_REJECTIONS);
+        let trailers: usize = status
+            .metadata()
+            .clone()
+            .into_headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum();
+        assert!(trailers < 8 * 1024, "{trailers} bytes of trailers");
+        assert!(
+            status.message().contains("not stored: messages 1, 4.."),
+            "{}",
+            status.message()
+        );
     }
 
     #[test]

@@ -198,3 +198,106 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
     server.signal("TERM");
     assert!(server.wait(Duration::from_secs(30)).success());
 }
+
+/// Streams that stop part-way (here: no room for their next message within the enqueue timeout)
+/// must say exactly what they stored: `accepted` in the trailers equals the rows stored from that
+/// stream, and the messages named as not stored are exactly the ones with no rows.
+async fn a_stream_that_fails_part_way_reports_exactly_what_was_committed(db: &TestDb) {
+    const STREAMS: usize = 16;
+    const MESSAGES: usize = 8;
+    const PER_MESSAGE: usize = 50;
+    let mut settings = config(db);
+    settings.queue_capacity = 4;
+    settings.batch_max_rows = PER_MESSAGE;
+    settings.enqueue_timeout = "1s".parse().unwrap();
+    settings.store_retry_timeout = "120s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let lock = HeldLock::take(db).await;
+
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
+    for stream in 0..STREAMS {
+        let mut client = server.client().await;
+        let chunks: Vec<PushRequest> = (0..MESSAGES)
+            .map(|message| chunk(&format!("s{stream}-m{message}"), PER_MESSAGE))
+            .collect();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let outcome = client.push(tokio_stream::iter(chunks)).await;
+            let _ = done.send((stream, outcome.map(tonic::Response::into_inner)));
+        });
+    }
+    drop(done);
+    // The streams that found no room end at once; the others wait for their queued messages,
+    // which commit only once the lock is gone.
+    let mut outcomes = Vec::new();
+    let released_by = Instant::now() + Duration::from_secs(30);
+    while outcomes.len() < STREAMS / 2 && Instant::now() < released_by {
+        if let Ok(Some(outcome)) =
+            tokio::time::timeout(Duration::from_millis(200), finished.recv()).await
+        {
+            outcomes.push(outcome);
+        }
+    }
+    lock.release().await;
+    while let Some(outcome) = finished.recv().await {
+        outcomes.push(outcome);
+    }
+    assert_eq!(outcomes.len(), STREAMS);
+
+    let mut partial = 0;
+    for (stream, outcome) in outcomes {
+        let (accepted, not_stored) = match outcome {
+            Ok(response) => (response.accepted, String::new()),
+            Err(status) => {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                let trailer = |name| {
+                    let value = status.metadata().get(name);
+                    value
+                        .unwrap_or_else(|| panic!("{name} missing: {status:?}"))
+                        .to_str()
+                        .unwrap()
+                        .to_owned()
+                };
+                let not_stored = trailer("loghaul-unstored-messages");
+                assert!(
+                    status.message().contains("not stored: message"),
+                    "{}",
+                    status.message()
+                );
+                (trailer("loghaul-accepted").parse().unwrap(), not_stored)
+            }
+        };
+        let stored = db
+            .query_scalar(&format!(
+                "SELECT count(*) FROM logs WHERE message LIKE 's{stream}-%'"
+            ))
+            .await;
+        assert_eq!(
+            accepted, stored as u64,
+            "stream {stream}: not stored {not_stored:?}"
+        );
+        let not_stored = loghaul::server::settlement::NotStored::from_header(&not_stored).unwrap();
+        for message in 0..MESSAGES {
+            let rows = db
+                .query_scalar(&format!(
+                    "SELECT count(*) FROM logs WHERE message LIKE 's{stream}-m{message}-%'"
+                ))
+                .await;
+            let expected = if not_stored.contains(message as u64) {
+                0
+            } else {
+                PER_MESSAGE as i64
+            };
+            assert_eq!(rows, expected, "stream {stream} message {message}");
+        }
+        if stored > 0 && !not_stored.is_empty() {
+            partial += 1;
+        }
+    }
+    assert!(partial > 0, "some stream stored part of what it sent");
+    server.stop().await;
+}
+on_both_backends!(
+    partial_failure_accounting,
+    a_stream_that_fails_part_way_reports_exactly_what_was_committed
+);

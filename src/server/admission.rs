@@ -7,7 +7,7 @@ use metrics::counter;
 use tonic::{Response, Status};
 
 use crate::auth::Tenant;
-use crate::error::IngestError;
+use crate::error::{CallFailure, IngestError};
 use crate::record::Record;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
@@ -28,8 +28,8 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
 }
 
 /// Counts the call in `metric{outcome}` and turns the outcome into the gRPC answer.
-pub fn respond<T>(
-    outcome: Result<T, IngestError>,
+pub fn respond<T, E: CallFailure>(
+    outcome: Result<T, E>,
     metric: &'static str,
 ) -> Result<Response<T>, Status> {
     let label = match &outcome {
@@ -40,5 +40,5 @@ pub fn respond<T>(
         }
     };
     counter!(metric, "outcome" => label).increment(1);
-    outcome.map(Response::new).map_err(Status::from)
+    outcome.map(Response::new).map_err(Into::into)
 }

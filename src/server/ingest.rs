@@ -1,6 +1,8 @@
 //! `loghaul.v1.LogIngest/Push`: reads a client stream chunk by chunk, validates each record,
 //! queues the valid ones on the stream's shard, and answers once every queued record is committed.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,19 +16,14 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::admission::{admit, respond};
 use super::first_message::Gate;
+use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Limits};
 use crate::auth::{tenant_of, Tenant};
-use crate::error::IngestError;
-use crate::pipeline::ack::AckResult;
-use crate::pipeline::{ChunkSource, Ingress, ProducerSequence};
+use crate::error::{IngestError, StreamFailure};
+use crate::pipeline::ack::{AckReceiver, AckResult};
+use crate::pipeline::{ChunkSource, Ingress, ProducerSequence, Reservation};
 use crate::proto::v1::log_ingest_server::LogIngest;
-use crate::proto::v1::{PushRequest, PushResponse, Rejection};
-use crate::server::validate::RejectReason;
-use crate::storage::StoreError;
-
-/// Rejections listed in one response; the `rejected` count stays exact beyond it, and the cap keeps
-/// a stream of garbage from building an unbounded answer.
-pub const MAX_REPORTED_REJECTIONS: usize = 1000;
+use crate::proto::v1::{PushRequest, PushResponse};
 
 /// How long a stream may hold its reservation while the client sends nothing; after that it waits
 /// for the next message without one (idle streams hold no budget).
@@ -89,16 +86,51 @@ impl IngestService {
         self
     }
 
+    /// Reads the stream to its end and answers with what was stored; or, when something stops
+    /// it part-way, stops reading, lets what is already queued settle, and says exactly which
+    /// messages were stored and which were not.
     async fn ingest(
         &self,
         tenant: &Tenant,
         mut stream: Streaming<PushRequest>,
+        gate: Option<Arc<Gate>>,
+    ) -> Result<PushResponse, StreamFailure> {
+        let mut run = StreamRun {
+            shard: self.ingress.assign_shard(),
+            tally: Tally::default(),
+            in_flight: FuturesUnordered::new(),
+            next_message: 0,
+            next_index: 0,
+        };
+        let (mut cause, from) = match self.read(tenant, &mut stream, gate, &mut run).await {
+            Ok(()) => (None, None),
+            Err((cause, from)) => (Some(cause), Some(from)),
+        };
+        while let Some((outcome, queued)) = run.in_flight.next().await {
+            if let Err(err) = run.tally.settle(outcome, queued) {
+                cause.get_or_insert(err);
+            }
+        }
+        let Some(cause) = cause else {
+            return Ok(run.tally.into_response());
+        };
+        let (settled, not_stored) = run.tally.into_parts(from);
+        Err(StreamFailure {
+            cause,
+            settled,
+            not_stored,
+        })
+    }
+
+    /// Reads and queues messages until the stream ends or something stops it; the error comes
+    /// with the first message not stored because of it.
+    async fn read(
+        &self,
+        tenant: &Tenant,
+        stream: &mut Streaming<PushRequest>,
         mut gate: Option<Arc<Gate>>,
-    ) -> Result<PushResponse, IngestError> {
-        let shard = self.ingress.assign_shard();
-        let mut tally = Tally::default();
-        let mut next_index: u64 = 0;
-        let mut in_flight = FuturesUnordered::new();
+        run: &mut StreamRun,
+    ) -> Result<(), (IngestError, u64)> {
         // Until the stream has shown its chunk size, assume the largest message allowed.
         let mut expected_bytes = self.max_request_bytes as usize;
         if let Some(gate) = &gate {
@@ -109,22 +141,24 @@ impl IngestService {
                 // Polling the read is what reads the body; the gate keeps it from completing
                 // with a message, so it ends here only when the stream ended or failed.
                 early = stream.message() => match early {
-                    Ok(None) => return Ok(tally.into_response()),
+                    Ok(None) => return Ok(()),
                     Ok(Some(_)) => unreachable!("the gate holds the first message back"),
-                    Err(status) => return Err(IngestError::from_stream(status, self.max_request_bytes)),
+                    Err(status) => return Err((IngestError::from_stream(status, self.max_request_bytes), 0)),
                 },
                 () = silent, if self.idle_timeout.is_some() => {
-                    return Err(IngestError::StreamIdle {
-                        idle: self.idle_timeout.unwrap_or_default(),
-                        accepted: 0,
-                        rejected: 0,
-                    });
+                    return Err((IngestError::StreamIdle(self.idle_timeout.unwrap_or_default()), 0));
                 }
             }
         }
         loop {
+            let message = run.next_message;
             let deadline = Instant::now() + self.ingress.enqueue_timeout();
-            let mut held = Some(self.ingress.reserve(expected_bytes, deadline).await?);
+            let mut held = Some(
+                self.ingress
+                    .reserve(expected_bytes, deadline)
+                    .await
+                    .map_err(|err| (err, message))?,
+            );
             if let Some(gate) = gate.take() {
                 gate.open();
             }
@@ -139,95 +173,102 @@ impl IngestService {
                     tokio::select! {
                         biased;
                         // Settle acknowledgements as they come so a long stream holds only what
-                        // is in flight.
-                        Some((outcome, chunk)) = in_flight.next() => tally.settle(outcome, &chunk)?,
+                        // is in flight; a batch that failed stops the stream.
+                        Some((outcome, queued)) = run.in_flight.next() => {
+                            run.tally.settle(outcome, queued).map_err(|err| (err, message))?;
+                        }
                         // A client with nothing to send must not sit on budget others need.
                         () = &mut idle, if held.is_some() => held = None,
                         // Nor may it hold a stream (and its handler) forever.
-                        () = &mut silent, if self.idle_timeout.is_some() => break None,
-                        message = &mut read => break Some(message
-                            .map_err(|status| IngestError::from_stream(status, self.max_request_bytes))?),
+                        () = &mut silent, if self.idle_timeout.is_some() => {
+                            return Err((IngestError::StreamIdle(self.idle_timeout.unwrap_or_default()), message));
+                        }
+                        message = &mut read => break message,
                     }
                 }
             };
-            let Some(message) = next else {
-                drop(held);
-                // What the stream sent before it went quiet is committed and counted, so the
-                // client learns it need not resend it.
-                while let Some((outcome, chunk)) = in_flight.next().await {
-                    tally.settle(outcome, &chunk)?;
+            let request = match next {
+                Ok(Some(request)) => request,
+                Ok(None) => return Ok(()),
+                Err(status) => {
+                    return Err((
+                        IngestError::from_stream(status, self.max_request_bytes),
+                        message,
+                    ))
                 }
-                return Err(IngestError::StreamIdle {
-                    idle: self.idle_timeout.unwrap_or_default(),
-                    accepted: tally.accepted,
-                    rejected: tally.rejected,
-                });
             };
-            let Some(request) = message else { break };
             // A stream that gave its reservation back waited for its client, not for room: its
             // wait for room starts now.
             let deadline = match held {
                 Some(_) => deadline,
                 None => Instant::now() + self.ingress.enqueue_timeout(),
             };
-            let key = chunk_key(request.producer_id, request.sequence)?;
-            let first_index = next_index;
-            let count = request.records.len();
-            next_index += count as u64;
-            counter!("loghaul_records_received_total").increment(count as u64);
+            let queued = self.queue(tenant, request, held, deadline, run).await;
+            if let Some(bytes) = queued.map_err(|err| (err, message))? {
+                expected_bytes = (bytes + bytes / 4).max(MIN_RESERVATION);
+            }
+            run.next_message += 1;
+        }
+    }
 
-            let now = Utc::now();
-            let mut records = Vec::with_capacity(count);
-            let mut skipped = Vec::new();
-            for (position, wire) in request.records.into_iter().enumerate() {
-                match validate(wire, &self.limits, now) {
-                    Ok(record) => records.push(record),
-                    Err(invalid) => {
-                        counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str())
-                            .increment(1);
-                        tally.reject(first_index + position as u64, invalid.to_reason());
-                        skipped.push(position);
-                    }
+    /// Validates one message and queues its valid records on the stream's shard; returns their
+    /// size, or `None` when none was valid.
+    async fn queue(
+        &self,
+        tenant: &Tenant,
+        request: PushRequest,
+        held: Option<Reservation>,
+        deadline: Instant,
+        run: &mut StreamRun,
+    ) -> Result<Option<usize>, IngestError> {
+        let key = chunk_key(request.producer_id, request.sequence)?;
+        let first_index = run.next_index;
+        let count = request.records.len();
+        counter!("loghaul_records_received_total").increment(count as u64);
+
+        let now = Utc::now();
+        let mut records = Vec::with_capacity(count);
+        let mut invalid = Vec::new();
+        for (position, wire) in request.records.into_iter().enumerate() {
+            match validate(wire, &self.limits, now) {
+                Ok(record) => records.push(record),
+                Err(rejected) => {
+                    counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str())
+                        .increment(1);
+                    invalid.push((position, rejected.to_reason()));
                 }
             }
-            if records.is_empty() {
-                continue;
-            }
-            let bytes = admit(tenant, &records)?;
-            expected_bytes = (bytes + bytes / 4).max(MIN_RESERVATION);
-            let chunk = ChunkIndex {
-                first_index,
-                skipped,
-                valid: records.len(),
-            };
-            let ack = self
-                .ingress
-                .enqueue(
-                    shard,
-                    ChunkSource {
-                        tenant: Arc::clone(tenant.name()),
-                        key,
-                    },
-                    records,
-                    bytes,
-                    held,
-                    deadline,
-                )
-                .await?;
-            in_flight.push(settle_later(ack, chunk));
         }
-        while let Some((outcome, chunk)) = in_flight.next().await {
-            tally.settle(outcome, &chunk)?;
+        if records.is_empty() {
+            run.next_index += count as u64;
+            run.tally.reject_invalid(first_index, invalid);
+            return Ok(None);
         }
-        Ok(tally.into_response())
+        let bytes = admit(tenant, &records)?;
+        let queued = QueuedMessage {
+            message: run.next_message,
+            first_index,
+            invalid,
+            valid: records.len(),
+        };
+        let ack = self
+            .ingress
+            .enqueue(
+                run.shard,
+                ChunkSource {
+                    tenant: Arc::clone(tenant.name()),
+                    key,
+                },
+                records,
+                bytes,
+                held,
+                deadline,
+            )
+            .await?;
+        run.next_index += count as u64;
+        run.in_flight.push(settle_later(ack, queued));
+        Ok(Some(bytes))
     }
-}
-
-async fn settle_later(
-    ack: crate::pipeline::ack::AckReceiver,
-    chunk: ChunkIndex,
-) -> (Result<AckResult, RecvError>, ChunkIndex) {
-    (ack.await, chunk)
 }
 
 #[tonic::async_trait]
@@ -244,74 +285,22 @@ impl LogIngest for IngestService {
     }
 }
 
-/// Where a chunk's records stand in the stream: which message positions were rejected before
-/// queueing, so a database refusal of the n-th queued record maps back to its stream index.
-#[derive(Debug)]
-struct ChunkIndex {
-    first_index: u64,
-    skipped: Vec<usize>,
-    valid: usize,
+/// A stream being read: its shard, what it has settled, what it has in flight, and where it is.
+struct StreamRun {
+    shard: usize,
+    tally: Tally,
+    in_flight: FuturesUnordered<Settling>,
+    /// The next message's position in the stream.
+    next_message: u64,
+    /// The stream index of the next message's first record.
+    next_index: u64,
 }
 
-impl ChunkIndex {
-    fn stream_index(&self, queued_position: usize) -> u64 {
-        let mut position = queued_position;
-        for &skipped in &self.skipped {
-            if skipped <= position {
-                position += 1;
-            } else {
-                break;
-            }
-        }
-        self.first_index + position as u64
-    }
-}
+/// A queued message's acknowledgement, with the message it belongs to.
+type Settling = Pin<Box<dyn Future<Output = (Result<AckResult, RecvError>, QueuedMessage)> + Send>>;
 
-/// The running outcome of a stream.
-#[derive(Debug, Default)]
-struct Tally {
-    accepted: u64,
-    duplicates: u64,
-    rejected: u64,
-    rejections: Vec<Rejection>,
-}
-
-impl Tally {
-    fn reject(&mut self, index: u64, reason: String) {
-        self.rejected += 1;
-        if self.rejections.len() < MAX_REPORTED_REJECTIONS {
-            self.rejections.push(Rejection { index, reason });
-        }
-    }
-
-    fn settle(
-        &mut self,
-        outcome: Result<AckResult, RecvError>,
-        chunk: &ChunkIndex,
-    ) -> Result<(), IngestError> {
-        let stored = outcome.map_err(|_| {
-            StoreError::Unavailable("the batch was dropped before its commit".into())
-        })??;
-        self.accepted += (chunk.valid - stored.refused.len()) as u64;
-        if stored.duplicate {
-            self.duplicates += chunk.valid as u64;
-        }
-        for row in stored.refused {
-            let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
-            self.reject(chunk.stream_index(row.position), reason);
-        }
-        Ok(())
-    }
-
-    fn into_response(mut self) -> PushResponse {
-        self.rejections.sort_by_key(|rejection| rejection.index);
-        PushResponse {
-            accepted: self.accepted,
-            rejected: self.rejected,
-            rejections: self.rejections,
-            duplicate_records: self.duplicates,
-        }
-    }
+fn settle_later(ack: AckReceiver, queued: QueuedMessage) -> Settling {
+    Box::pin(async move { (ack.await, queued) })
 }
 
 /// Counts the stream in `loghaul_active_streams` for as long as it lives, however it ends.
@@ -335,19 +324,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refused_rows_map_back_past_rejected_positions() {
-        // Message positions 0..6 at stream index 100; positions 1 and 3 failed validation, so the
-        // queued records are positions 0, 2, 4, 5.
-        let chunk = ChunkIndex {
-            first_index: 100,
-            skipped: vec![1, 3],
-            valid: 4,
-        };
-        let mapped: Vec<u64> = (0..4).map(|queued| chunk.stream_index(queued)).collect();
-        assert_eq!(mapped, vec![100, 102, 104, 105]);
-    }
-
-    #[test]
     fn a_chunk_key_needs_a_sane_producer_id() {
         assert_eq!(chunk_key(None, None).unwrap(), None);
         assert_eq!(chunk_key(Some(vec![1]), None).unwrap(), None);
@@ -361,16 +337,5 @@ mod tests {
             let err = chunk_key(id, sequence).unwrap_err();
             assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
         }
-    }
-
-    #[test]
-    fn the_rejection_list_is_capped_but_the_count_is_exact() {
-        let mut tally = Tally::default();
-        for index in 0..(MAX_REPORTED_REJECTIONS as u64 + 10) {
-            tally.reject(index, "bad".into());
-        }
-        let response = tally.into_response();
-        assert_eq!(response.rejected, MAX_REPORTED_REJECTIONS as u64 + 10);
-        assert_eq!(response.rejections.len(), MAX_REPORTED_REJECTIONS);
     }
 }

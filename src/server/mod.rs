@@ -6,6 +6,7 @@ pub mod first_message;
 pub mod ingest;
 pub mod otlp;
 pub mod refusal;
+pub mod settlement;
 pub mod validate;
 
 use std::future::Future;
