@@ -8,8 +8,8 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthFailure;
+use crate::proto::trailers::{self, NotStored};
 use crate::proto::v1::PushResponse;
-use crate::server::settlement::NotStored;
 use crate::storage::StoreError;
 
 /// Why a stream could not be served to the end. Per-record problems are not errors: they are
@@ -205,13 +205,13 @@ impl From<StreamFailure> for Status {
         );
         let mut metadata = status.metadata().clone();
         for (key, count) in [
-            ("loghaul-accepted", settled.accepted),
-            ("loghaul-rejected", settled.rejected),
+            (trailers::ACCEPTED, settled.accepted),
+            (trailers::REJECTED, settled.rejected),
         ] {
             metadata.insert(key, MetadataValue::from(count));
         }
         if let Ok(value) = MetadataValue::try_from(not_stored.to_header()) {
-            metadata.insert("loghaul-unstored-messages", value);
+            metadata.insert(trailers::UNSTORED_MESSAGES, value);
         }
         settled.rejections.truncate(MAX_TRAILER_REJECTIONS);
         for rejection in &mut settled.rejections {
@@ -224,7 +224,7 @@ impl From<StreamFailure> for Status {
             }
         }
         metadata.insert_bin(
-            "loghaul-settled-bin",
+            trailers::SETTLED_BIN,
             MetadataValue::from_bytes(&settled.encode_to_vec()),
         );
         Status::with_details_and_metadata(

@@ -276,7 +276,7 @@ async fn a_stream_that_fails_part_way_reports_exactly_what_was_committed(db: &Te
             accepted, stored as u64,
             "stream {stream}: not stored {not_stored:?}"
         );
-        let not_stored = loghaul::server::settlement::NotStored::from_header(&not_stored).unwrap();
+        let not_stored = loghaul::proto::trailers::NotStored::from_header(&not_stored).unwrap();
         for message in 0..MESSAGES {
             let rows = db
                 .query_scalar(&format!(

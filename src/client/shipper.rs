@@ -29,6 +29,7 @@ use super::codec::PreEncoded;
 use super::stats::{Counters, ShipperStats};
 use crate::auth::request_with_key;
 use crate::deadline::sleep_until_some;
+use crate::proto::trailers;
 use crate::proto::v1::{LogRecord, PushRequest, PushResponse};
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
@@ -558,12 +559,41 @@ impl Task {
             self.open = None;
         }
         let chunks = self.unanswered.remove(&id).unwrap_or_default();
-        match outcome {
+        let status = match outcome {
             Ok(response) => {
                 self.backoff.reset();
-                self.acknowledged(&chunks, &response);
+                let records = chunks.iter().map(|chunk| chunk.records).sum();
+                self.acknowledged(&chunks, &response, records);
+                return;
             }
-            Err(status) if is_retryable(&status) => {
+            Err(status) => status,
+        };
+        // A stream that failed part-way names the messages it did not store: the others are
+        // acknowledged, and only those go round again.
+        let chunks: Vec<Sealed> = match trailers::partly_stored(status.metadata()) {
+            Some((not_stored, settled)) => {
+                let unstored = |position: usize| not_stored.contains(position as u64);
+                let stored_records = chunks
+                    .iter()
+                    .enumerate()
+                    .filter(|(position, _)| !unstored(*position))
+                    .map(|(_, chunk)| chunk.records)
+                    .sum();
+                self.acknowledged(&chunks, &settled, stored_records);
+                chunks
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(position, _)| unstored(*position))
+                    .map(|(_, chunk)| chunk)
+                    .collect()
+            }
+            None => chunks,
+        };
+        if chunks.is_empty() {
+            return;
+        }
+        match status {
+            status if is_retryable(&status) => {
                 let delay = self.backoff.delay(told_delay(&status));
                 self.shared.set_error(format!(
                     "{:?}: {}; retrying in {delay:?}",
@@ -582,7 +612,7 @@ impl Task {
                     self.queue.insert(at, chunk);
                 }
             }
-            Err(status) => {
+            status => {
                 self.shared.set_error(format!(
                     "{:?}: {}; {} chunks given up",
                     status.code(),
@@ -594,7 +624,9 @@ impl Task {
         }
     }
 
-    fn acknowledged(&self, chunks: &[Sealed], response: &PushResponse) {
+    /// Counts a stream's answer; `chunks` are all it carried, in order, so that rejections map
+    /// back to records, and `stored_records` of them are released from the buffer.
+    fn acknowledged(&self, chunks: &[Sealed], response: &PushResponse, stored_records: usize) {
         let counters = &self.shared.counters;
         Counters::add(&counters.acknowledged, response.accepted);
         Counters::add(&counters.rejected, response.rejected);
@@ -617,8 +649,7 @@ impl Task {
                 }
             }
         }
-        let records: usize = chunks.iter().map(|chunk| chunk.records).sum();
-        self.shared.slots.release(records);
+        self.shared.slots.release(stored_records);
     }
 
     fn fail(&self, chunks: Vec<Sealed>) {

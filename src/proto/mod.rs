@@ -1,8 +1,10 @@
-//! Generated protobuf and gRPC code for the `loghaul.v1` package.
+//! Generated protobuf and gRPC code for the `loghaul.v1` package, and the trailers a Push stream
+//! that fails part-way carries.
 
-#![allow(missing_docs, clippy::all)]
+pub mod trailers;
 
 /// `loghaul.v1`: the ingest and query contracts.
+#[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("loghaul.v1");
 }
