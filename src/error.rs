@@ -42,6 +42,12 @@ pub enum IngestError {
         /// The configured maximum.
         limit: u64,
     },
+    /// A message's records would take more memory than one message may hold.
+    #[error("request too large once decoded: its records need more than {limit} bytes of memory (half of --max-buffered-bytes; every record counts a fixed overhead, and OTLP resource and scope attributes count once per record); send fewer records per request")]
+    DecodedTooLarge {
+        /// The most one message may hold.
+        limit: usize,
+    },
     /// A chunk's producer_id or sequence is malformed.
     #[error("invalid chunk: {0}")]
     InvalidChunk(String),
@@ -74,7 +80,9 @@ impl IngestError {
         match self {
             IngestError::Backpressure { .. } => "backpressure",
             IngestError::RateLimited { .. } => "rate_limited",
-            IngestError::RequestTooLarge { .. } => "request_too_large",
+            IngestError::RequestTooLarge { .. } | IngestError::DecodedTooLarge { .. } => {
+                "request_too_large"
+            }
             IngestError::InvalidChunk(_) => "invalid_chunk",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
@@ -126,7 +134,9 @@ impl From<IngestError> for Status {
                 message,
                 retry_after.max(Duration::from_millis(1)),
             ),
-            IngestError::RequestTooLarge { .. } => Status::new(Code::ResourceExhausted, message),
+            IngestError::RequestTooLarge { .. } | IngestError::DecodedTooLarge { .. } => {
+                Status::new(Code::ResourceExhausted, message)
+            }
             IngestError::InvalidChunk(_) => Status::invalid_argument(message),
             IngestError::ShuttingDown => {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))

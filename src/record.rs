@@ -21,9 +21,10 @@ pub struct Record {
     pub span_id: Option<String>,
 }
 
-/// Bytes a record is charged against the buffer budget: its strings plus a fixed overhead that
-/// approximates the struct and allocator headers.
-const RECORD_OVERHEAD_BYTES: usize = 96;
+/// What a record costs in memory beyond its strings: its slot in a `Vec<Record>`, plus the
+/// allocator's rounding of up to five string allocations. Charged for every record whatever its
+/// size, because a record of 2 bytes on the wire still takes this much once decoded.
+pub const RECORD_OVERHEAD_BYTES: usize = std::mem::size_of::<Record>() + 64;
 
 impl Record {
     /// Approximate heap and inline size, used for batch sizing and the memory budget.

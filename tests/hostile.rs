@@ -221,9 +221,11 @@ fn nested_any_value(depth: usize, kvlist: bool) -> Vec<u8> {
     out
 }
 
-/// Malformed protobuf is the client's fault: INVALID_ARGUMENT naming the field, never INTERNAL,
-/// and the server goes on serving. Deep nesting stops at prost's recursion limit (no stack
-/// overflow); nesting within it is stored as JSON.
+/// Malformed protobuf is the client's fault, never INTERNAL, and the server goes on serving: a
+/// Push record that does not decode is rejected alone (`malformed_record`, naming the field)
+/// while its neighbours are stored; a message whose framing is broken is INVALID_ARGUMENT. Deep
+/// nesting stops at prost's recursion limit (no stack overflow); nesting within it is stored as
+/// JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
     let db = TestDb::create(Backend::Sqlite, "hostile_malformed")
@@ -231,11 +233,44 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
         .unwrap();
     let server = Process::serve(&db.url, &[]);
 
-    let bad_utf8 = raw_record_with_message(b"ok \xff\xfe not utf-8");
+    let mut bad_utf8 = raw_record_with_message(b"ok \xff\xfe not utf-8");
+    bad_utf8.extend(raw_record_with_message(b"the neighbour"));
     let answer = call(server.grpc, PUSH, None, vec![frame(false, &bad_utf8)]).await;
+    assert_eq!(answer.code, OK, "{answer:?}");
+    let response = PushResponse::decode(answer.body).unwrap();
+    assert_eq!(
+        (response.accepted, response.rejected),
+        (1, 1),
+        "{response:?}"
+    );
+    let reason = &response.rejections[0];
+    assert_eq!(reason.index, 0);
+    assert!(
+        reason.reason.starts_with("malformed_record:") && reason.reason.contains("UTF-8"),
+        "{reason:?}"
+    );
+    // A record whose length runs past the end of the message: the framing is broken.
+    let truncated = [10u8, 50, 34, 1];
+    let answer = call(server.grpc, PUSH, None, vec![frame(false, &truncated)]).await;
     assert_eq!(answer.code, INVALID_ARGUMENT, "{answer:?}");
-    assert!(answer.message.contains("UTF-8"), "{}", answer.message);
+    assert!(answer.message.contains("PushRequest"), "{}", answer.message);
 
+    // OTLP records are decoded one by one too: a malformed one is rejected alone, through
+    // partial_success, naming what is wrong.
+    let rejected_alone = |answer: common::raw_grpc::Answer, what: &str| {
+        assert_eq!(answer.code, OK, "{what}: {answer:?}");
+        let partial = ExportLogsServiceResponse::decode(answer.body)
+            .unwrap()
+            .partial_success
+            .unwrap();
+        assert_eq!(partial.rejected_log_records, 1, "{what}");
+        assert!(
+            partial.error_message.contains("#0 malformed_record:"),
+            "{what}: {}",
+            partial.error_message
+        );
+        partial.error_message
+    };
     let bad_utf8_body = raw_export_with_body(&field(1, b"\xc3\x28"));
     let answer = call(
         server.grpc,
@@ -244,17 +279,13 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
         vec![frame(false, &bad_utf8_body)],
     )
     .await;
-    assert_eq!(answer.code, INVALID_ARGUMENT, "{answer:?}");
+    assert!(rejected_alone(answer, "bad UTF-8").contains("UTF-8"));
 
     for kvlist in [false, true] {
         let deep = raw_export_with_body(&nested_any_value(100_000, kvlist));
         let answer = call(server.grpc, EXPORT, None, vec![frame(false, &deep)]).await;
-        assert_eq!(answer.code, INVALID_ARGUMENT, "kvlist {kvlist}: {answer:?}");
-        assert!(
-            answer.message.contains("recursion limit"),
-            "{}",
-            answer.message
-        );
+        let message = rejected_alone(answer, "deep nesting");
+        assert!(message.contains("recursion limit"), "{message}");
     }
     // gzip-compressed deep nesting is refused the same way.
     let deep = raw_export_with_body(&nested_any_value(5_000, true));
@@ -267,7 +298,16 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
         vec![frame(true, &encoder.finish().unwrap())],
     )
     .await;
+    rejected_alone(answer, "compressed deep nesting");
+    // A request whose framing is broken is refused whole.
+    let truncated = [10u8, 50, 18, 1];
+    let answer = call(server.grpc, EXPORT, None, vec![frame(false, &truncated)]).await;
     assert_eq!(answer.code, INVALID_ARGUMENT, "{answer:?}");
+    assert!(
+        answer.message.contains("ExportLogsServiceRequest"),
+        "{}",
+        answer.message
+    );
 
     // LogQuery's requests are decoded by tonic too: a bad cursor string is the client's fault.
     let bad_query = field(3, b"\xff\xfe");
@@ -285,11 +325,19 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
             .partial_success,
         None
     );
-    let stored = db.stored().await;
-    assert_eq!(stored.len(), 1);
+    let mut stored: Vec<String> = db
+        .stored()
+        .await
+        .into_iter()
+        .map(|row| row.message)
+        .collect();
+    stored.sort();
     assert_eq!(
-        stored[0].message,
-        format!("{}\"x\"{}", "[".repeat(20), "]".repeat(20))
+        stored,
+        vec![
+            format!("{}\"x\"{}", "[".repeat(20), "]".repeat(20)),
+            "the neighbour".to_owned()
+        ]
     );
 
     let text = metrics(&server).await;
@@ -305,7 +353,14 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
             &text,
             "loghaul_otlp_exports_total{outcome=\"malformed_message\"}"
         ),
-        4.0
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "loghaul_records_rejected_total{reason=\"malformed_record\"}"
+        ),
+        5.0
     );
     assert_eq!(
         metric(
@@ -684,5 +739,105 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
     assert_eq!(
         metric(&text, "loghaul_streams_total{outcome=\"idle_timeout\"}"),
         STREAMS as f64
+    );
+}
+
+/// The default `--max-buffered-bytes`, which the memory bound is stated for.
+const DEFAULT_BUDGET: u64 = 64 * MIB as u64;
+
+/// What a request becomes in memory is charged, not its wire size: a 4 MiB Push of two million
+/// empty records (2 bytes each on the wire, a few hundred once decoded) and a 1 MB OTLP request
+/// whose 1 MB of resource attributes would be stored with each of its 300 records are refused
+/// before they are built, and the server's memory stays within 3 × the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_expand_in_memory_are_charged_for_what_they_become() {
+    let db = TestDb::create(Backend::Sqlite, "hostile_expansion")
+        .await
+        .unwrap();
+    let server = Process::serve(&db.url, &[]);
+    let (baseline, _) = server.rss();
+
+    // Two million empty records: field 1, length 0.
+    let empty_records = [10u8, 0].repeat(2_000_000);
+    assert!(empty_records.len() <= 4 * MIB);
+    let started = Instant::now();
+    let answer = call(server.grpc, PUSH, None, vec![frame(false, &empty_records)]).await;
+    assert_eq!(answer.code, RESOURCE_EXHAUSTED, "{answer:?}");
+    assert!(
+        answer.message.contains("too large once decoded") && answer.message.contains("not stored"),
+        "{}",
+        answer.message
+    );
+
+    // 64 resource attributes of 16 KiB, 300 empty records.
+    let value = "v".repeat(16 * 1024);
+    let mut resource = Vec::new();
+    for n in 0..64 {
+        let any_value = field(1, value.as_bytes());
+        let key_value = [
+            field(1, format!("attribute.{n}").as_bytes()),
+            field(2, &any_value),
+        ]
+        .concat();
+        resource.extend(field(1, &key_value));
+    }
+    let scope_logs = field(2, &[]).repeat(300);
+    let resource_logs = [field(1, &resource), field(2, &scope_logs)].concat();
+    let export = field(1, &resource_logs);
+    assert!(export.len() > 1_000_000 && export.len() < 4 * MIB);
+    let answer = call(server.grpc, EXPORT, None, vec![frame(false, &export)]).await;
+    assert_eq!(answer.code, RESOURCE_EXHAUSTED, "{answer:?}");
+    assert!(
+        answer
+            .message
+            .contains("resource and scope attributes count once per record"),
+        "{}",
+        answer.message
+    );
+    let took = started.elapsed();
+    let (_, peak) = server.rss();
+    eprintln!(
+        "RSS baseline {} MiB, peak {} MiB; both refused in {took:?}",
+        baseline >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak < baseline + 3 * DEFAULT_BUDGET,
+        "peak RSS {} MiB over the bound of {} MiB",
+        peak >> 20,
+        (baseline + 3 * DEFAULT_BUDGET) >> 20
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(
+        db.count().await,
+        0,
+        "nothing of a refused request is stored"
+    );
+
+    // The same attributes on a request of a few records are fine: only the expansion is refused.
+    let few = [field(1, &resource), field(2, &field(2, &[]).repeat(3))].concat();
+    let answer = call(
+        server.grpc,
+        EXPORT,
+        None,
+        vec![frame(false, &field(1, &few))],
+    )
+    .await;
+    assert_eq!(answer.code, OK, "{answer:?}");
+    assert_eq!(db.count().await, 3);
+    let text = metrics(&server).await;
+    assert_eq!(
+        metric(
+            &text,
+            "loghaul_streams_total{outcome=\"request_too_large\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "loghaul_otlp_exports_total{outcome=\"request_too_large\"}"
+        ),
+        1.0
     );
 }

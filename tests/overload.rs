@@ -23,22 +23,22 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(db).await;
 
-    let mut streams = Vec::new();
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
     for stream in 0..4 {
         let mut client = server.client().await;
         let chunks: Vec<PushRequest> = (0..20)
             .map(|n| chunk(&format!("{stream}-{n}"), 100))
             .collect();
-        streams.push(tokio::spawn(async move {
-            client.push(tokio_stream::iter(chunks)).await
-        }));
+        let done = done.clone();
+        tokio::spawn(async move {
+            let _ = done.send(client.push(tokio_stream::iter(chunks)).await);
+        });
     }
-    let mut refused = 0;
-    for stream in streams {
-        let status = stream
-            .await
-            .unwrap()
-            .expect_err("nothing can commit while the table is locked");
+    drop(done);
+    // One chunk fits in the queue and one in the batch being written: the streams that queued
+    // them wait for their commit (after the lock) to answer; the others are refused meanwhile.
+    let told_to_back_off = |outcome: Result<_, tonic::Status>| {
+        let status = outcome.expect_err("nothing can commit while the table is locked");
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         let details = tonic_types::StatusExt::get_error_details(&status);
         let delay = details.retry_info().and_then(|info| info.retry_delay);
@@ -47,9 +47,14 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
             Some(Duration::from_secs(1)),
             "RetryInfo tells the client when to come back"
         );
-        refused += 1;
+    };
+    for _ in 0..2 {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), finished.recv())
+            .await
+            .expect("streams that queued nothing are refused at once")
+            .unwrap();
+        told_to_back_off(outcome);
     }
-    assert_eq!(refused, 4);
 
     let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
     assert!(
@@ -67,6 +72,9 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
     }
 
     lock.release().await;
+    while let Some(outcome) = finished.recv().await {
+        told_to_back_off(outcome);
+    }
     let started = Instant::now();
     let mut client = server.client().await;
     let response = loop {

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
 use loghaul::server::otlp::mapping::{to_wire, Shared};
-use loghaul::server::validate::{validate, Limits};
+use loghaul::server::validate::{validate_with, Limits};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use prost::Message;
 
@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
                 let Ok(wire) = to_wire(record, &shared) else {
                     continue;
                 };
-                if let Ok(stored) = validate(wire, &limits, now) {
+                if let Ok(stored) = validate_with(wire, &shared.attributes, &limits, now) {
                     loghaul_fuzz::check_storable(&stored, now);
                 }
             }

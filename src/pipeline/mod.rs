@@ -150,6 +150,75 @@ impl Pipeline {
 #[derive(Debug)]
 pub struct Reservation(OwnedSemaphorePermit);
 
+/// Budget taken for one message while it is read and decoded: every byte is charged before it
+/// is held, the reservation grows as needed (waiting until the deadline), and a message that
+/// would need more than its share of the budget is refused before it is in memory.
+pub struct Meter<'a> {
+    ingress: &'a Ingress,
+    held: Option<OwnedSemaphorePermit>,
+    charged: usize,
+    deadline: Instant,
+    started: Instant,
+}
+
+impl Meter<'_> {
+    /// Charges `bytes` more, taking budget first when what is held does not cover them.
+    pub async fn charge(&mut self, bytes: usize) -> Result<(), IngestError> {
+        self.charged += bytes;
+        let limit = self.ingress.message_limit();
+        if self.charged > limit {
+            return Err(IngestError::DecodedTooLarge { limit });
+        }
+        self.expect(self.charged).await
+    }
+
+    /// Gives back the charge of `bytes` no longer held (the reservation stays, for what comes).
+    pub fn release(&mut self, bytes: usize) {
+        self.charged = self.charged.saturating_sub(bytes);
+    }
+
+    /// Makes sure `bytes` are held, so that a message expected to need them waits for room once
+    /// rather than growing step by step.
+    pub async fn expect(&mut self, bytes: usize) -> Result<(), IngestError> {
+        let bytes = bytes.min(self.ingress.message_limit());
+        let have = self
+            .held
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits);
+        if bytes <= have {
+            return Ok(());
+        }
+        let missing = u32::try_from(bytes - have).unwrap_or(u32::MAX);
+        let more = tokio::time::timeout_at(
+            self.deadline,
+            Arc::clone(&self.ingress.budget).acquire_many_owned(missing),
+        )
+        .await
+        .map_err(|_| self.ingress.backpressure("memory budget", self.started))?
+        .map_err(|_| IngestError::ShuttingDown)?;
+        match &mut self.held {
+            Some(held) => held.merge(more),
+            None => self.held = Some(more),
+        }
+        Ok(())
+    }
+
+    /// When waits for room end.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Bytes charged so far.
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// What is held, for [`Ingress::enqueue`] to trim to the records' size.
+    pub fn into_reservation(self) -> Option<Reservation> {
+        self.held.map(Reservation)
+    }
+}
+
 /// Cloneable entry to the shards, held by every stream handler.
 #[derive(Clone, Debug)]
 pub struct Ingress {
@@ -179,6 +248,23 @@ impl Ingress {
     /// The shard a new stream is pinned to.
     pub fn assign_shard(&self) -> usize {
         router::pick_shard(&self.queues)
+    }
+
+    /// A meter for one message, whose waits for room end at `deadline`.
+    pub fn meter(&self, deadline: Instant) -> Meter<'_> {
+        Meter {
+            ingress: self,
+            held: None,
+            charged: 0,
+            deadline,
+            started: Instant::now(),
+        }
+    }
+
+    /// Most bytes one message may hold while it is read and decoded: half the budget, so that a
+    /// message never waits for room only it could free, and no single request can take it all.
+    pub fn message_limit(&self) -> usize {
+        self.budget_total as usize / 2
     }
 
     /// Holds `bytes` of the budget for a message not yet read, waiting until `deadline` for room.

@@ -1,36 +1,51 @@
-//! `loghaul.v1.LogIngest/Push`: reads a client stream chunk by chunk, validates each record,
+//! `loghaul.v1.LogIngest/Push`: reads a client stream message by message, validates each record,
 //! queues the valid ones on the stream's shard, and answers once every queued record is committed.
+//!
+//! The stream's body is read here rather than by tonic's decoder (see [`super::grpc_body`]): a
+//! message is read only once the budget holds room for it, and its records are decoded one at a
+//! time ([`super::fields`]), each charged before the next is built.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use chrono::Utc;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use metrics::{counter, gauge};
+use prost::Message;
 use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::Status;
 
 use super::admission::{admit, respond};
-use super::first_message::Gate;
+use super::fields::{fields, repeated, Value};
+use super::grpc_body::{answer, Encoding, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
-use super::validate::{validate, Limits};
-use crate::auth::{tenant_of, Tenant};
+use super::validate::{validate, Invalid, Limits};
+use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
 use crate::pipeline::ack::{AckReceiver, AckResult};
-use crate::pipeline::{ChunkSource, Ingress, ProducerSequence, Reservation};
-use crate::proto::v1::log_ingest_server::LogIngest;
-use crate::proto::v1::{PushRequest, PushResponse};
+use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
+use crate::proto::v1::{LogRecord, PushResponse};
+use crate::record::{Record, RECORD_OVERHEAD_BYTES};
 
-/// How long a stream may hold its reservation while the client sends nothing; after that it waits
-/// for the next message without one (idle streams hold no budget).
-const IDLE_RESERVATION: Duration = Duration::from_millis(50);
+/// The one method this service has.
+const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
 
 /// Longest producer id accepted, in bytes.
 pub const MAX_PRODUCER_ID_BYTES: usize = 64;
+
+/// What a stream's first message is expected to take in memory per byte on the wire, before the
+/// stream has shown its own ratio; a guess that is too low only means one more wait for room.
+const FIRST_DECODED_RATIO: f64 = 2.0;
 
 /// The chunk's deduplication key, if it names one; a malformed one ends the stream.
 pub fn chunk_key(
@@ -57,10 +72,7 @@ pub fn chunk_key(
     }
 }
 
-/// The smallest reservation taken before reading a message.
-const MIN_RESERVATION: usize = 64 * 1024;
-
-/// The ingest service.
+/// The ingest service, `loghaul.v1.LogIngest`.
 #[derive(Clone, Debug)]
 pub struct IngestService {
     ingress: Ingress,
@@ -86,14 +98,33 @@ impl IngestService {
         self
     }
 
+    /// Serves one call: checks what it is, reads the stream, and answers.
+    async fn serve(self, request: http::Request<Body>) -> http::Response<Body> {
+        if request.uri().path() != PUSH_PATH {
+            let path = request.uri().path().to_owned();
+            return Status::unimplemented(format!("no method {path}")).into_http();
+        }
+        let Some(tenant) = request.extensions().get::<Tenant>().cloned() else {
+            return Status::from(AuthFailure::NoTenant).into_http();
+        };
+        let encoding = match Encoding::of(request.headers()) {
+            Ok(encoding) => encoding,
+            Err(status) => return status.into_http(),
+        };
+        let _open = OpenStream::start();
+        let max_message = usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX);
+        let reader = MessageReader::new(request.into_body(), encoding, max_message);
+        let outcome = self.ingest(&tenant, reader).await;
+        answer(respond(outcome, "loghaul_streams_total").map(tonic::Response::into_inner))
+    }
+
     /// Reads the stream to its end and answers with what was stored; or, when something stops
     /// it part-way, stops reading, lets what is already queued settle, and says exactly which
     /// messages were stored and which were not.
     async fn ingest(
         &self,
         tenant: &Tenant,
-        mut stream: Streaming<PushRequest>,
-        gate: Option<Arc<Gate>>,
+        mut reader: MessageReader,
     ) -> Result<PushResponse, StreamFailure> {
         let mut run = StreamRun {
             shard: self.ingress.assign_shard(),
@@ -101,8 +132,9 @@ impl IngestService {
             in_flight: FuturesUnordered::new(),
             next_message: 0,
             next_index: 0,
+            decoded_ratio: FIRST_DECODED_RATIO,
         };
-        let (mut cause, from) = match self.read(tenant, &mut stream, gate, &mut run).await {
+        let (mut cause, from) = match self.read(tenant, &mut reader, &mut run).await {
             Ok(()) => (None, None),
             Err((cause, from)) => (Some(cause), Some(from)),
         };
@@ -127,124 +159,139 @@ impl IngestService {
     async fn read(
         &self,
         tenant: &Tenant,
-        stream: &mut Streaming<PushRequest>,
-        mut gate: Option<Arc<Gate>>,
+        reader: &mut MessageReader,
         run: &mut StreamRun,
     ) -> Result<(), (IngestError, u64)> {
-        // Until the stream has shown its chunk size, assume the largest message allowed.
-        let mut expected_bytes = self.max_request_bytes as usize;
-        if let Some(gate) = &gate {
-            // Nothing is reserved until the client sends something; see `first_message`.
-            let silent = tokio::time::sleep(self.idle_timeout.unwrap_or(Duration::MAX));
-            tokio::select! {
-                () = gate.arrived() => {}
-                // Polling the read is what reads the body; the gate keeps it from completing
-                // with a message, so it ends here only when the stream ended or failed.
-                early = stream.message() => match early {
-                    Ok(None) => return Ok(()),
-                    Ok(Some(_)) => unreachable!("the gate holds the first message back"),
-                    Err(status) => return Err((IngestError::from_stream(status, self.max_request_bytes), 0)),
-                },
-                () = silent, if self.idle_timeout.is_some() => {
-                    return Err((IngestError::StreamIdle(self.idle_timeout.unwrap_or_default()), 0));
-                }
-            }
-        }
+        let idle = self.idle_timeout.unwrap_or(Duration::MAX);
+        let went_idle = || IngestError::StreamIdle(idle);
         loop {
             let message = run.next_message;
-            let deadline = Instant::now() + self.ingress.enqueue_timeout();
-            let mut held = Some(
-                self.ingress
-                    .reserve(expected_bytes, deadline)
-                    .await
-                    .map_err(|err| (err, message))?,
-            );
-            if let Some(gate) = gate.take() {
-                gate.open();
-            }
-            let next = {
-                let read = stream.message();
-                tokio::pin!(read);
-                let idle = tokio::time::sleep(IDLE_RESERVATION);
-                tokio::pin!(idle);
-                let silent = tokio::time::sleep(self.idle_timeout.unwrap_or(Duration::MAX));
+            // Between messages the stream holds no budget: it waits for the next prefix (and
+            // settles acknowledgements as they come) with nothing reserved.
+            let prefix = {
+                let next = reader.next_prefix();
+                tokio::pin!(next);
+                let silent = tokio::time::sleep(idle);
                 tokio::pin!(silent);
                 loop {
                     tokio::select! {
                         biased;
-                        // Settle acknowledgements as they come so a long stream holds only what
-                        // is in flight; a batch that failed stops the stream.
                         Some((outcome, queued)) = run.in_flight.next() => {
                             run.tally.settle(outcome, queued).map_err(|err| (err, message))?;
                         }
-                        // A client with nothing to send must not sit on budget others need.
-                        () = &mut idle, if held.is_some() => held = None,
-                        // Nor may it hold a stream (and its handler) forever.
                         () = &mut silent, if self.idle_timeout.is_some() => {
-                            return Err((IngestError::StreamIdle(self.idle_timeout.unwrap_or_default()), message));
+                            return Err((went_idle(), message));
                         }
-                        message = &mut read => break message,
+                        prefix = &mut next => break prefix,
                     }
                 }
             };
-            let request = match next {
-                Ok(Some(request)) => request,
-                Ok(None) => return Ok(()),
-                Err(status) => {
-                    return Err((
-                        IngestError::from_stream(status, self.max_request_bytes),
-                        message,
-                    ))
-                }
+            let prefix = match prefix.map_err(|err| (err, message))? {
+                Some(prefix) => prefix,
+                None => return Ok(()),
             };
-            // A stream that gave its reservation back waited for its client, not for room: its
-            // wait for room starts now.
-            let deadline = match held {
-                Some(_) => deadline,
-                None => Instant::now() + self.ingress.enqueue_timeout(),
-            };
-            let queued = self.queue(tenant, request, held, deadline, run).await;
-            if let Some(bytes) = queued.map_err(|err| (err, message))? {
-                expected_bytes = (bytes + bytes / 4).max(MIN_RESERVATION);
+            let deadline = Instant::now() + self.ingress.enqueue_timeout();
+            let read = self.read_and_queue(tenant, reader, prefix, deadline, run);
+            match tokio::time::timeout(idle, read).await {
+                Ok(queued) => queued.map_err(|err| (err, message))?,
+                Err(_) => return Err((went_idle(), message)),
             }
             run.next_message += 1;
         }
     }
 
-    /// Validates one message and queues its valid records on the stream's shard; returns their
-    /// size, or `None` when none was valid.
-    async fn queue(
+    /// Reads the message `prefix` announced under a budget meter, then validates its records
+    /// and queues the valid ones on the stream's shard.
+    async fn read_and_queue(
         &self,
         tenant: &Tenant,
-        request: PushRequest,
-        held: Option<Reservation>,
+        reader: &mut MessageReader,
+        prefix: Prefix,
         deadline: Instant,
         run: &mut StreamRun,
-    ) -> Result<Option<usize>, IngestError> {
-        let key = chunk_key(request.producer_id, request.sequence)?;
-        let first_index = run.next_index;
-        let count = request.records.len();
-        counter!("loghaul_records_received_total").increment(count as u64);
+    ) -> Result<(), IngestError> {
+        let mut meter = self.ingress.meter(deadline);
+        meter
+            .expect((prefix.len as f64 * run.decoded_ratio) as usize)
+            .await?;
+        let message = reader.read_message(prefix, &mut meter).await?;
+        let wire_bytes = message.len();
+        let (records, invalid, key) = self.decode(message, &mut meter).await?;
+        run.decoded_ratio = (meter.charged() as f64 / prefix.len.max(1) as f64) * 1.1;
+        meter.release(wire_bytes);
+        self.queue(tenant, records, invalid, key, meter, run).await
+    }
 
+    /// Decodes a PushRequest record by record, charging each before the next is built.
+    async fn decode(
+        &self,
+        message: Bytes,
+        meter: &mut Meter<'_>,
+    ) -> Result<(Vec<Record>, Vec<(usize, String)>, Option<ProducerSequence>), IngestError> {
+        let malformed = |detail: String| IngestError::Malformed(format!("PushRequest: {detail}"));
+        let count = repeated(&message, 1).count();
+        // Every record costs its slot and headers whatever its bytes: 2 bytes on the wire can be
+        // a few hundred in memory, so a message of many tiny records is refused here, unbuilt.
+        meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
         let now = Utc::now();
         let mut records = Vec::with_capacity(count);
         let mut invalid = Vec::new();
-        for (position, wire) in request.records.into_iter().enumerate() {
-            match validate(wire, &self.limits, now) {
-                Ok(record) => records.push(record),
-                Err(rejected) => {
-                    counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str())
-                        .increment(1);
-                    invalid.push((position, rejected.to_reason()));
+        let (mut producer_id, mut sequence) = (None, None);
+        let mut position = 0;
+        for field in fields(&message) {
+            match field.map_err(malformed)? {
+                (1, Value::Bytes(bytes)) => {
+                    let checked = LogRecord::decode(bytes)
+                        .map_err(Invalid::malformed)
+                        .and_then(|wire| validate(wire, &self.limits, now));
+                    match checked {
+                        Ok(record) => {
+                            meter
+                                .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
+                                .await?;
+                            records.push(record);
+                        }
+                        Err(rejected) => {
+                            counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str())
+                                .increment(1);
+                            invalid.push((position, rejected.to_reason()));
+                        }
+                    }
+                    position += 1;
                 }
+                (2, Value::Bytes(bytes)) => producer_id = Some(bytes.to_vec()),
+                (3, Value::Varint(value)) => sequence = Some(value),
+                (number @ 1..=3, _) => {
+                    return Err(malformed(format!("field {number} has the wrong wire type")))
+                }
+                _ => {}
             }
         }
+        counter!("loghaul_records_received_total").increment(position as u64);
+        let key = chunk_key(producer_id, sequence)?;
+        Ok((records, invalid, key))
+    }
+
+    /// Queues a message's valid records on the stream's shard, or settles it at once when none
+    /// was valid.
+    async fn queue(
+        &self,
+        tenant: &Tenant,
+        records: Vec<Record>,
+        invalid: Vec<(usize, String)>,
+        key: Option<ProducerSequence>,
+        meter: Meter<'_>,
+        run: &mut StreamRun,
+    ) -> Result<(), IngestError> {
+        let first_index = run.next_index;
+        let count = (records.len() + invalid.len()) as u64;
         if records.is_empty() {
-            run.next_index += count as u64;
+            run.next_index += count;
             run.tally.reject_invalid(first_index, invalid);
-            return Ok(None);
+            return Ok(());
         }
         let bytes = admit(tenant, &records)?;
+        let deadline = meter.deadline();
         let queued = QueuedMessage {
             message: run.next_message,
             first_index,
@@ -261,27 +308,32 @@ impl IngestService {
                 },
                 records,
                 bytes,
-                held,
+                meter.into_reservation(),
                 deadline,
             )
             .await?;
-        run.next_index += count as u64;
+        run.next_index += count;
         run.in_flight.push(settle_later(ack, queued));
-        Ok(Some(bytes))
+        Ok(())
     }
 }
 
-#[tonic::async_trait]
-impl LogIngest for IngestService {
-    async fn push(
-        &self,
-        request: Request<Streaming<PushRequest>>,
-    ) -> Result<Response<PushResponse>, Status> {
-        let tenant = tenant_of(&request)?;
-        let _open = OpenStream::start();
-        let gate = request.extensions().get::<Arc<Gate>>().cloned();
-        let outcome = self.ingest(&tenant, request.into_inner(), gate).await;
-        respond(outcome, "loghaul_streams_total")
+impl NamedService for IngestService {
+    const NAME: &'static str = "loghaul.v1.LogIngest";
+}
+
+impl tower::Service<http::Request<Body>> for IngestService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.serve(request).await) })
     }
 }
 
@@ -294,6 +346,9 @@ struct StreamRun {
     next_message: u64,
     /// The stream index of the next message's first record.
     next_index: u64,
+    /// Memory per wire byte the stream's last message took, padded: what the next one reserves
+    /// before it is read.
+    decoded_ratio: f64,
 }
 
 /// A queued message's acknowledgement, with the message it belongs to.

@@ -2,7 +2,8 @@
 //! shuts them down in the order that loses nothing.
 
 pub mod admission;
-pub mod first_message;
+pub mod fields;
+pub mod grpc_body;
 pub mod ingest;
 pub mod otlp;
 pub mod refusal;
@@ -16,7 +17,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
@@ -29,7 +29,6 @@ use crate::observability::readiness::Readiness;
 use crate::observability::{http, metrics};
 use crate::pipeline::batcher::BatchLimits;
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::proto::v1::log_ingest_server::LogIngestServer;
 use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
 use crate::query::tail::TailConfig;
@@ -223,7 +222,6 @@ pub async fn run(
         .register_file_descriptor_set(otlp::file_descriptor_set())
         .build_v1()?;
 
-    let max_request_bytes = config.max_request_bytes.as_usize();
     let limits = Limits {
         max_message_bytes: config.max_message_bytes.as_usize(),
         max_age: retention.keep,
@@ -231,12 +229,6 @@ pub async fn run(
     let ingest = IngestService::new(pipeline.ingress(), limits, config.max_request_bytes.0)
         .with_idle_timeout(Some(config.stream_idle_timeout.0).filter(|idle| !idle.is_zero()));
     let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
-    let ingest = LogIngestServer::new(ingest)
-        .max_decoding_message_size(max_request_bytes)
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Zstd);
 
     let draining = CancellationToken::new();
     let query = QueryService::server(reader.clone(), &config, draining.clone());
@@ -337,7 +329,7 @@ pub async fn run(
         .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(first_message::GateFirstMessage::new(ingest))
+        .add_service(ingest)
         .add_service(otlp_logs)
         .add_service(query)
         .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drain_signal);
@@ -411,10 +403,7 @@ async fn probe_store(
 /// Sets the gRPC health status of every service the port serves; all of them need the store.
 async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {
     health
-        .set_service_status(
-            <LogIngestServer<IngestService> as tonic::server::NamedService>::NAME,
-            status,
-        )
+        .set_service_status(<IngestService as tonic::server::NamedService>::NAME, status)
         .await;
     health.set_service_status(otlp::SERVICE_NAME, status).await;
     health

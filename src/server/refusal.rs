@@ -1,5 +1,5 @@
 //! Makes tonic's answer to a request it refused to decode say what the client should do; wraps
-//! every unary service (OTLP `Export`, `LogQuery`).
+//! `LogQuery`, the one service whose requests tonic decodes (ingest reads its own bodies).
 //!
 //! For a unary method tonic decodes the message before the handler runs, so a request over
 //! `max_decoding_message_size` never reaches it: tonic answers `OUT_OF_RANGE` ("decoded message

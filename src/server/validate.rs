@@ -52,11 +52,14 @@ pub enum RejectReason {
     InvalidSpanId,
     /// The database refused the row (reported after the commit of its neighbours).
     StorageRefused,
+    /// The record's bytes are not a valid protobuf record (a string that is not UTF-8, a field
+    /// cut short); its neighbours in the message are stored.
+    MalformedRecord,
 }
 
 impl RejectReason {
     /// Every reason, so dashboards can show zero-valued series.
-    pub const ALL: [RejectReason; 13] = [
+    pub const ALL: [RejectReason; 14] = [
         RejectReason::MessageTooLarge,
         RejectReason::TooManyAttributes,
         RejectReason::AttributeKeyTooLarge,
@@ -70,6 +73,7 @@ impl RejectReason {
         RejectReason::InvalidTraceId,
         RejectReason::InvalidSpanId,
         RejectReason::StorageRefused,
+        RejectReason::MalformedRecord,
     ];
 
     /// The stable code used as metric label and reason prefix.
@@ -88,6 +92,7 @@ impl RejectReason {
             RejectReason::InvalidTraceId => "invalid_trace_id",
             RejectReason::InvalidSpanId => "invalid_span_id",
             RejectReason::StorageRefused => "storage_refused",
+            RejectReason::MalformedRecord => "malformed_record",
         }
     }
 }
@@ -102,6 +107,31 @@ pub struct Invalid {
 }
 
 impl Invalid {
+    /// A record whose bytes did not decode, with the decoder's explanation: the record's field
+    /// where it went wrong and why. prost lists every nesting level on the way, which for a
+    /// deeply nested value is thousands of characters of one repeated name.
+    pub fn malformed(err: prost::DecodeError) -> Self {
+        let text = err.to_string();
+        let text = text
+            .strip_prefix("failed to decode Protobuf message: ")
+            .unwrap_or(&text);
+        let parts: Vec<&str> = text.split(": ").collect();
+        let path = parts
+            .iter()
+            .take_while(|part| part.contains('.') && !part.contains(' '))
+            .count();
+        let why = parts[path..].join(": ");
+        let detail = match (path, parts.get(path.wrapping_sub(1))) {
+            (0, _) | (_, None) => why,
+            (1, Some(field)) => format!("{field}: {why}"),
+            (depth, Some(field)) => format!("{field} (nested {depth} levels): {why}"),
+        };
+        Invalid::new(
+            RejectReason::MalformedRecord,
+            format!("not a valid protobuf record: {detail}"),
+        )
+    }
+
     fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
         Invalid {
             reason,
@@ -126,6 +156,18 @@ pub struct Limits {
 
 /// Checks one record and converts it, moving its strings. `now` stands in for a missing timestamp.
 pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<Record, Invalid> {
+    validate_with(wire, &BTreeMap::new(), limits, now)
+}
+
+/// [`validate`] for a record that also carries `inherited` attributes (OTLP's resource and scope
+/// attributes, shared by every record of a scope): its own attributes win on the same key, and
+/// the shared map is read, never copied per record.
+pub fn validate_with(
+    wire: LogRecord,
+    inherited: &BTreeMap<String, String>,
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> Result<Record, Invalid> {
     let ts = match wire.timestamp {
         None => now,
         Some(timestamp) => {
@@ -185,15 +227,19 @@ pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<
             ),
         ));
     }
-    check_attributes(&wire.attributes)?;
+    let attributes = Merged {
+        inherited,
+        own: &wire.attributes,
+    };
+    check_attributes(&attributes)?;
     reject_nul("service", &wire.service)?;
     reject_nul("message", &wire.message)?;
     let trace_id = hex_id(wire.trace_id, 32, RejectReason::InvalidTraceId, "trace_id")?;
     let span_id = hex_id(wire.span_id, 16, RejectReason::InvalidSpanId, "span_id")?;
-    let attributes = if wire.attributes.is_empty() {
+    let attributes = if attributes.is_empty() {
         String::from("{}")
     } else {
-        serde_json::to_string(&wire.attributes).expect("a map of strings always serializes")
+        serde_json::to_string(&attributes).expect("a map of strings always serializes")
     };
     let service = if wire.service.is_empty() {
         UNKNOWN_SERVICE.to_owned()
@@ -230,17 +276,49 @@ fn to_datetime(seconds: i64, nanos: i32) -> Result<DateTime<Utc>, Invalid> {
     DateTime::from_timestamp_micros(ts.timestamp_micros()).ok_or_else(invalid)
 }
 
-fn check_attributes(attributes: &BTreeMap<String, String>) -> Result<(), Invalid> {
-    if attributes.len() > MAX_ATTRIBUTES {
+/// Two sorted attribute maps read as one, the second winning on the same key: the record's own
+/// attributes over those it inherits.
+struct Merged<'a> {
+    inherited: &'a BTreeMap<String, String>,
+    own: &'a BTreeMap<String, String>,
+}
+
+impl<'a> Merged<'a> {
+    fn is_empty(&self) -> bool {
+        self.inherited.is_empty() && self.own.is_empty()
+    }
+
+    /// The union in key order.
+    fn iter(&self) -> impl Iterator<Item = (&'a String, &'a String)> {
+        let mut inherited = self.inherited.iter().peekable();
+        let mut own = self.own.iter().peekable();
+        std::iter::from_fn(move || match (inherited.peek(), own.peek()) {
+            (Some((a, _)), Some((b, _))) if a < b => inherited.next(),
+            (Some((a, _)), Some((b, _))) if a == b => {
+                inherited.next();
+                own.next()
+            }
+            (Some(_), None) => inherited.next(),
+            _ => own.next(),
+        })
+    }
+}
+
+impl serde::Serialize for Merged<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+fn check_attributes(attributes: &Merged<'_>) -> Result<(), Invalid> {
+    let count = attributes.iter().count();
+    if count > MAX_ATTRIBUTES {
         return Err(Invalid::new(
             RejectReason::TooManyAttributes,
-            format!(
-                "{} attributes; the limit is {MAX_ATTRIBUTES}",
-                attributes.len()
-            ),
+            format!("{count} attributes; the limit is {MAX_ATTRIBUTES}"),
         ));
     }
-    for (key, value) in attributes {
+    for (key, value) in attributes.iter() {
         if key.len() > MAX_ATTRIBUTE_KEY_BYTES {
             return Err(Invalid::new(
                 RejectReason::AttributeKeyTooLarge,

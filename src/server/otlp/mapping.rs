@@ -39,8 +39,8 @@ const SPAN_ID_BYTES: usize = 8;
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// What every record of one `ScopeLogs` inherits from its resource and scope. Built once per
-/// resource and once per scope, then cloned per record, because each stored row carries its own
-/// attributes.
+/// resource and once per scope and only read per record: validation merges these attributes with
+/// the record's own as it serializes them ([`crate::server::validate::validate_with`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Shared {
     /// The resource's `service.name`, empty when it has none (validation then stores
@@ -93,7 +93,9 @@ impl Shared {
 }
 
 /// Translates one OTLP record, moving its strings. Fails only for what the wire record cannot
-/// express (trace or span ids of the wrong length); everything else is left to validation.
+/// express (trace or span ids of the wrong length); everything else is left to validation. The
+/// wire record carries the record's own attributes only; `shared.attributes` are merged in by
+/// validation, so they are not copied per record.
 pub fn to_wire(record: OtlpLogRecord, shared: &Shared) -> Result<LogRecord, Invalid> {
     // Checked first: a record rejected here costs no attribute copying.
     let trace_id = hex_id(
@@ -108,7 +110,7 @@ pub fn to_wire(record: OtlpLogRecord, shared: &Shared) -> Result<LogRecord, Inva
         RejectReason::InvalidSpanId,
         "span_id",
     )?;
-    let mut attributes = shared.attributes.clone();
+    let mut attributes = BTreeMap::new();
     for KeyValue { key, value, .. } in record.attributes {
         attributes.insert(key, text(value));
     }
@@ -284,6 +286,18 @@ mod tests {
         }
     }
 
+    /// The attributes a record is stored with: its own merged over what it shares.
+    fn stored_attributes(wire: LogRecord, shared: &Shared) -> BTreeMap<String, String> {
+        let limits = crate::server::validate::Limits {
+            max_message_bytes: 1 << 20,
+            max_age: None,
+        };
+        let now = chrono::DateTime::from_timestamp(1_764_417_700, 0).unwrap();
+        let stored =
+            crate::server::validate::validate_with(wire, &shared.attributes, &limits, now).unwrap();
+        serde_json::from_str(&stored.attributes).unwrap()
+    }
+
     #[test]
     fn a_full_record_maps_field_by_field() {
         let shared = Shared::from_resource(Some(&resource(vec![
@@ -319,7 +333,11 @@ mod tests {
         .into_iter()
         .map(|(key, value)| (key.to_owned(), value.to_owned()))
         .collect();
-        assert_eq!(wire.attributes, expected, "service.name is not repeated");
+        assert_eq!(
+            stored_attributes(wire, &shared),
+            expected,
+            "service.name is not repeated"
+        );
     }
 
     #[test]
@@ -498,8 +516,8 @@ mod tests {
             kv("severity_text", string("log attribute")),
             kv("event_name", string("log attribute")),
         ];
-        let wire = to_wire(record, &shared).unwrap();
-        let get = |key: &str| wire.attributes.get(key).map(String::as_str);
+        let attributes = stored_attributes(to_wire(record, &shared).unwrap(), &shared);
+        let get = |key: &str| attributes.get(key).map(String::as_str);
         assert_eq!(get("resource.k"), Some("log"), "log beats resource");
         assert_eq!(
             get("scope.name"),

@@ -2,22 +2,18 @@
 //! same port and through the same pipeline as `LogIngest`, with the same durable acknowledgement.
 //!
 //! - [`mapping`]: an OTLP record → loghaul's wire record (pure, no I/O), then the shared validation.
-//! - [`service`]: the `Export` handler: partial success, enqueue, answer after the commit.
-//! - [`oversize`]: tonic rejects oversized unary requests before the handler; this rewrites that
-//!   answer into the precise status.
+//! - [`service`]: the `Export` handler: reads the request under the memory budget, decodes it
+//!   record by record, enqueues, and answers after the commit with OTLP's partial success.
 
 pub mod mapping;
 pub mod service;
 
 use std::collections::HashSet;
 
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsServiceServer;
 use prost::Message;
 use prost_types::FileDescriptorSet;
-use tonic::codec::CompressionEncoding;
 
 use crate::pipeline::Ingress;
-use crate::server::refusal::ExplainRefusal;
 use crate::server::validate::Limits;
 use service::OtlpLogsService;
 
@@ -26,20 +22,14 @@ pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SE
 /// The `.proto` file that defines the service; reflection serves it and what it imports.
 const SERVICE_FILE: &str = "opentelemetry/proto/collector/logs/v1/logs_service.proto";
 
-/// The gRPC service as it is mounted: decoding capped at `max_request_bytes` (after
-/// decompression), gzip and zstd accepted, and answers compressed when the client accepts it.
-pub fn logs_server(
-    ingress: Ingress,
-    limits: Limits,
-    max_request_bytes: u64,
-) -> ExplainRefusal<LogsServiceServer<OtlpLogsService>> {
-    let server = LogsServiceServer::new(OtlpLogsService::new(ingress, limits))
-        .max_decoding_message_size(usize::try_from(max_request_bytes).unwrap_or(usize::MAX))
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Zstd);
-    ExplainRefusal::new(server, max_request_bytes, "loghaul_otlp_exports_total")
+/// The gRPC service as it is mounted: requests of up to `max_request_bytes` (after
+/// decompression), gzip and zstd accepted.
+pub fn logs_server(ingress: Ingress, limits: Limits, max_request_bytes: u64) -> OtlpLogsService {
+    OtlpLogsService::new(
+        ingress,
+        limits,
+        usize::try_from(max_request_bytes).unwrap_or(usize::MAX),
+    )
 }
 
 /// Descriptors of the logs service and the files it imports, for server reflection. The crate

@@ -3,22 +3,37 @@
 //! and answers once that chunk is committed. Bad records are reported through `partial_success`,
 //! as the OTLP specification asks, while the rest of the request is stored.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use chrono::Utc;
 use metrics::counter;
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::LogsService;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
 use opentelemetry_proto::tonic::collector::logs::v1::{
-    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
-use tonic::{Request, Response, Status};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::logs::v1::LogRecord as OtlpLogRecord;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tonic::Status;
 
 use super::mapping::{self, Shared};
-use crate::auth::{tenant_of, Tenant};
+use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
-use crate::pipeline::{ChunkSource, Ingress};
+use crate::pipeline::{ChunkSource, Ingress, Meter};
+use crate::record::{Record, RECORD_OVERHEAD_BYTES};
 use crate::server::admission::{admit, respond};
-use crate::server::validate::{validate, Limits, RejectReason};
+use crate::server::fields::{last, repeated};
+use crate::server::grpc_body::{answer, Encoding, MessageReader};
+use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
 use crate::storage::StoreError;
 
 /// Rejections spelled out in `error_message`; `rejected_log_records` stays exact beyond it. OTLP
@@ -27,59 +42,68 @@ pub const MAX_LISTED_REJECTIONS: usize = 10;
 /// Longest reason quoted in `error_message`; a database's refusal can be long.
 const MAX_REASON_CHARS: usize = 200;
 
-/// The OTLP logs service.
+/// The path of the one method this service has.
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+
+/// The OTLP logs service, served from the request body directly (see [`crate::server::grpc_body`]).
 #[derive(Clone, Debug)]
 pub struct OtlpLogsService {
     ingress: Ingress,
     limits: Limits,
+    max_request_bytes: usize,
 }
 
 impl OtlpLogsService {
-    /// A service feeding `ingress`, checking records against `limits`.
-    pub fn new(ingress: Ingress, limits: Limits) -> Self {
-        OtlpLogsService { ingress, limits }
+    /// A service feeding `ingress`, checking records against `limits`, taking requests of up to
+    /// `max_request_bytes` (before and after decompression).
+    pub fn new(ingress: Ingress, limits: Limits, max_request_bytes: usize) -> Self {
+        OtlpLogsService {
+            ingress,
+            limits,
+            max_request_bytes,
+        }
+    }
+
+    /// Serves one call: checks what it is, reads the request, and answers.
+    async fn serve(self, request: http::Request<Body>) -> http::Response<Body> {
+        if request.uri().path() != EXPORT_PATH {
+            let path = request.uri().path().to_owned();
+            return Status::unimplemented(format!("no method {path}")).into_http();
+        }
+        let Some(tenant) = request.extensions().get::<Tenant>().cloned() else {
+            return Status::from(AuthFailure::NoTenant).into_http();
+        };
+        let encoding = match Encoding::of(request.headers()) {
+            Ok(encoding) => encoding,
+            Err(status) => return status.into_http(),
+        };
+        let mut reader = MessageReader::new(request.into_body(), encoding, self.max_request_bytes);
+        let outcome = self.store(&tenant, &mut reader).await;
+        answer(respond(outcome, "loghaul_otlp_exports_total").map(tonic::Response::into_inner))
     }
 
     async fn store(
         &self,
         tenant: &Tenant,
-        request: ExportLogsServiceRequest,
+        reader: &mut MessageReader,
     ) -> Result<ExportLogsServiceResponse, IngestError> {
-        let now = Utc::now();
+        let Some(prefix) = reader.next_prefix().await? else {
+            return Err(IngestError::Malformed(
+                "the request ended before its message".into(),
+            ));
+        };
+        let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
+        let mut meter = self.ingress.meter(deadline);
+        meter.expect(prefix.len * EXPECTED_DECODED_RATIO).await?;
+        let message = reader.read_message(prefix, &mut meter).await?;
+        let wire_bytes = message.len();
         let mut tally = Tally::default();
-        let mut records = Vec::new();
-        // The request index of each queued record, to map a database refusal back to it.
-        let mut queued_at = Vec::new();
-        for resource_logs in request.resource_logs {
-            let resource = Shared::from_resource(resource_logs.resource.as_ref());
-            for scope_logs in resource_logs.scope_logs {
-                let shared = resource.with_scope(scope_logs.scope.as_ref());
-                for record in scope_logs.log_records {
-                    let index = tally.received;
-                    tally.received += 1;
-                    let checked = mapping::to_wire(record, &shared)
-                        .and_then(|wire| validate(wire, &self.limits, now));
-                    match checked {
-                        Ok(record) => {
-                            records.push(record);
-                            queued_at.push(index);
-                        }
-                        Err(invalid) => {
-                            counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str())
-                                .increment(1);
-                            tally.reject(index, invalid.to_reason());
-                        }
-                    }
-                }
-            }
-        }
+        let (records, queued_at) = self.decode(message, &mut meter, &mut tally).await?;
+        meter.release(wire_bytes);
         counter!("loghaul_records_received_total").increment(tally.received);
         if !records.is_empty() {
             let bytes = admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
-            // A unary request is decoded before the handler runs, so there is no reservation to
-            // take before reading; --max-request-bytes bounds what one request can hold.
-            let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
             let ack = self
                 .ingress
                 .enqueue(
@@ -90,7 +114,7 @@ impl OtlpLogsService {
                     },
                     records,
                     bytes,
-                    None,
+                    meter.into_reservation(),
                     deadline,
                 )
                 .await?;
@@ -104,17 +128,94 @@ impl OtlpLogsService {
         }
         Ok(tally.into_response())
     }
+
+    /// Walks the request's resources and scopes and decodes its records one at a time, each
+    /// charged to `meter` as it is built: a record's stored size includes every resource and
+    /// scope attribute it inherits, so a request whose shared attributes would be repeated past
+    /// the message limit is refused before it is all in memory. Returns the valid records and
+    /// the request index of each.
+    async fn decode(
+        &self,
+        message: Bytes,
+        meter: &mut Meter<'_>,
+        tally: &mut Tally,
+    ) -> Result<(Vec<Record>, Vec<u64>), IngestError> {
+        let malformed =
+            |detail: String| IngestError::Malformed(format!("ExportLogsServiceRequest: {detail}"));
+        let now = Utc::now();
+        let mut records = Vec::new();
+        let mut queued_at = Vec::new();
+        for resource_logs in repeated(&message, 1) {
+            let resource_logs = resource_logs.map_err(malformed)?;
+            let resource = decode_last::<Resource>(&resource_logs, 1).map_err(malformed)?;
+            let resource = Shared::from_resource(resource.as_ref());
+            for scope_logs in repeated(&resource_logs, 2) {
+                let scope_logs = scope_logs.map_err(malformed)?;
+                let scope =
+                    decode_last::<InstrumentationScope>(&scope_logs, 1).map_err(malformed)?;
+                let shared = resource.with_scope(scope.as_ref());
+                let count = repeated(&scope_logs, 2).count();
+                meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
+                records.reserve(count);
+                for record in repeated(&scope_logs, 2) {
+                    let record = record.map_err(malformed)?;
+                    let index = tally.received;
+                    tally.received += 1;
+                    let checked = OtlpLogRecord::decode(record)
+                        .map_err(Invalid::malformed)
+                        .and_then(|record| mapping::to_wire(record, &shared))
+                        .and_then(|wire| {
+                            validate_with(wire, &shared.attributes, &self.limits, now)
+                        });
+                    match checked {
+                        Ok(record) => {
+                            meter
+                                .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
+                                .await?;
+                            records.push(record);
+                            queued_at.push(index);
+                        }
+                        Err(invalid) => {
+                            counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str())
+                                .increment(1);
+                            tally.reject(index, invalid.to_reason());
+                        }
+                    }
+                }
+            }
+        }
+        Ok((records, queued_at))
+    }
 }
 
-#[tonic::async_trait]
-impl LogsService for OtlpLogsService {
-    async fn export(
-        &self,
-        request: Request<ExportLogsServiceRequest>,
-    ) -> Result<Response<ExportLogsServiceResponse>, Status> {
-        let tenant = tenant_of(&request)?;
-        let outcome = self.store(&tenant, request.into_inner()).await;
-        respond(outcome, "loghaul_otlp_exports_total")
+/// Memory per wire byte an OTLP request is expected to take once decoded; reserved before the
+/// request is read, so that most requests wait for room once.
+const EXPECTED_DECODED_RATIO: usize = 2;
+
+/// The last occurrence of the embedded message `number`, decoded.
+fn decode_last<M: Message + Default>(message: &Bytes, number: u32) -> Result<Option<M>, String> {
+    match last(message, number)? {
+        None => Ok(None),
+        Some(bytes) => M::decode(bytes).map(Some).map_err(|err| err.to_string()),
+    }
+}
+
+impl NamedService for OtlpLogsService {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl tower::Service<http::Request<Body>> for OtlpLogsService {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.serve(request).await) })
     }
 }
 
