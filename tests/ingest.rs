@@ -351,3 +351,39 @@ async fn postgres_writer_sessions_ask_for_early_writeback() {
     assert_eq!(setting, "2MB");
     store.close().await;
 }
+
+/// An acknowledgement means the records survive a crash of the database server, so writer
+/// sessions commit synchronously even where the database's default says otherwise.
+#[tokio::test]
+async fn postgres_writer_sessions_commit_synchronously_whatever_the_default() {
+    let Some(db) = TestDb::create(common::Backend::Postgres, "synchronous_commit").await else {
+        return;
+    };
+    let (_, name) = db.url.rsplit_once('/').unwrap();
+    let admin = sqlx::PgPool::connect(&db.url).await.unwrap();
+    sqlx::query(&format!(
+        "ALTER DATABASE \"{name}\" SET synchronous_commit = off"
+    ))
+    .execute(&admin)
+    .await
+    .unwrap();
+    admin.close().await;
+    let store = loghaul::storage::Store::connect(
+        &db.url,
+        loghaul::storage::PoolOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    let loghaul::storage::Store::Postgres(postgres) = &store else {
+        panic!("a postgres:// URL opens a PostgreSQL store");
+    };
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(postgres.pool())
+        .await
+        .unwrap();
+    assert_eq!(setting, "on");
+    store.close().await;
+}

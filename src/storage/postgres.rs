@@ -77,20 +77,32 @@ fn is_data_error(code: &str) -> bool {
     code.starts_with("22") || code.starts_with("23") || code.starts_with("54")
 }
 
+/// Sets up a writer session: durable commits whatever the server's or the database's default,
+/// and early writeback of the pages it dirties.
+async fn prepare_writer_session(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    // An acknowledgement promises the records survive a crash of the database server; with
+    // `synchronous_commit = off` (a setting some servers run with for speed) a commit returns
+    // before its WAL is on disk, so a crash could lose acknowledged records.
+    sqlx::query("SET synchronous_commit = on")
+        .execute(&mut *connection)
+        .await?;
+    ask_for_early_writeback(connection).await;
+    Ok(())
+}
+
 /// Asks the server to start writing this session's dirty pages to disk as it evicts them.
 ///
 /// With the default shared buffers our sessions write nearly all of the table's new pages
 /// themselves; left in the page cache, they are flushed in one go by the checkpoint's sync, which
-/// stalls the WAL syncs of every commit behind it (the README's "Benchmarks" has the sync times
-/// and ack p99 with and without it). It changes nothing about durability. Servers without `sync_file_range` refuse it; they work as before.
-async fn ask_for_early_writeback(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+/// stalls the WAL syncs of every commit behind it. It changes nothing about durability. Servers
+/// without `sync_file_range` refuse it; they work as before.
+async fn ask_for_early_writeback(connection: &mut sqlx::PgConnection) {
     if let Err(err) = sqlx::query("SET backend_flush_after = '2MB'")
         .execute(connection)
         .await
     {
         tracing::debug!(error = %err, "the server keeps its default backend_flush_after");
     }
-    Ok(())
 }
 
 impl PostgresStore {
@@ -99,7 +111,7 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .after_connect(|connection, _| Box::pin(ask_for_early_writeback(connection)))
+            .after_connect(|connection, _| Box::pin(prepare_writer_session(connection)))
             .connect(url)
             .await
             .map_err(|err| {
