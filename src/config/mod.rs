@@ -91,7 +91,9 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "LOGHAUL_DATABASE_URL",
-        default_value = "sqlite://loghaul.db"
+        default_value = "sqlite://loghaul.db",
+        // The URL may hold a password; `--help` must not print it.
+        hide_env_values = true
     )]
     pub database_url: String,
 

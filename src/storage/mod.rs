@@ -260,18 +260,46 @@ impl Store {
     }
 }
 
-/// The URL with any password replaced, safe to log.
+/// The URL with any password replaced, safe to log: the one in the credentials
+/// (`user:password@host`) and any `password=` or `sslpassword=` query parameter.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    // The query starts after the credentials, whose password may hold an unescaped `?`.
+    let host_at = url.rfind('@').unwrap_or(0);
+    let (address, query) = match url[host_at..].find('?') {
+        Some(at) => (&url[..host_at + at], Some(&url[host_at + at + 1..])),
+        None => (url, None),
+    };
+    let mut redacted = redact_credentials(address);
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some((name, _)) if is_password_parameter(name) => format!("{name}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        redacted.push('?');
+        redacted.push_str(&parameters.join("&"));
+    }
+    redacted
+}
+
+fn redact_credentials(address: &str) -> String {
+    let Some((scheme, rest)) = address.split_once("://") else {
+        return address.to_owned();
     };
     let Some((credentials, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
+        return address.to_owned();
     };
     match credentials.split_once(':') {
         Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
+        None => address.to_owned(),
     }
+}
+
+fn is_password_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "password" || name == "sslpassword"
 }
 
 /// Maps a sqlx error to retryable or row-level, given the backend's test for "the data is bad".
@@ -346,5 +374,21 @@ mod tests {
             "postgres://root@db/test"
         );
         assert_eq!(redact_url("sqlite://loghaul.db"), "sqlite://loghaul.db");
+        assert_eq!(
+            redact_url("postgres://loghaul@db/logs?sslmode=require&password=s3cret"),
+            "postgres://loghaul@db/logs?sslmode=require&password=***"
+        );
+        assert_eq!(
+            redact_url("postgres://u:a@b@db/logs?Password=x&sslpassword=y"),
+            "postgres://u:***@db/logs?Password=***&sslpassword=***"
+        );
+        assert_eq!(
+            redact_url("postgres://u:pa?ss@db/logs"),
+            "postgres://u:***@db/logs"
+        );
+        assert_eq!(
+            redact_url("sqlite://loghaul.db?mode=rwc"),
+            "sqlite://loghaul.db?mode=rwc"
+        );
     }
 }
