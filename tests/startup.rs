@@ -197,3 +197,34 @@ fn a_port_in_use_is_named() {
         "{stderr}"
     );
 }
+
+/// A duration past what the clock can be moved by was accepted and then panicked on every record.
+#[test]
+fn a_retention_of_a_hundred_million_years_is_refused_at_start_up() {
+    let mut child = serve_command()
+        .args(["--retention", "100000000y"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("a retention of a hundred million years was accepted");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("--retention") && stderr.contains("at most 100 years"),
+        "{stderr}"
+    );
+}

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// The longest duration any option takes. Durations are added to and subtracted from the clock
+/// (retention cut-offs, deadlines), which overflows far below what `humantime` parses.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A duration written the way people write them: `50ms`, `5s`, `2m`, `1h`, `7d`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HumanDuration(pub Duration);
@@ -14,9 +18,15 @@ impl FromStr for HumanDuration {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        humantime::parse_duration(text.trim())
-            .map(HumanDuration)
-            .map_err(|err| format!("invalid duration {text:?} ({err}); write it like 50ms, 5s, 2m"))
+        let duration = humantime::parse_duration(text.trim()).map_err(|err| {
+            format!("invalid duration {text:?} ({err}); write it like 50ms, 5s, 2m")
+        })?;
+        if duration > MAX_DURATION {
+            return Err(format!(
+                "duration {text:?} is too long; at most 100 years (36500d)"
+            ));
+        }
+        Ok(HumanDuration(duration))
     }
 }
 
@@ -124,6 +134,9 @@ mod tests {
         assert_eq!(parse("2m"), Ok(Duration::from_secs(120)));
         assert!(parse("five").is_err());
         assert!(parse("").is_err());
+        assert_eq!(parse("36500d"), Ok(MAX_DURATION));
+        let too_long = parse("100000000y").unwrap_err();
+        assert!(too_long.contains("at most 100 years"), "{too_long}");
     }
 
     #[test]
