@@ -54,8 +54,9 @@ pub enum IngestError {
     /// The service is draining for shutdown and takes no more records.
     #[error("loghaul is shutting down; retry on another replica")]
     ShuttingDown,
-    /// The database could not commit the stream's records, even after retries.
-    #[error("records not stored, the database is unavailable: {0}")]
+    /// The database could not commit the stream's records, even after retries. The database's
+    /// own text (host names, SQL) is logged where it happened, never sent to the client.
+    #[error("records not stored, the database is unavailable; retry later")]
     Store(#[from] StoreError),
     /// A message is not valid protobuf for its type: a string field that is not UTF-8, nesting
     /// deeper than the decoder's recursion limit, a truncated field.
@@ -258,15 +259,23 @@ pub enum QueryError {
     /// The filter, cursor or page size cannot be served; the message says which and why.
     #[error("{0}")]
     InvalidArgument(String),
-    /// The database could not answer.
-    #[error("the database is unavailable: {0}")]
-    Store(#[from] StoreError),
+    /// The database could not answer. Its own text is logged, never sent to the client.
+    #[error("the database is unavailable; retry later")]
+    Store(#[source] StoreError),
     /// A Tail subscriber did not read fast enough; it was dropped so that it slows nobody else.
     #[error("subscriber too slow: {0}; narrow the filter or read faster, then resume from the last cursor")]
     SubscriberTooSlow(&'static str),
     /// The service is draining for shutdown.
     #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
     ShuttingDown,
+}
+
+impl From<StoreError> for QueryError {
+    /// Every read's store failure passes here: the one place its detail is logged.
+    fn from(err: StoreError) -> Self {
+        tracing::warn!(error = %err, "a read failed in the database");
+        QueryError::Store(err)
+    }
 }
 
 impl QueryError {
@@ -410,6 +419,22 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    #[test]
+    fn the_databases_own_text_never_reaches_the_client() {
+        let raw = "error communicating with database: connection refused (db-7.internal:5432) in INSERT INTO logs";
+        let ingest = Status::from(IngestError::Store(StoreError::Unavailable(raw.into())));
+        assert_eq!(ingest.code(), Code::Unavailable);
+        let query = Status::from(QueryError::Store(StoreError::Unavailable(raw.into())));
+        assert_eq!(query.code(), Code::Unavailable);
+        for message in [ingest.message(), query.message()] {
+            assert!(message.contains("the database is unavailable"), "{message}");
+            assert!(
+                !message.contains("db-7") && !message.contains("INSERT"),
+                "{message}"
+            );
+        }
     }
 
     #[test]
