@@ -24,6 +24,7 @@ pub mod layer;
 pub mod shipper;
 pub mod stats;
 
+use std::fmt;
 use std::time::Duration;
 
 use tonic::transport::{ClientTlsConfig, Endpoint};
@@ -55,7 +56,7 @@ pub enum ClientError {
 }
 
 /// Builds a [`Client`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClientBuilder {
     endpoint: String,
     api_key: Option<String>,
@@ -113,10 +114,35 @@ impl ClientBuilder {
 }
 
 /// A loghaul server to ship to.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Client {
     endpoint: Endpoint,
     api_key: Option<String>,
+}
+
+/// How an API key shows in `Debug`: whether there is one, never what it is.
+fn redacted_key(key: &Option<String>) -> Option<&'static str> {
+    key.as_ref().map(|_| "***")
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("endpoint", &self.endpoint)
+            .field("api_key", &redacted_key(&self.api_key))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.endpoint.uri())
+            .field("api_key", &redacted_key(&self.api_key))
+            .finish()
+    }
 }
 
 impl Client {
@@ -137,5 +163,20 @@ impl Client {
             self.api_key.clone(),
             config,
         )?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_api_key() {
+        let builder = Client::builder("http://127.0.0.1:4317").api_key("k-very-secret");
+        let client = builder.clone().build().unwrap();
+        for shown in [format!("{builder:?}"), format!("{client:?}")] {
+            assert!(!shown.contains("k-very-secret"), "{shown}");
+            assert!(shown.contains("api_key: Some(\"***\")"), "{shown}");
+        }
     }
 }
