@@ -358,7 +358,7 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
     assert_eq!(
         metric(
             &text,
-            "loghaul_records_rejected_total{reason=\"malformed_record\"}"
+            "loghaul_records_rejected_total{reason=\"malformed_record\",tenant=\"default\"}"
         ),
         5.0
     );
@@ -439,7 +439,7 @@ async fn a_million_attributes_reject_the_record_not_the_server() {
     assert_eq!(
         metric(
             &text,
-            "loghaul_records_rejected_total{reason=\"too_many_attributes\"}"
+            "loghaul_records_rejected_total{reason=\"too_many_attributes\",tenant=\"default\"}"
         ),
         2.0
     );

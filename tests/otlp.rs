@@ -354,8 +354,8 @@ async fn bad_records_are_a_partial_success_and_the_rest_is_stored(db: &TestDb) {
 
     let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
     for series in [
-        "loghaul_records_rejected_total{reason=\"invalid_trace_id\"}",
-        "loghaul_records_rejected_total{reason=\"invalid_span_id\"}",
+        "loghaul_records_rejected_total{reason=\"invalid_trace_id\",tenant=\"default\"}",
+        "loghaul_records_rejected_total{reason=\"invalid_span_id\",tenant=\"default\"}",
         "loghaul_otlp_exports_total{outcome=\"ok\"}",
         "loghaul_records_received_total",
     ] {
@@ -407,10 +407,7 @@ async fn compressed_requests_are_accepted(db: &TestDb) {
         .any(|row| row.message.starts_with("zstd-199 compressible")));
     server.stop().await;
 }
-on_both_backends!(
-    compression,
-    compressed_requests_are_accepted
-);
+on_both_backends!(compression, compressed_requests_are_accepted);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_requests_get_resource_exhausted_before_and_after_decompression() {

@@ -36,7 +36,7 @@ async fn metrics_show_queues_batches_and_records() {
         "loghaul_queue_capacity{shard=\"2\"} 64",
         "loghaul_records_received_total",
         "loghaul_records_committed_total",
-        "loghaul_records_rejected_total{reason=\"invalid_severity\"}",
+        "loghaul_records_rejected_total{reason=\"invalid_severity\",tenant=\"default\"}",
         "loghaul_batch_rows_bucket",
         "loghaul_flush_duration_seconds_bucket",
         "loghaul_backpressure_wait_seconds_bucket",

@@ -160,8 +160,11 @@ pub async fn health(
     State(state): State<ConsoleState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    state.authenticate(&headers)?;
-    Ok(json_response(StatusCode::OK, &state.health.snapshot()))
+    let tenant = state.authenticate(&headers)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &state.health.snapshot(tenant.name()),
+    ))
 }
 
 /// Any other `/api/` path.

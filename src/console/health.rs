@@ -12,18 +12,22 @@ use serde_json::{json, Value};
 use crate::observability::readiness::Readiness;
 use crate::pipeline::Ingress;
 
-/// Counters summed over their labels, by the name the page knows them by.
-const COUNTERS: [(&str, &str); 8] = [
+/// Counters of the caller's own records, by the name the page knows them by: summed over the
+/// samples labelled with the caller's tenant, so that no tenant sees another's traffic.
+const TENANT_COUNTERS: [(&str, &str); 5] = [
     ("received", "loghaul_records_received_total"),
     ("committed", "loghaul_records_committed_total"),
     ("rejected", "loghaul_records_rejected_total"),
     ("failed", "loghaul_records_failed_total"),
+    ("rate_limited", "loghaul_rate_limited_total"),
+];
+
+/// Counters of the pipeline itself, shared by every tenant and summed over their labels.
+const PIPELINE_COUNTERS: [(&str, &str); 2] = [
     (
         "backpressure_timeouts",
         "loghaul_backpressure_timeouts_total",
     ),
-    ("rate_limited", "loghaul_rate_limited_total"),
-    ("auth_failures", "loghaul_auth_failures_total"),
     ("insert_errors", "loghaul_insert_errors_total"),
 ];
 
@@ -59,8 +63,9 @@ pub struct HealthSource {
 }
 
 impl HealthSource {
-    /// The snapshot as JSON.
-    pub fn snapshot(&self) -> Value {
+    /// The snapshot as JSON, as `tenant` may see it: its own records' counters and the shared
+    /// pipeline's health.
+    pub fn snapshot(&self, tenant: &str) -> Value {
         self.ingress.sample_gauges();
         let samples = parse(&self.metrics.render());
         let sum = |name: &str| -> f64 {
@@ -71,9 +76,21 @@ impl HealthSource {
                 // Not `sum()`: an empty float sum is -0.0, which JSON and the page show as "-0".
                 .fold(0.0, |total, value| total + value)
         };
-        let counters: serde_json::Map<String, Value> = COUNTERS
+        let tenant_sum = |name: &str| -> f64 {
+            samples
+                .iter()
+                .filter(|sample| sample.name == name && sample.label("tenant") == Some(tenant))
+                .map(|sample| sample.value)
+                .fold(0.0, |total, value| total + value)
+        };
+        let counters: serde_json::Map<String, Value> = TENANT_COUNTERS
             .iter()
-            .map(|(key, name)| ((*key).to_owned(), json!(sum(name))))
+            .map(|(key, name)| ((*key).to_owned(), json!(tenant_sum(name))))
+            .chain(
+                PIPELINE_COUNTERS
+                    .iter()
+                    .map(|(key, name)| ((*key).to_owned(), json!(sum(name)))),
+            )
             .collect();
         let gauges: serde_json::Map<String, Value> = GAUGES
             .iter()

@@ -46,17 +46,17 @@ fn describe() {
     describe_counter!(
         "loghaul_records_received_total",
         Unit::Count,
-        "Records received in Push streams and OTLP exports, valid or not."
+        "Records received in Push streams and OTLP exports, valid or not, by tenant."
     );
     describe_counter!(
         "loghaul_records_committed_total",
         Unit::Count,
-        "Records committed to the database."
+        "Records committed to the database, by tenant."
     );
     describe_counter!(
         "loghaul_records_rejected_total",
         Unit::Count,
-        "Records refused, by reason; each is reported to its client with its index."
+        "Records refused, by reason and tenant; each is reported to its client with its index."
     );
     describe_counter!(
         "loghaul_duplicate_chunks_total",
@@ -76,7 +76,7 @@ fn describe() {
     describe_counter!(
         "loghaul_records_failed_total",
         Unit::Count,
-        "Records whose batch could not be stored after retries; their streams got UNAVAILABLE."
+        "Records whose batch could not be stored after retries, by tenant; their streams got UNAVAILABLE."
     );
     describe_gauge!(
         "loghaul_queue_depth",

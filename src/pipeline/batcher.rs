@@ -188,8 +188,6 @@ impl Batcher {
                     .fold((0, 0), |(count, rows), (chunk, _)| {
                         (count + 1, rows + chunk.records.len())
                     });
-                let committed = row_count - written.refused.len() - duplicate_rows;
-                counter!("loghaul_records_committed_total").increment(committed as u64);
                 if duplicate_chunks > 0 {
                     counter!("loghaul_duplicate_chunks_total").increment(duplicate_chunks);
                     counter!("loghaul_duplicate_records_total").increment(duplicate_rows as u64);
@@ -198,15 +196,14 @@ impl Batcher {
                     // One line per batch, not per row: a stream of refused rows must not flood
                     // the log. Each row's reason goes back to its client by index.
                     tracing::warn!(shard, refused = written.refused.len(), first_reason = %first, "the database refused records of a batch");
-                    counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str())
-                        .increment(written.refused.len() as u64);
                 }
                 resolve(chunks, written);
             }
             Err(err) => {
                 tracing::error!(shard, rows = row_count, error = %err, "batch not stored; its streams get UNAVAILABLE");
-                counter!("loghaul_records_failed_total").increment(row_count as u64);
                 for chunk in chunks {
+                    counter!("loghaul_records_failed_total", "tenant" => chunk.source.tenant.to_string())
+                        .increment(chunk.records.len() as u64);
                     // A closed receiver means the client left; nobody is waiting for this answer.
                     let _ = chunk.ack.send(Err(err.clone()));
                 }
@@ -230,6 +227,17 @@ fn resolve(chunks: Vec<Chunk>, written: Written) {
             });
         }
         offset = end;
+        // Counted per chunk, by tenant, so that the console can show each tenant its own.
+        let tenant = chunk.source.tenant.to_string();
+        if !mine.is_empty() {
+            counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str(), "tenant" => tenant.clone())
+                .increment(mine.len() as u64);
+        }
+        if !duplicate {
+            let committed = chunk.records.len() - mine.len();
+            counter!("loghaul_records_committed_total", "tenant" => tenant)
+                .increment(committed as u64);
+        }
         let _ = chunk.ack.send(Ok(Stored {
             refused: mine,
             duplicate,

@@ -216,7 +216,7 @@ impl IngestService {
             .await?;
         let message = reader.read_message(prefix, &mut meter).await?;
         let wire_bytes = message.len();
-        let (records, invalid, key) = self.decode(message, &mut meter).await?;
+        let (records, invalid, key) = self.decode(tenant, message, &mut meter).await?;
         run.decoded_ratio = (meter.charged() as f64 / prefix.len.max(1) as f64) * 1.1;
         meter.release(wire_bytes);
         self.queue(tenant, records, invalid, key, meter, run).await
@@ -225,6 +225,7 @@ impl IngestService {
     /// Decodes a PushRequest record by record, charging each before the next is built.
     async fn decode(
         &self,
+        tenant: &Tenant,
         message: Bytes,
         meter: &mut Meter<'_>,
     ) -> Result<(Vec<Record>, Vec<(usize, String)>, Option<ProducerSequence>), IngestError> {
@@ -252,7 +253,7 @@ impl IngestService {
                             records.push(record);
                         }
                         Err(rejected) => {
-                            counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str())
+                            counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str(), "tenant" => tenant.name().to_string())
                                 .increment(1);
                             invalid.push((position, rejected.to_reason()));
                         }
@@ -267,7 +268,8 @@ impl IngestService {
                 _ => {}
             }
         }
-        counter!("loghaul_records_received_total").increment(position as u64);
+        counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
+            .increment(position as u64);
         let key = chunk_key(producer_id, sequence)?;
         Ok((records, invalid, key))
     }

@@ -331,7 +331,7 @@ def check_metrics(http):
     check("metrics count OTLP exports", 'loghaul_otlp_exports_total{outcome="ok"}' in text, True)
     check(
         "metrics count the rejections by reason",
-        'loghaul_records_rejected_total{reason="invalid_span_id"} 1' in text,
+        'loghaul_records_rejected_total{reason="invalid_span_id",tenant="default"} 1' in text,
         True,
     )
 

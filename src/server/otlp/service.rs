@@ -98,9 +98,10 @@ impl OtlpLogsService {
         let message = reader.read_message(prefix, &mut meter).await?;
         let wire_bytes = message.len();
         let mut tally = Tally::default();
-        let (records, queued_at) = self.decode(message, &mut meter, &mut tally).await?;
+        let (records, queued_at) = self.decode(tenant, message, &mut meter, &mut tally).await?;
         meter.release(wire_bytes);
-        counter!("loghaul_records_received_total").increment(tally.received);
+        counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
+            .increment(tally.received);
         if !records.is_empty() {
             let bytes = admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
@@ -136,6 +137,7 @@ impl OtlpLogsService {
     /// the request index of each.
     async fn decode(
         &self,
+        tenant: &Tenant,
         message: Bytes,
         meter: &mut Meter<'_>,
         tally: &mut Tally,
@@ -176,7 +178,7 @@ impl OtlpLogsService {
                             queued_at.push(index);
                         }
                         Err(invalid) => {
-                            counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str())
+                            counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str(), "tenant" => tenant.name().to_string())
                                 .increment(1);
                             tally.reject(index, invalid.to_reason());
                         }
