@@ -407,10 +407,7 @@ async fn compressed_requests_are_accepted(db: &TestDb) {
         .any(|row| row.message.starts_with("zstd-199 compressible")));
     server.stop().await;
 }
-on_both_backends!(
-    compression,
-    compressed_requests_are_accepted
-);
+on_both_backends!(compression, compressed_requests_are_accepted);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_requests_get_resource_exhausted_before_and_after_decompression() {
