@@ -50,7 +50,7 @@ SERVE_FLAGS = {
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
     "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
-    "tls-client-ca",
+    "tls-client-ca", "http-header-read-timeout", "http-max-connections",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # The database URL and the API keys come from the Secret (env), never from the ConfigMap.
@@ -431,7 +431,8 @@ def config_toml_has_only_known_keys():
                        ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
                        ("read-max-connections", 4),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
-                       ("stream-idle-timeout", "60s")]:
+                       ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
+                       ("http-max-connections", 256)]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -443,6 +444,7 @@ def config_toml_has_only_known_keys():
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
         "readMaxConnections": 2,
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
+        "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64,
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
     assert cfg2 == {
@@ -454,6 +456,7 @@ def config_toml_has_only_known_keys():
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
+        "http-header-read-timeout": "5s", "http-max-connections": 64,
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

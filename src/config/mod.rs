@@ -87,6 +87,16 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
     pub console_listen: OptionalListen,
 
+    /// How long the metrics and console listeners wait for a request's headers (also the most a
+    /// kept-alive connection may sit idle) before they close the connection.
+    #[arg(long, env = "LOGHAUL_HTTP_HEADER_READ_TIMEOUT", default_value = "10s")]
+    pub http_header_read_timeout: HumanDuration,
+
+    /// Connections the metrics listener, and separately the console listener, keep open at once;
+    /// one more is closed as soon as it is accepted.
+    #[arg(long, env = "LOGHAUL_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
+    pub http_max_connections: u32,
+
     /// Where logs are stored: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
     #[arg(
         long,
@@ -312,6 +322,11 @@ impl ServeConfig {
             if clashes {
                 return fail("--console-listen must differ from --listen and --metrics-listen");
             }
+        }
+        if self.http_header_read_timeout.0.is_zero() || self.http_max_connections == 0 {
+            return fail(
+                "--http-header-read-timeout must be above 0s and --http-max-connections at least 1",
+            );
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return fail("--tls-cert and --tls-key go together");

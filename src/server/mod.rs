@@ -33,6 +33,7 @@ use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
 use crate::query::tail::TailConfig;
 use crate::retention::RetentionConfig;
+use crate::serve_http::HttpLimits;
 use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
 use ingest::IngestService;
@@ -273,7 +274,12 @@ pub async fn run(
                     () = stop.cancelled() => {}
                 }
             };
-            let task = tokio::spawn(crate::console::serve(listener, state, shutdown));
+            let task = tokio::spawn(crate::console::serve(
+                listener,
+                state,
+                HttpLimits::from_config(&config),
+                shutdown,
+            ));
             Some((addr, task))
         }
         None => None,
@@ -287,6 +293,7 @@ pub async fn run(
         Arc::clone(&readiness),
         pipeline.ingress(),
         store.backend(),
+        HttpLimits::from_config(&config),
         stopping.clone().cancelled_owned(),
     ));
     let grpc_addr = grpc_listener.local_addr()?;

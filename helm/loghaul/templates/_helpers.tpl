@@ -152,6 +152,8 @@ retention-interval = {{ toString $c.retentionInterval | toJson }}
 dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
+http-header-read-timeout = {{ toString $c.httpHeaderReadTimeout | toJson }}
+http-max-connections = {{ int64 $c.httpMaxConnections }}
 console-listen = {{ toString $c.consoleListen | toJson }}
 {{- if .Values.tls.enabled }}
 tls-cert = "/etc/loghaul-tls/tls.crt"
