@@ -4,6 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::held_lock::HeldLock;
 use common::http::{get, kept_alive, read_until_closed};
 use common::{config, http_get, push, record, Backend, TestDb, TestServer};
 use tokio::io::AsyncWriteExt;
@@ -222,5 +223,40 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
         metrics.contains("loghaul_http_connections_refused_total{listener=\"metrics\"}"),
         "{metrics}"
     );
+    server.stop().await;
+}
+
+/// SQLite writes through one connection. While a write waits on the database's write lock that
+/// connection is taken, and readiness must not wait for it: the store answers reads all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_stays_on_while_the_sqlite_writer_is_busy() {
+    let db = TestDb::create(Backend::Sqlite, "busy_writer")
+        .await
+        .unwrap();
+    let mut settings = config(&db);
+    settings.store_retry_timeout = "60s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let lock = HeldLock::take(&db).await;
+    let mut client = server.client().await;
+    let pushed = tokio::spawn(async move { push(&mut client, vec![vec![record("held")]]).await });
+    // The writer now holds its connection while SQLite waits up to its 5 s busy timeout for the
+    // lock. The store is probed every 2 s with a 2 s timeout, so a probe through that connection
+    // fails within 4 s; the window ends before the writer's own attempt would give up.
+    let window = Instant::now() + Duration::from_millis(4400);
+    let mut samples = 0;
+    while Instant::now() < window {
+        let (status, body) = http_get(server.http, "/readyz").await.unwrap();
+        assert_eq!(status, 200, "after {samples} samples: {body}");
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(db.count().await, 0, "the write was held all along");
+    lock.release().await;
+    let response = tokio::time::timeout(Duration::from_secs(20), pushed)
+        .await
+        .expect("the push is answered once the lock is released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.accepted, 1);
     server.stop().await;
 }

@@ -245,7 +245,7 @@ pub async fn run(
         stopping.clone(),
     ));
     let probe = tokio::spawn(probe_store(
-        store.clone(),
+        reader.clone(),
         Arc::clone(&readiness),
         health.clone(),
         stopping.clone(),
@@ -354,9 +354,10 @@ pub async fn run(
     stopping.cancel();
     let _ = retention_task.await;
     let _ = reload.await;
+    // The probe reads through the reader: it ends before the pool closes under it.
+    let _ = probe.await;
     reader.close().await;
     store.close().await;
-    let _ = probe.await;
     if let Some((_, mut task)) = console {
         // Its tails ended with the drain; a browser holding a connection open must not hold up
         // the exit.
@@ -376,9 +377,11 @@ pub async fn run(
     served.map_err(ServeError::from)
 }
 
-/// Probes the store so readiness reflects it even when no writes are flowing.
+/// Probes the store so readiness reflects it even when no writes are flowing. Through the read
+/// pool, never the writers' connections: a probe that waits behind a long write (SQLite has one
+/// writer) would take a healthy replica out of its Service.
 async fn probe_store(
-    store: Store,
+    reader: Reader,
     readiness: Arc<Readiness>,
     health: tonic_health::server::HealthReporter,
     stopping: CancellationToken,
@@ -391,7 +394,7 @@ async fn probe_store(
             _ = every.tick() => {}
         }
         let up = matches!(
-            tokio::time::timeout(STORE_PROBE_INTERVAL, store.ping()).await,
+            tokio::time::timeout(STORE_PROBE_INTERVAL, reader.ping()).await,
             Ok(Ok(()))
         );
         readiness.set_store_up(up);
