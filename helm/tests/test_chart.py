@@ -50,12 +50,13 @@ SERVE_FLAGS = {
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
     "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
-    "tls-client-ca", "http-header-read-timeout", "http-max-connections",
+    "tls-client-ca", "http-header-read-timeout", "http-max-connections", "allow-unauthenticated",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # The database URL and the API keys come from the Secret (env), never from the ConfigMap.
 # TLS keys appear only with tls.enabled (see tls_mounts_the_secret_and_sets_the_paths).
-TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"} - TLS_KEYS
+# The chart never serves without keys, so it never renders allow-unauthenticated.
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file", "allow-unauthenticated"} - TLS_KEYS
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
 

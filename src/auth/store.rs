@@ -7,23 +7,25 @@ use arc_swap::ArcSwap;
 use metrics::{counter, gauge};
 
 use super::keys::{KeyRing, KeySources, KeysError};
-use super::{AuthFailure, Tenant};
+use super::{AuthFailure, OpenAccess, Tenant};
 
-/// The keys in force and where they come from.
+/// The keys in force, where they come from, and whom the service serves while there are none.
 #[derive(Debug)]
 pub struct KeyStore {
     current: ArcSwap<KeyRing>,
     sources: KeySources,
+    open_access: OpenAccess,
 }
 
 impl KeyStore {
     /// Loads the keys for the first time.
-    pub fn load(sources: KeySources) -> Result<KeyStore, KeysError> {
+    pub fn load(sources: KeySources, open_access: OpenAccess) -> Result<KeyStore, KeysError> {
         let ring = KeyRing::load(&sources, None)?;
         gauge!("loghaul_api_keys").set(ring.key_count() as f64);
         Ok(KeyStore {
             current: ArcSwap::from_pointee(ring),
             sources,
+            open_access,
         })
     }
 
@@ -59,9 +61,24 @@ impl KeyStore {
         self.current.load().is_open()
     }
 
-    /// The tenant of a presented key, counting failures in `loghaul_auth_failures_total{reason}`.
-    pub fn authenticate(&self, presented: Option<&[u8]>) -> Result<Tenant, AuthFailure> {
-        let outcome = self.current.load().authenticate(presented);
+    /// Whom the service serves while no key is configured.
+    pub fn open_access(&self) -> OpenAccess {
+        self.open_access
+    }
+
+    /// The tenant of a presented key, from a caller at `peer` (which only matters while no key is
+    /// configured), counting failures in `loghaul_auth_failures_total{reason}`.
+    pub fn authenticate(
+        &self,
+        presented: Option<&[u8]>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Tenant, AuthFailure> {
+        let ring = self.current.load();
+        let outcome = if ring.is_open() && !self.open_access.admits(peer) {
+            Err(AuthFailure::NotLoopback)
+        } else {
+            ring.authenticate(presented)
+        };
         if let Err(failure) = &outcome {
             counter!("loghaul_auth_failures_total", "reason" => failure.as_str()).increment(1);
         }

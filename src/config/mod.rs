@@ -191,10 +191,15 @@ pub struct ServeConfig {
     pub api_keys_file: Option<PathBuf>,
 
     /// API keys as `key1=tenant_a,key2=tenant_b` (prefer the environment variable or the keys
-    /// file: flags show in process lists). With no keys at all the service is open as tenant
-    /// "default".
+    /// file: flags show in process lists). With no keys at all every call is tenant "default",
+    /// and only loopback clients are served unless --allow-unauthenticated.
     #[arg(long, env = "LOGHAUL_API_KEYS", hide_env_values = true)]
     pub api_keys: Option<Secret>,
+
+    /// With no API keys, serve clients on other machines too (as tenant "default"); without this
+    /// a keyless service refuses them with PERMISSION_DENIED. No effect when keys are configured.
+    #[arg(long, env = "LOGHAUL_ALLOW_UNAUTHENTICATED", default_value_t = false)]
+    pub allow_unauthenticated: bool,
 
     /// Records per second each tenant may send, unless its keys-file entry says otherwise; 0: unlimited.
     #[arg(long, env = "LOGHAUL_TENANT_RECORDS_PER_SECOND", default_value_t = 0.0)]

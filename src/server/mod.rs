@@ -21,7 +21,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
 use crate::auth::keys::{KeySources, KeysError};
-use crate::auth::{AuthLayer, KeyStore};
+use crate::auth::{AuthLayer, KeyStore, OpenAccess};
 use crate::config::{ConfigError, ServeConfig};
 use crate::console::health::HealthSource;
 use crate::console::ConsoleState;
@@ -158,7 +158,10 @@ pub async fn run(
         )?),
         _ => None,
     };
-    let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
+    let keys = Arc::new(KeyStore::load(
+        KeySources::from_config(&config),
+        OpenAccess::from_config(&config),
+    )?);
     let metrics_handle = metrics::handle();
     let shards = config.shard_count();
     let pool = PoolOptions {
@@ -174,16 +177,7 @@ pub async fn run(
     let store = Store::connect(&config.database_url, pool).await?;
     store.migrate().await?;
     tracing::info!(backend = store.backend(), url = %redact_url(&config.database_url), "store ready");
-    if keys.is_open() {
-        tracing::warn!("no API keys are configured: the service is open to anyone who can reach it, and every record is stored as tenant \"default\"");
-    } else {
-        let ring = keys.ring();
-        tracing::info!(
-            keys = ring.key_count(),
-            tenants = ring.tenant_names().len(),
-            "API keys loaded"
-        );
-    }
+    log_access(&keys);
     let retention = RetentionConfig::from_config(&config);
     // Not fatal: replicas starting together may race on the same CREATE (one of them errors), and
     // until a partition exists its rows go to the default partition. The first retention run,
@@ -375,6 +369,32 @@ pub async fn run(
     }
     tracing::info!("loghaul stopped");
     served.map_err(ServeError::from)
+}
+
+/// Says at start-up whom the service serves, loudly when it is without keys.
+fn log_access(keys: &KeyStore) {
+    match (keys.is_open(), keys.open_access()) {
+        (true, OpenAccess::LoopbackOnly) => tracing::warn!(
+            mode = "loopback-only",
+            "no API keys are configured: only clients on this machine (loopback) are served, as tenant \"default\"; configure keys with --api-keys or --api-keys-file, or pass --allow-unauthenticated to serve clients elsewhere"
+        ),
+        (true, OpenAccess::Anyone) => tracing::warn!(
+            mode = "open",
+            "no API keys are configured and --allow-unauthenticated is set: the service is open to anyone who can reach it, and every record is stored as tenant \"default\""
+        ),
+        (false, access) => {
+            let ring = keys.ring();
+            tracing::info!(
+                mode = "api-keys",
+                keys = ring.key_count(),
+                tenants = ring.tenant_names().len(),
+                "API keys loaded"
+            );
+            if access == OpenAccess::Anyone {
+                tracing::warn!("--allow-unauthenticated has no effect: API keys are configured, and every call needs one");
+            }
+        }
+    }
 }
 
 /// Probes the store so readiness reflects it even when no writes are flowing. Through the read
