@@ -51,6 +51,7 @@ SERVE_FLAGS = {
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
     "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
     "tls-client-ca", "http-header-read-timeout", "http-max-connections", "allow-unauthenticated",
+    "api-keys-reload-interval",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # The database URL and the API keys come from the Secret (env), never from the ConfigMap.
@@ -433,7 +434,7 @@ def config_toml_has_only_known_keys():
                        ("read-max-connections", 4),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
                        ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
-                       ("http-max-connections", 256)]:
+                       ("http-max-connections", 256), ("api-keys-reload-interval", "5s")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -445,7 +446,7 @@ def config_toml_has_only_known_keys():
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
         "readMaxConnections": 2,
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
-        "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64,
+        "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64, "apiKeysReloadInterval": "30s",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
     assert cfg2 == {
@@ -457,7 +458,7 @@ def config_toml_has_only_known_keys():
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
-        "http-header-read-timeout": "5s", "http-max-connections": 64,
+        "http-header-read-timeout": "5s", "http-max-connections": 64, "api-keys-reload-interval": "30s",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

@@ -3,8 +3,8 @@
 //!
 //! - [`keys`]: parsing the keys file and the inline `key=tenant,…` list into an immutable
 //!   [`keys::KeyRing`] that stores only SHA-256 digests of the keys.
-//! - [`store`]: the current key ring behind an atomic pointer swap, reloaded on SIGHUP without a
-//!   lock on the request path.
+//! - [`store`]: the current key ring behind an atomic pointer swap, reloaded on SIGHUP and when
+//!   the keys file changes, without a lock on the request path.
 //! - [`layer`]: the tower layer that authenticates every call and puts the [`Tenant`] into the
 //!   request extensions; handlers read it back with [`tenant_of`].
 //! - [`protected`]: without keys, whom the service serves (loopback clients unless

@@ -186,9 +186,15 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
 
     /// TOML file mapping API keys to tenants (`[keys]` "KEY" = "TENANT") with optional per-tenant
-    /// limits (`[tenants.NAME]` records-per-second, bytes-per-second, burst); re-read on SIGHUP.
+    /// limits (`[tenants.NAME]` records-per-second, bytes-per-second, burst); re-read on SIGHUP
+    /// and when its content changes.
     #[arg(long, env = "LOGHAUL_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
+
+    /// How often --api-keys-file is checked for new content, which is then loaded as on SIGHUP
+    /// (so a key rotated in a mounted Secret takes effect without a restart); 0s: only on SIGHUP.
+    #[arg(long, env = "LOGHAUL_API_KEYS_RELOAD_INTERVAL", default_value = "5s")]
+    pub api_keys_reload_interval: HumanDuration,
 
     /// API keys as `key1=tenant_a,key2=tenant_b` (prefer the environment variable or the keys
     /// file: flags show in process lists). With no keys at all every call is tenant "default",

@@ -163,7 +163,7 @@ fn describe() {
     describe_counter!(
         "loghaul_api_keys_reloads_total",
         Unit::Count,
-        "API key reloads (SIGHUP), by outcome: ok, failed (the previous keys stay)."
+        "API key reloads (SIGHUP or a changed keys file), by outcome: ok, failed (the previous keys stay)."
     );
     describe_counter!(
         "loghaul_rate_limited_total",

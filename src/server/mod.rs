@@ -229,8 +229,9 @@ pub async fn run(
     let query = QueryService::server(reader.clone(), &config, draining.clone());
 
     let stopping = CancellationToken::new();
-    let reload = tokio::spawn(crate::auth::store::reload_on_sighup(
+    let reload = tokio::spawn(crate::auth::store::reload_keys(
         Arc::clone(&keys),
+        config.api_keys_reload_interval.0,
         stopping.clone(),
     ));
     let retention_task = tokio::spawn(crate::retention::run(

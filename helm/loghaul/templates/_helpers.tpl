@@ -152,6 +152,7 @@ retention-interval = {{ toString $c.retentionInterval | toJson }}
 dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
+api-keys-reload-interval = {{ toString $c.apiKeysReloadInterval | toJson }}
 http-header-read-timeout = {{ toString $c.httpHeaderReadTimeout | toJson }}
 http-max-connections = {{ int64 $c.httpMaxConnections }}
 console-listen = {{ toString $c.consoleListen | toJson }}
