@@ -249,7 +249,13 @@ impl From<StreamFailure> for Status {
 
 impl From<AuthFailure> for Status {
     fn from(failure: AuthFailure) -> Self {
-        Status::unauthenticated(failure.to_string())
+        match failure {
+            // No key the client could send would help: the server's configuration decides.
+            AuthFailure::NotLoopback => Status::permission_denied(failure.to_string()),
+            AuthFailure::MissingKey | AuthFailure::UnknownKey | AuthFailure::NoTenant => {
+                Status::unauthenticated(failure.to_string())
+            }
+        }
     }
 }
 

@@ -19,6 +19,7 @@
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
 //!   a listener of its own.
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
+//! - [`serve_http`]: the accept loop both HTTP listeners share (header deadline, connection cap).
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
 //! - [`client`]: the Rust client — a [`client::Shipper`] that batches, retries without
@@ -48,6 +49,7 @@ pub mod ratelimit;
 pub mod record;
 pub mod retention;
 pub mod send;
+pub mod serve_http;
 pub mod server;
 pub mod storage;
 pub mod tls;

@@ -1,5 +1,5 @@
-//! The real binary: API keys reloaded on SIGHUP, `loghaul query` / `loghaul tail` output, and
-//! `loghaul bench`'s paced runs.
+//! The real binary: API keys reloaded on SIGHUP and when the keys file changes, `loghaul query` /
+//! `loghaul tail` output, and `loghaul bench`'s paced runs.
 
 mod common;
 
@@ -35,7 +35,16 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.toml");
     std::fs::write(&keys, "[keys]\nkey-one = \"team-a\"\n").unwrap();
-    let mut server = Process::serve(&db.url, &["--api-keys-file", keys.to_str().unwrap()]);
+    // Only the signal reloads here; a change of the file alone is the next test's.
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--api-keys-file",
+            keys.to_str().unwrap(),
+            "--api-keys-reload-interval",
+            "0s",
+        ],
+    );
     let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
         .await
         .unwrap();
@@ -73,6 +82,116 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
             .await,
         4
     );
+}
+
+/// The keys directory of a Kubernetes Secret volume: `keys.toml -> ..data/keys.toml`, `..data` a
+/// symlink to the current version's directory, swapped by a rename when the Secret changes.
+struct SecretVolume {
+    dir: std::path::PathBuf,
+    version: u32,
+}
+
+impl SecretVolume {
+    fn create(dir: &std::path::Path, keys: &str) -> SecretVolume {
+        let mut volume = SecretVolume {
+            dir: dir.to_owned(),
+            version: 0,
+        };
+        volume.update(keys);
+        std::os::unix::fs::symlink("..data/keys.toml", dir.join("keys.toml")).unwrap();
+        volume
+    }
+
+    /// The file the service is given.
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.join("keys.toml")
+    }
+
+    /// Writes a new version and swaps it in, as the kubelet does.
+    fn update(&mut self, keys: &str) {
+        self.version += 1;
+        let version = format!("..v{}", self.version);
+        std::fs::create_dir(self.dir.join(&version)).unwrap();
+        std::fs::write(self.dir.join(&version).join("keys.toml"), keys).unwrap();
+        std::os::unix::fs::symlink(&version, self.dir.join("..data_tmp")).unwrap();
+        std::fs::rename(self.dir.join("..data_tmp"), self.dir.join("..data")).unwrap();
+        if self.version > 1 {
+            std::fs::remove_dir_all(self.dir.join(format!("..v{}", self.version - 1))).unwrap();
+        }
+    }
+}
+
+/// Waits up to 20 s for a push with `key` to end with `code`.
+async fn wait_for_code(
+    client: &mut LogIngestClient<tonic::transport::Channel>,
+    key: &str,
+    code: Code,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = push_code(client, key).await;
+        if got == code {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a push with {key:?} still ends with {got:?}, not {code:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_keys_file_is_reloaded_without_a_signal_or_restart() {
+    let db = TestDb::create(Backend::Sqlite, "keys_file_change")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut volume = SecretVolume::create(dir.path(), "[keys]\nkey-one = \"team-a\"\n");
+    let path = volume.path();
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--api-keys-file",
+            path.to_str().unwrap(),
+            "--api-keys-reload-interval",
+            "100ms",
+        ],
+    );
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
+    assert_eq!(
+        push_code(&mut client, "key-two").await,
+        Code::Unauthenticated
+    );
+
+    // Rotate: key-two in, key-one out.
+    volume.update("[keys]\nkey-two = \"team-a\"\n");
+    wait_for_code(&mut client, "key-two", Code::Ok).await;
+    assert_eq!(
+        push_code(&mut client, "key-one").await,
+        Code::Unauthenticated
+    );
+    let reloaded = server.wait_for_log("API keys reloaded");
+    assert_eq!(reloaded["trigger"], "file_change", "{reloaded}");
+
+    // A broken version is refused once and the keys in force stay.
+    volume.update("[keys\n");
+    let failed = server.wait_for_log("API keys reload failed; the previous keys stay in force");
+    assert_eq!(failed["trigger"], "file_change", "{failed}");
+    assert_eq!(push_code(&mut client, "key-two").await, Code::Ok);
+    volume.update("[keys]\nkey-three = \"team-b\"\n");
+    wait_for_code(&mut client, "key-three", Code::Ok).await;
+    wait_for_code(&mut client, "key-two", Code::Unauthenticated).await;
+    let logged = server.transcript().join("\n");
+    assert_eq!(
+        logged.matches("API keys reload failed").count(),
+        1,
+        "a refused content is not retried at every look: {logged}"
+    );
+    assert!(!logged.contains("key-t"), "keys are never logged: {logged}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,12 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
+use common::held_lock::HeldLock;
+use common::http::{get, kept_alive, read_until_closed};
 use common::{config, http_get, push, record, Backend, TestDb, TestServer};
+use tokio::io::AsyncWriteExt;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -134,5 +139,124 @@ async fn readiness_turns_off_while_draining() {
     assert!(draining, "readiness goes off as soon as shutdown starts");
     drop(chunks);
     assert_eq!(open.await.unwrap().unwrap().into_inner().accepted, 1);
+    server.stop().await;
+}
+
+/// A client that connects and never finishes its request line is closed after the header-read
+/// timeout, on the metrics port and on the console; complete requests are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_listeners_close_connections_that_never_finish_their_headers() {
+    let db = TestDb::create(Backend::Sqlite, "header_timeout")
+        .await
+        .unwrap();
+    let mut settings = config(&db);
+    settings.http_header_read_timeout = "300ms".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    for (listener, addr) in [("metrics", server.http), ("console", server.console)] {
+        let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stalled
+            .write_all(b"GET / HTTP/1.1\r\nHost: lo")
+            .await
+            .unwrap();
+        let started = Instant::now();
+        read_until_closed(&mut stalled, Duration::from_secs(10)).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(250),
+            "{listener}: closed before the timeout, after {:?}",
+            started.elapsed()
+        );
+    }
+    let (status, body) = http_get(server.http, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    for listener in ["metrics", "console"] {
+        let series = format!("loghaul_http_header_timeouts_total{{listener=\"{listener}\"}}");
+        assert!(body.contains(&series), "/metrics lacks {series}:\n{body}");
+    }
+    assert_eq!(get(server.console, "/", "", &[]).await.status, 200);
+    server.stop().await;
+}
+
+/// Past --http-max-connections a new connection is closed unanswered; once the held ones go,
+/// requests are served again and the refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
+    let db = TestDb::create(Backend::Sqlite, "connection_limit")
+        .await
+        .unwrap();
+    let mut settings = config(&db);
+    settings.http_max_connections = 2;
+    settings.http_header_read_timeout = "60s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    // The readiness checks of start-up may still hold a slot for a moment: a held connection
+    // counts once it has been answered.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut held = Vec::new();
+    while held.len() < 2 {
+        assert!(Instant::now() < deadline, "two connections are served");
+        if let Some(stream) = kept_alive(server.http, "/healthz").await {
+            held.push(stream);
+        }
+    }
+    let mut third = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    let _ = third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: lo\r\n\r\n")
+        .await;
+    let answer = read_until_closed(&mut third, Duration::from_secs(10)).await;
+    assert!(
+        answer.is_empty(),
+        "the third connection is closed unanswered: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        match http_get(server.http, "/metrics").await {
+            Ok((200, body)) => break body,
+            _ => assert!(
+                Instant::now() < deadline,
+                "served again once the held ones closed"
+            ),
+        }
+    };
+    assert!(
+        metrics.contains("loghaul_http_connections_refused_total{listener=\"metrics\"}"),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+
+/// SQLite writes through one connection. While a write waits on the database's write lock that
+/// connection is taken, and readiness must not wait for it: the store answers reads all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_stays_on_while_the_sqlite_writer_is_busy() {
+    let db = TestDb::create(Backend::Sqlite, "busy_writer")
+        .await
+        .unwrap();
+    let mut settings = config(&db);
+    settings.store_retry_timeout = "60s".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let lock = HeldLock::take(&db).await;
+    let mut client = server.client().await;
+    let pushed = tokio::spawn(async move { push(&mut client, vec![vec![record("held")]]).await });
+    // The writer now holds its connection while SQLite waits up to its 5 s busy timeout for the
+    // lock. The store is probed every 2 s with a 2 s timeout, so a probe through that connection
+    // fails within 4 s; the window ends before the writer's own attempt would give up.
+    let window = Instant::now() + Duration::from_millis(4400);
+    let mut samples = 0;
+    while Instant::now() < window {
+        let (status, body) = http_get(server.http, "/readyz").await.unwrap();
+        assert_eq!(status, 200, "after {samples} samples: {body}");
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(db.count().await, 0, "the write was held all along");
+    lock.release().await;
+    let response = tokio::time::timeout(Duration::from_secs(20), pushed)
+        .await
+        .expect("the push is answered once the lock is released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.accepted, 1);
     server.stop().await;
 }

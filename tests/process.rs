@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::process::{assert_success, serve_command, Process, BINARY};
-use common::{chunk, open_push, TestDb};
+use common::{chunk, open_push, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 
 async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
@@ -119,4 +119,76 @@ fn a_config_file_sets_options_and_rejects_unknown_keys() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown key \"bogus-knob\""), "{stderr}");
+}
+
+/// The start-up warning of a keyless service says whom it serves, and the quick start (a keyless
+/// server, `loghaul send` on the same machine) works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_service_says_whom_it_serves_and_local_clients_get_in() {
+    let db = TestDb::create(Backend::Sqlite, "access_warning")
+        .await
+        .unwrap();
+    // Flags, environment, and the mode the warning names.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (&[], &[], "loopback-only"),
+        (&["--allow-unauthenticated"], &[], "open"),
+        (&[], &[("LOGHAUL_ALLOW_UNAUTHENTICATED", "true")], "open"),
+        (
+            &[],
+            &[("LOGHAUL_ALLOW_UNAUTHENTICATED", "false")],
+            "loopback-only",
+        ),
+    ];
+    for (extra, env, mode) in cases {
+        let server = Process::serve_with_env(&db.url, extra, env);
+        let warning = server
+            .transcript()
+            .iter()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|event| event["mode"].is_string())
+            .unwrap_or_else(|| panic!("{extra:?} {env:?}: no mode in {:#?}", server.transcript()));
+        assert_eq!(warning["mode"], mode, "{extra:?} {env:?}: {warning}");
+        assert_eq!(warning["level"], "WARN", "{warning}");
+        let message = warning["message"].as_str().unwrap();
+        let hints: &[&str] = match mode {
+            "open" => &["anyone", "tenant \"default\""],
+            _ => &[
+                "loopback",
+                "--api-keys",
+                "--api-keys-file",
+                "--allow-unauthenticated",
+            ],
+        };
+        for hint in hints {
+            assert!(message.contains(hint), "{message}");
+        }
+    }
+
+    let server = Process::serve(&db.url, &[]);
+    let endpoint = format!("http://{}", server.grpc);
+    let output = tokio::task::spawn_blocking(move || {
+        let mut send = Command::new(BINARY)
+            .args(["send", "--endpoint", &endpoint])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .env_remove("LOGHAUL_API_KEY")
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        send.stdin
+            .take()
+            .unwrap()
+            .write_all(b"card declined\n")
+            .unwrap();
+        send.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_success(&output);
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("accepted 1 rejected 0"),
+        "{output:?}"
+    );
 }

@@ -50,12 +50,15 @@ SERVE_FLAGS = {
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
     "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
-    "tls-client-ca",
+    "tls-client-ca", "http-header-read-timeout", "http-max-connections", "allow-unauthenticated",
+    "api-keys-reload-interval",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
-# The database URL and the API keys come from the Secret (env), never from the ConfigMap.
+# The database URL comes from a Secret (env) and the API keys from a mounted Secret file
+# (--api-keys-file in the container's args), never from the ConfigMap.
 # TLS keys appear only with tls.enabled (see tls_mounts_the_secret_and_sets_the_paths).
-TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"} - TLS_KEYS
+# The chart never serves without keys, so it never renders allow-unauthenticated.
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file", "allow-unauthenticated"} - TLS_KEYS
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
 
@@ -108,6 +111,9 @@ EXPECTED_ALERTS = {
     "LoghaulNotReady": ("loghaul_ready == 0", "5m"),
     "LoghaulStoreDown": ("loghaul_store_up == 0", None),
 }
+
+KEYS_FILE = "/etc/loghaul-keys/keys.toml"
+KEYS_SECRET = f"{FULLNAME}-api-keys"
 
 CHART: helm.Chart | None = None
 
@@ -185,6 +191,18 @@ def config_toml(docs: list[dict]) -> dict:
 
 def secret_data(secret: dict) -> dict[str, str]:
     return {k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()}
+
+
+def keys_file(docs: list[dict]) -> dict:
+    """The keys file in the chart's API keys Secret, parsed as the service parses it."""
+    return tomllib.loads(secret_data(one(docs, "Secret", KEYS_SECRET))["keys.toml"])
+
+
+def keys_volume(docs: list[dict]) -> dict:
+    pod = deployment(docs)["spec"]["template"]["spec"]
+    volumes = [v for v in pod["volumes"] if v["name"] == "api-keys"]
+    assert len(volumes) == 1, pod["volumes"]
+    return volumes[0]
 
 
 def pod_annotations(docs: list[dict]) -> dict:
@@ -310,7 +328,8 @@ def defaults_are_sqlite_with_persistence():
     docs = manifests(render())
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
-        ["ConfigMap", "Deployment", "PersistentVolumeClaim", "PodDisruptionBudget", "Secret", "Service", "ServiceAccount"]
+        ["ConfigMap", "Deployment", "PersistentVolumeClaim", "PodDisruptionBudget", "Secret", "Secret", "Service",
+         "ServiceAccount"]
     ), kinds
     dep = deployment(docs)
     assert dep["spec"]["replicas"] == 1
@@ -332,7 +351,7 @@ def deployment_container_wiring():
     docs = manifests(render())
     ctr = container(docs)
     assert ctr["image"] == "loghaul/loghaul:0.1.0", ctr["image"]  # tag defaults to appVersion
-    assert ctr["args"] == ["serve", "--config", "/etc/loghaul/loghaul.toml"], ctr["args"]
+    assert ctr["args"] == ["serve", "--config", "/etc/loghaul/loghaul.toml", "--api-keys-file", KEYS_FILE], ctr["args"]
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
     assert ports == {"grpc": 4317, "metrics": 9464}, ports
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
@@ -341,7 +360,7 @@ def deployment_container_wiring():
     env = env_of(ctr)
     assert env["LOGHAUL_LOG_FORMAT"] == {"name": "LOGHAUL_LOG_FORMAT", "value": "json"}
     assert env["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "database-url"}
-    assert "LOGHAUL_API_KEYS" not in env, "no API keys configured"
+    assert "LOGHAUL_API_KEYS" not in env, "keys come from the mounted file"
     pod = deployment(docs)["spec"]["template"]["spec"]
     assert pod["enableServiceLinks"] is False, "service links would inject LOGHAUL_* variables"
     assert pod["automountServiceAccountToken"] is False
@@ -431,7 +450,8 @@ def config_toml_has_only_known_keys():
                        ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
                        ("read-max-connections", 4),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
-                       ("stream-idle-timeout", "60s")]:
+                       ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
+                       ("http-max-connections", 256), ("api-keys-reload-interval", "5s")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -443,6 +463,7 @@ def config_toml_has_only_known_keys():
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
         "readMaxConnections": 2,
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
+        "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64, "apiKeysReloadInterval": "30s",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
     assert cfg2 == {
@@ -454,6 +475,7 @@ def config_toml_has_only_known_keys():
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
+        "http-header-read-timeout": "5s", "http-max-connections": 64, "api-keys-reload-interval": "30s",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 
@@ -469,6 +491,9 @@ def checksum_annotations_roll_pods():
     changed = pod_annotations(manifests(render({"config": {"batchMaxRows": 1000}})))
     assert changed["checksum/config"] != ann["checksum/config"], "config change must change checksum/config"
     assert changed["checksum/secret"] == ann["checksum/secret"]
+    # The pods reload the keys file: a key rotation must not restart them.
+    rotated = pod_annotations(manifests(render({"apiKeys": {"new-key": "team"}})))
+    assert rotated == ann, "changing the API keys must not roll pods"
     unrelated = pod_annotations(manifests(render({"podLabels": {"x": "y"}})))
     assert unrelated["checksum/config"] == ann["checksum/config"], "unrelated change must not roll pods"
     pg = pod_annotations(manifests(render({"database": {"url": POSTGRES_URL}})))
@@ -524,7 +549,7 @@ def all_features_render():
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted([
         "ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Job", "NetworkPolicy",
-        "PodDisruptionBudget", "PrometheusRule", "Secret", "Secret", "Service", "Service", "ServiceAccount",
+        "PodDisruptionBudget", "PrometheusRule", "Secret", "Secret", "Secret", "Service", "Service", "ServiceAccount",
         "ServiceMonitor",
     ]), kinds
     assert not of_kind(docs, "PersistentVolumeClaim"), "no PVC with PostgreSQL"
@@ -710,7 +735,7 @@ def existing_secrets_are_referenced_not_created():
     assert not of_kind(docs, "Secret"), "no chart Secret when both secrets exist"
     env = env_of(container(docs))
     assert env["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "db-credentials", "key": "url"}
-    assert env["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "ingest-keys", "key": "keys"}
+    assert keys_volume(docs)["secret"] == {"secretName": "ingest-keys", "items": [{"key": "keys", "path": "keys.toml"}]}
     ann = pod_annotations(docs)
     assert "checksum/config" in ann and "checksum/secret" not in ann
     assert not of_kind(docs, "PersistentVolumeClaim"), "an existing secret means PostgreSQL"
@@ -718,23 +743,74 @@ def existing_secrets_are_referenced_not_created():
     docs2 = manifests(render({"database": {"existingSecret": "db"}, "apiKeysExistingSecret": "keys"}))
     env2 = env_of(container(docs2))
     assert env2["LOGHAUL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "db", "key": "database-url"}
-    assert env2["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": "keys", "key": "api-keys"}
-    # only the database secret exists: the chart still creates one for the API keys
+    assert keys_volume(docs2)["secret"]["items"] == [{"key": "keys.toml", "path": "keys.toml"}]
+    # only the database secret exists: the chart still creates the one for the API keys
     docs3 = manifests(render({"database": {"existingSecret": "db"}, "apiKeys": {"k1": "t1"}}))
-    secret = one(docs3, "Secret", FULLNAME)
-    assert secret_data(secret) == {"api-keys": "k1=t1"}
-    assert "checksum/secret" in pod_annotations(docs3)
+    assert [d["metadata"]["name"] for d in of_kind(docs3, "Secret")] == [KEYS_SECRET]
+    assert keys_file(docs3) == {"keys": {"k1": "t1"}}
+    assert "checksum/secret" not in pod_annotations(docs3), "the keys Secret is reloaded, not rolled"
 
 
 @check
-def api_keys_rendered_as_env_format():
+def no_keys_given_means_a_generated_key_not_an_open_service():
+    rendered = render()
+    docs = manifests(rendered)
+    secret = one(docs, "Secret", KEYS_SECRET)
+    data = secret_data(secret)
+    key = data["api-key"]
+    assert re.fullmatch(r"[A-Za-z0-9]{40}", key), "a random key of 40 letters and digits"
+    assert keys_file(docs) == {"keys": {key: "default"}}, "the generated key is tenant default, as keyless was"
+    assert key not in rendered["loghaul/templates/NOTES.txt"], "NOTES say how to read the key, never the key"
+    # Offline `lookup` finds nothing, so every render draws a new key; against a cluster the
+    # template reuses the one in the Secret, so upgrades keep it.
+    assert secret_data(one(manifests(render()), "Secret", KEYS_SECRET))["api-key"] != key
+    template = (CHART_DIR / "templates" / "api-keys-secret.yaml").read_text()
+    assert f'lookup "v1" "Secret" .Release.Namespace $name' in template and "randAlphaNum" in template
+    ctr = container(docs)
+    assert ctr["args"][-2:] == ["--api-keys-file", KEYS_FILE], ctr["args"]
+    assert keys_volume(docs)["secret"] == {"secretName": KEYS_SECRET, "items": [{"key": "keys.toml", "path": "keys.toml"}]}
+    mounts = [m for m in ctr["volumeMounts"] if m["name"] == "api-keys"]
+    # A subPath mount would never see a Secret update, so the reload could not happen.
+    assert mounts == [{"name": "api-keys", "mountPath": "/etc/loghaul-keys", "readOnly": True}], mounts
+    notes = rendered["loghaul/templates/NOTES.txt"]
+    read_key = f"kubectl -n {NAMESPACE} get secret {KEYS_SECRET} -o jsonpath='{{.data.api-key}}' | base64 -d"
+    assert read_key in notes, notes
+    assert "reload" in notes and "x-api-key" in notes
+
+
+@check
+def explicit_api_keys_are_a_mounted_keys_file():
     docs = manifests(render(FULL))
-    data = secret_data(one(docs, "Secret", FULLNAME))
-    assert data["api-keys"] == "key-a=tenant_a,key-b=tenant_b", data
-    env = env_of(container(docs))
-    assert env["LOGHAUL_API_KEYS"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "api-keys"}
-    expect_render_failure({"apiKeys": {"a,b": "t"}}, "apiKeys")
+    assert keys_file(docs) == {"keys": {"key-a": "tenant_a", "key-b": "tenant_b"}}
+    assert "api-key" not in secret_data(one(docs, "Secret", KEYS_SECRET)), "nothing was generated"
+    assert "LOGHAUL_API_KEYS" not in env_of(container(docs))
+    assert container(docs)["args"][-2:] == ["--api-keys-file", KEYS_FILE]
+    notes = render(FULL)["loghaul/templates/NOTES.txt"]
+    assert "generated" not in notes and KEYS_SECRET in notes
+    # Keys are TOML strings, whatever they hold.
+    odd = {'k,=1"\\ x<': "team-a"}
+    assert keys_file(manifests(render({"apiKeys": odd}))) == {"keys": odd}
     expect_render_failure({"apiKeys": {"k": "t"}, "apiKeysExistingSecret": "s"}, "apiKeysExistingSecret")
+    expect_schema_rejects({"apiKeys": {"k": "bad tenant"}}, "apiKeys")
+
+
+@check
+def no_render_runs_without_keys():
+    scenarios = [{}, FULL, EXISTING_SECRETS, {"database": {"url": POSTGRES_URL}, "replicaCount": 3},
+                 {"apiKeys": {"k": "t"}}, {"apiKeysExistingSecret": "mine"}, {"config": {"consoleListen": "off"}}]
+    for values in scenarios:
+        rendered = render(values)
+        text = "\n".join(body for path, body in rendered.items() if not path.endswith("NOTES.txt"))
+        assert "allow-unauthenticated" not in text.lower() and "ALLOW_UNAUTHENTICATED" not in text, values
+        docs = manifests(rendered)
+        assert container(docs)["args"][-2:] == ["--api-keys-file", KEYS_FILE], values
+        assert "api-keys-file" not in config_toml(docs) and "allow-unauthenticated" not in config_toml(docs)
+        secret_name = keys_volume(docs)["secret"]["secretName"]
+        if not values.get("apiKeysExistingSecret"):
+            assert keys_file(docs)["keys"], f"{values}: the mounted keys file has keys"
+            assert secret_name == KEYS_SECRET
+        else:
+            assert secret_name == values["apiKeysExistingSecret"]
 
 
 @check

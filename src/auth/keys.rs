@@ -105,18 +105,22 @@ pub struct KeyRing {
     tenants: HashMap<Arc<str>, (TenantLimits, Tenant)>,
     /// The tenant of every call when no key is configured.
     open: Option<Tenant>,
+    /// SHA-256 of the keys file this ring was read from, so a poller can tell when it changed.
+    file_digest: Option<[u8; 32]>,
 }
 
 impl KeyRing {
     /// Builds the ring from its sources, reusing limiters of `previous` whose limits are unchanged.
     pub fn load(sources: &KeySources, previous: Option<&KeyRing>) -> Result<KeyRing, KeysError> {
         let mut file = KeysFile::default();
+        let mut file_digest = None;
         if let Some(path) = &sources.file {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|source| KeysError::Read {
                 path: shown.clone(),
                 source,
             })?;
+            file_digest = Some(digest(text.as_bytes()));
             file = toml::from_str(&text).map_err(|err| KeysError::File {
                 path: shown.clone(),
                 // toml's message quotes the offending line, which may be a key: keep only its
@@ -170,6 +174,7 @@ impl KeyRing {
             digests: Vec::new(),
             tenants: HashMap::new(),
             open: None,
+            file_digest,
         };
         let mut by_digest: HashMap<[u8; 32], Arc<str>> = HashMap::new();
         for (key, tenant, origin) in pairs {
@@ -232,6 +237,11 @@ impl KeyRing {
         self.open.is_some()
     }
 
+    /// SHA-256 of the keys file as this ring read it; `None` without a file.
+    pub fn file_digest(&self) -> Option<[u8; 32]> {
+        self.file_digest
+    }
+
     /// Number of distinct keys.
     pub fn key_count(&self) -> usize {
         self.digests.len()
@@ -263,7 +273,8 @@ impl KeyRing {
     }
 }
 
-fn digest(key: &[u8]) -> [u8; 32] {
+/// SHA-256 of a key, or of a keys file's content.
+pub fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
@@ -372,6 +383,11 @@ mod tests {
             a_again.admit(1, 0).is_err(),
             "the reload kept a's spent bucket"
         );
+
+        assert_eq!(second.file_digest(), first.file_digest(), "same content");
+        std::fs::write(&path, "[keys]\nka = \"a\"\n").unwrap();
+        let third = KeyRing::load(&sources, Some(&second)).unwrap();
+        assert_ne!(third.file_digest(), second.file_digest(), "changed content");
 
         std::fs::write(&path, "bogus = 1\n[keys]\nka = \"a\"\n").unwrap();
         let err = KeyRing::load(&sources, Some(&first)).unwrap_err();

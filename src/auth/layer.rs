@@ -8,6 +8,7 @@
 //!   the project) and no data; keeping it open lets operators run `grpcurl list` or `describe`
 //!   while debugging a key problem. Every data-bearing method still needs a key.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -29,6 +30,20 @@ pub fn is_exempt(path: &str) -> bool {
     EXEMPT_PREFIXES
         .iter()
         .any(|prefix| path.starts_with(prefix))
+}
+
+/// The caller's address, which tonic puts into every request of a TCP (or TLS over TCP)
+/// connection.
+fn peer_ip(extensions: &http::Extensions) -> Option<IpAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let plain = extensions.get::<TcpConnectInfo>();
+    let tls = extensions
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .map(TlsConnectInfo::get_ref);
+    plain
+        .or(tls)
+        .and_then(TcpConnectInfo::remote_addr)
+        .map(|addr| addr.ip())
 }
 
 /// Adds authentication to a gRPC server: `Server::builder().layer(AuthLayer::new(keys))`.
@@ -83,7 +98,10 @@ where
             .headers()
             .get(API_KEY_HEADER)
             .map(|value| value.as_bytes());
-        match self.keys.authenticate(presented) {
+        match self
+            .keys
+            .authenticate(presented, peer_ip(request.extensions()))
+        {
             Ok(tenant) => {
                 request.extensions_mut().insert(tenant);
                 Either::Left(self.inner.call(request))

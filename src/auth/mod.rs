@@ -3,13 +3,16 @@
 //!
 //! - [`keys`]: parsing the keys file and the inline `key=tenant,…` list into an immutable
 //!   [`keys::KeyRing`] that stores only SHA-256 digests of the keys.
-//! - [`store`]: the current key ring behind an atomic pointer swap, reloaded on SIGHUP without a
-//!   lock on the request path.
+//! - [`store`]: the current key ring behind an atomic pointer swap, reloaded on SIGHUP and when
+//!   the keys file changes, without a lock on the request path.
 //! - [`layer`]: the tower layer that authenticates every call and puts the [`Tenant`] into the
 //!   request extensions; handlers read it back with [`tenant_of`].
+//! - [`protected`]: without keys, whom the service serves (loopback clients unless
+//!   `--allow-unauthenticated`).
 
 pub mod keys;
 pub mod layer;
+pub mod protected;
 pub mod store;
 
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use std::time::Duration;
 use crate::ratelimit::RateLimiter;
 
 pub use layer::AuthLayer;
+pub use protected::OpenAccess;
 pub use store::KeyStore;
 
 /// The tenant of calls when no API keys are configured.
@@ -89,6 +93,9 @@ pub enum AuthFailure {
     /// The request did not pass through the auth layer (a wiring bug): fail closed.
     #[error("the request carries no tenant; the server is misconfigured")]
     NoTenant,
+    /// No key is configured and the caller is not on the server's machine (protected mode).
+    #[error("this server has no API keys, so it serves only clients on its own machine (loopback); configure keys on the server with --api-keys or --api-keys-file and send one in the x-api-key metadata, or start the server with --allow-unauthenticated to serve every client as tenant \"default\"")]
+    NotLoopback,
 }
 
 impl AuthFailure {
@@ -98,6 +105,7 @@ impl AuthFailure {
             AuthFailure::MissingKey => "missing_key",
             AuthFailure::UnknownKey => "unknown_key",
             AuthFailure::NoTenant => "no_tenant",
+            AuthFailure::NotLoopback => "not_loopback",
         }
     }
 }

@@ -1,29 +1,35 @@
-//! The current key ring, swapped whole on reload: requests read it through an atomic pointer load,
-//! never a lock, and a failed reload keeps the keys in force.
+//! The current key ring, swapped whole on reload (on SIGHUP, or when the keys file's content
+//! changes): requests read it through an atomic pointer load, never a lock, and a failed reload
+//! keeps the keys in force.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use metrics::{counter, gauge};
 
 use super::keys::{KeyRing, KeySources, KeysError};
-use super::{AuthFailure, Tenant};
+use super::{AuthFailure, OpenAccess, Tenant};
+use tokio_util::sync::CancellationToken;
 
-/// The keys in force and where they come from.
+/// The keys in force, where they come from, and whom the service serves while there are none.
 #[derive(Debug)]
 pub struct KeyStore {
     current: ArcSwap<KeyRing>,
     sources: KeySources,
+    open_access: OpenAccess,
 }
 
 impl KeyStore {
     /// Loads the keys for the first time.
-    pub fn load(sources: KeySources) -> Result<KeyStore, KeysError> {
+    pub fn load(sources: KeySources, open_access: OpenAccess) -> Result<KeyStore, KeysError> {
         let ring = KeyRing::load(&sources, None)?;
         gauge!("loghaul_api_keys").set(ring.key_count() as f64);
         Ok(KeyStore {
             current: ArcSwap::from_pointee(ring),
             sources,
+            open_access,
         })
     }
 
@@ -59,9 +65,24 @@ impl KeyStore {
         self.current.load().is_open()
     }
 
-    /// The tenant of a presented key, counting failures in `loghaul_auth_failures_total{reason}`.
-    pub fn authenticate(&self, presented: Option<&[u8]>) -> Result<Tenant, AuthFailure> {
-        let outcome = self.current.load().authenticate(presented);
+    /// Whom the service serves while no key is configured.
+    pub fn open_access(&self) -> OpenAccess {
+        self.open_access
+    }
+
+    /// The tenant of a presented key, from a caller at `peer` (which only matters while no key is
+    /// configured), counting failures in `loghaul_auth_failures_total{reason}`.
+    pub fn authenticate(
+        &self,
+        presented: Option<&[u8]>,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Tenant, AuthFailure> {
+        let ring = self.current.load();
+        let outcome = if ring.is_open() && !self.open_access.admits(peer) {
+            Err(AuthFailure::NotLoopback)
+        } else {
+            ring.authenticate(presented)
+        };
         if let Err(failure) = &outcome {
             counter!("loghaul_auth_failures_total", "reason" => failure.as_str()).increment(1);
         }
@@ -69,39 +90,120 @@ impl KeyStore {
     }
 }
 
-/// Reloads `keys` on every SIGHUP until `stopping` is cancelled. A failed reload is logged (without
-/// any key) and counted, and the keys in force stay.
-pub async fn reload_on_sighup(keys: Arc<KeyStore>, stopping: tokio_util::sync::CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(hangups) => hangups,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot listen for SIGHUP; API keys reload only on restart");
-                return;
-            }
+/// Reloads `keys` on every SIGHUP and, looking every `poll` (when there is a keys file and `poll`
+/// is not zero), whenever the file's content changed, until `stopping` is cancelled. The content
+/// is compared, not the file's metadata: a Kubernetes Secret volume replaces its files by swapping
+/// a symlink, which leaves the path's own inode and events alone. A failed reload is logged
+/// (without any key) and counted, and the keys in force stay; a content that failed is not tried
+/// again until it changes.
+pub async fn reload_keys(keys: Arc<KeyStore>, poll: Duration, stopping: CancellationToken) {
+    let mut hangups = Hangups::listen();
+    let path = keys.sources.file.clone();
+    let mut ticks = (path.is_some() && !poll.is_zero()).then(|| {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + poll, poll);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    });
+    let mut file = FileLook::default();
+    loop {
+        let trigger = tokio::select! {
+            () = stopping.cancelled() => return,
+            () = hangups.next() => "sighup",
+            () = tick(&mut ticks) => "file_change",
         };
-        loop {
-            tokio::select! {
-                () = stopping.cancelled() => return,
-                received = hangups.recv() => if received.is_none() { return },
+        let mut changed_to = None;
+        if trigger == "file_change" {
+            let Some(path) = &path else { continue };
+            match file.new_content(&keys, path).await {
+                Some(digest) => changed_to = Some(digest),
+                None => continue,
             }
-            match keys.reload() {
-                Ok(ring) => tracing::info!(
-                    keys = ring.key_count(),
-                    tenants = ring.tenant_names().len(),
-                    "API keys reloaded"
-                ),
-                Err(err) => {
-                    tracing::error!(error = %err, "API keys reload failed; the previous keys stay in force")
-                }
+        }
+        match keys.reload() {
+            Ok(ring) => tracing::info!(
+                trigger,
+                keys = ring.key_count(),
+                tenants = ring.tenant_names().len(),
+                "API keys reloaded"
+            ),
+            Err(err) => {
+                file.refused = changed_to.or(file.refused);
+                tracing::error!(trigger, error = %err, "API keys reload failed; the previous keys stay in force")
             }
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = keys;
-        stopping.cancelled().await;
+}
+
+async fn tick(ticks: &mut Option<tokio::time::Interval>) {
+    match ticks {
+        Some(ticks) => {
+            ticks.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// What the poller remembers of the keys file between two looks.
+#[derive(Debug, Default)]
+struct FileLook {
+    /// A content whose reload failed.
+    refused: Option<[u8; 32]>,
+    /// The last look could not read the file (said once, not at every look).
+    unreadable: bool,
+}
+
+impl FileLook {
+    /// The digest of the file's content when it differs from the keys in force and from a
+    /// content already refused.
+    async fn new_content(&mut self, keys: &KeyStore, path: &Path) -> Option<[u8; 32]> {
+        let content = match tokio::fs::read(path).await {
+            Ok(content) => content,
+            Err(err) => {
+                if !self.unreadable {
+                    tracing::warn!(path = %path.display(), error = %err, "cannot read the API keys file; the keys in force stay");
+                }
+                self.unreadable = true;
+                return None;
+            }
+        };
+        self.unreadable = false;
+        let digest = super::keys::digest(&content);
+        let known = [keys.ring().file_digest(), self.refused];
+        (!known.contains(&Some(digest))).then_some(digest)
+    }
+}
+
+/// SIGHUP, where there is one.
+struct Hangups {
+    #[cfg(unix)]
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let signal = signal(SignalKind::hangup())
+                .inspect_err(|err| {
+                    tracing::error!(error = %err, "cannot listen for SIGHUP; API keys reload only when the keys file changes");
+                })
+                .ok();
+            Hangups { signal }
+        }
+        #[cfg(not(unix))]
+        Hangups {}
+    }
+
+    /// Resolves at the next SIGHUP; never, without them.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        if let Some(signal) = &mut self.signal {
+            if signal.recv().await.is_some() {
+                return;
+            }
+            self.signal = None;
+        }
+        std::future::pending().await
     }
 }

@@ -87,6 +87,16 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
     pub console_listen: OptionalListen,
 
+    /// How long the metrics and console listeners wait for a request's headers (also the most a
+    /// kept-alive connection may sit idle) before they close the connection.
+    #[arg(long, env = "LOGHAUL_HTTP_HEADER_READ_TIMEOUT", default_value = "10s")]
+    pub http_header_read_timeout: HumanDuration,
+
+    /// Connections the metrics listener, and separately the console listener, keep open at once;
+    /// one more is closed as soon as it is accepted.
+    #[arg(long, env = "LOGHAUL_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
+    pub http_max_connections: u32,
+
     /// Where logs are stored: sqlite://FILE (created if missing) or postgres://USER@HOST/DB.
     #[arg(
         long,
@@ -178,15 +188,26 @@ pub struct ServeConfig {
     pub log_format: LogFormat,
 
     /// TOML file mapping API keys to tenants (`[keys]` "KEY" = "TENANT") with optional per-tenant
-    /// limits (`[tenants.NAME]` records-per-second, bytes-per-second, burst); re-read on SIGHUP.
+    /// limits (`[tenants.NAME]` records-per-second, bytes-per-second, burst); re-read on SIGHUP
+    /// and when its content changes.
     #[arg(long, env = "LOGHAUL_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
+    /// How often --api-keys-file is checked for new content, which is then loaded as on SIGHUP
+    /// (so a key rotated in a mounted Secret takes effect without a restart); 0s: only on SIGHUP.
+    #[arg(long, env = "LOGHAUL_API_KEYS_RELOAD_INTERVAL", default_value = "5s")]
+    pub api_keys_reload_interval: HumanDuration,
+
     /// API keys as `key1=tenant_a,key2=tenant_b` (prefer the environment variable or the keys
-    /// file: flags show in process lists). With no keys at all the service is open as tenant
-    /// "default".
+    /// file: flags show in process lists). With no keys at all every call is tenant "default",
+    /// and only loopback clients are served unless --allow-unauthenticated.
     #[arg(long, env = "LOGHAUL_API_KEYS", hide_env_values = true)]
     pub api_keys: Option<Secret>,
+
+    /// With no API keys, serve clients on other machines too (as tenant "default"); without this
+    /// a keyless service refuses them with PERMISSION_DENIED. No effect when keys are configured.
+    #[arg(long, env = "LOGHAUL_ALLOW_UNAUTHENTICATED", default_value_t = false)]
+    pub allow_unauthenticated: bool,
 
     /// Records per second each tenant may send, unless its keys-file entry says otherwise; 0: unlimited.
     #[arg(long, env = "LOGHAUL_TENANT_RECORDS_PER_SECOND", default_value_t = 0.0)]
@@ -314,6 +335,11 @@ impl ServeConfig {
             if clashes {
                 return fail("--console-listen must differ from --listen and --metrics-listen");
             }
+        }
+        if self.http_header_read_timeout.0.is_zero() || self.http_max_connections == 0 {
+            return fail(
+                "--http-header-read-timeout must be above 0s and --http-max-connections at least 1",
+            );
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return fail("--tls-cert and --tls-key go together");

@@ -11,13 +11,14 @@
 //! the console reads the event stream through `fetch`, which can (see `assets/app.js`).
 
 use std::convert::Infallible;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -32,12 +33,16 @@ use crate::query;
 /// is noticed.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// The caller's address, which the listener puts into every request.
+type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+
 impl ConsoleState {
-    /// The caller's tenant. Without configured keys the service is open (as on gRPC), and then only
-    /// requests addressed to a loopback name or an IP address are served: a web page elsewhere
-    /// cannot point a name of its own at the console (DNS rebinding) and read the logs through the
-    /// reader's browser. With keys, a page elsewhere has no key to send.
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Tenant, ApiError> {
+    /// The caller's tenant. Without configured keys the service is open as on gRPC (to loopback
+    /// callers only, unless `--allow-unauthenticated`), and then only requests addressed to a
+    /// loopback name or an IP address are served: a web page elsewhere cannot point a name of its
+    /// own at the console (DNS rebinding) and read the logs through the reader's browser. With
+    /// keys, a page elsewhere has no key to send.
+    fn authenticate(&self, headers: &HeaderMap, peer: Peer) -> Result<Tenant, ApiError> {
         if self.keys.is_open() {
             if let Some(host) = headers.get(header::HOST) {
                 let host = host.to_str().unwrap_or_default();
@@ -49,7 +54,8 @@ impl ConsoleState {
             }
         }
         let presented = headers.get(API_KEY_HEADER).map(|value| value.as_bytes());
-        Ok(self.keys.authenticate(presented)?)
+        let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+        Ok(self.keys.authenticate(presented, peer)?)
     }
 }
 
@@ -71,9 +77,10 @@ fn is_local_or_ip(host: &str) -> bool {
 /// `GET /api/v1/session`: who the key belongs to.
 pub async fn session(
     State(state): State<ConsoleState>,
+    peer: Peer,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = state.authenticate(&headers)?;
+    let tenant = state.authenticate(&headers, peer)?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"tenant": tenant.name().as_ref(), "open": state.keys.is_open()}),
@@ -83,10 +90,11 @@ pub async fn session(
 /// `GET /api/v1/logs`: one page of the tenant's records, newest first.
 pub async fn logs(
     State(state): State<ConsoleState>,
+    peer: Peer,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let tenant = state.authenticate(&headers)?;
+    let tenant = state.authenticate(&headers, peer)?;
     let params = Params::parse(raw.as_deref(), true).map_err(ApiError::BadRequest)?;
     let page = query::search(&state.reader, tenant.name(), params.query_request()).await?;
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
@@ -102,10 +110,11 @@ pub async fn logs(
 /// and `error` with `{"error": …}` before the stream ends.
 pub async fn tail(
     State(state): State<ConsoleState>,
+    peer: Peer,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let tenant = state.authenticate(&headers)?;
+    let tenant = state.authenticate(&headers, peer)?;
     let mut params = Params::parse(raw.as_deref(), false).map_err(ApiError::BadRequest)?;
     if params.cursor.is_empty() {
         if let Some(last) = headers.get("last-event-id") {
@@ -158,9 +167,10 @@ pub async fn tail(
 /// `GET /api/v1/health`: the snapshot the Health view charts.
 pub async fn health(
     State(state): State<ConsoleState>,
+    peer: Peer,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = state.authenticate(&headers)?;
+    let tenant = state.authenticate(&headers, peer)?;
     Ok(json_response(
         StatusCode::OK,
         &state.health.snapshot(tenant.name()),

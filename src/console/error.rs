@@ -10,7 +10,7 @@ use crate::error::QueryError;
 /// Why an API call was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// Missing or unknown key.
+    /// Missing or unknown key, or a caller a keyless service does not serve.
     #[error(transparent)]
     Unauthorized(#[from] AuthFailure),
     /// A parameter that cannot be parsed.
@@ -28,6 +28,7 @@ impl ApiError {
     /// The HTTP status of the error.
     pub fn status(&self) -> StatusCode {
         match self {
+            ApiError::Unauthorized(AuthFailure::NotLoopback) => StatusCode::FORBIDDEN,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyStore;
 use crate::query::tail::TailConfig;
+use crate::serve_http::{serve_http, HttpLimits};
 use crate::storage::reader::Reader;
 use health::HealthSource;
 
@@ -105,9 +106,8 @@ async fn count(request: Request, next: Next) -> Response {
 pub async fn serve(
     listener: TcpListener,
     state: ConsoleState,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_http(listener, router(state), limits, "console", shutdown).await
 }

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 
 use super::readiness::Readiness;
 use crate::pipeline::Ingress;
+use crate::serve_http::{serve_http, HttpLimits};
 
 #[derive(Clone)]
 struct Probes {
@@ -30,6 +31,7 @@ pub async fn serve(
     readiness: Arc<Readiness>,
     ingress: Ingress,
     backend: &'static str,
+    limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Histograms and summaries are kept in buckets that the exporter rolls over in upkeep; with our
@@ -55,9 +57,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = serve_http(listener, app, limits, "metrics", shutdown).await;
     upkeep.abort();
     served
 }

@@ -2,7 +2,7 @@
 //!
 //! Names follow Prometheus conventions (`loghaul_` prefix, `_total`, `_seconds`, `_bytes`); labels
 //! are bounded by construction: `shard` by the shard count, `reason`/`kind`/`resource`/`outcome`/
-//! `trigger` by enums in the code.
+//! `trigger` by enums in the code, `listener` by the two HTTP listeners.
 
 use std::sync::OnceLock;
 
@@ -163,7 +163,7 @@ fn describe() {
     describe_counter!(
         "loghaul_api_keys_reloads_total",
         Unit::Count,
-        "API key reloads (SIGHUP), by outcome: ok, failed (the previous keys stay)."
+        "API key reloads (SIGHUP or a changed keys file), by outcome: ok, failed (the previous keys stay)."
     );
     describe_counter!(
         "loghaul_rate_limited_total",
@@ -194,6 +194,21 @@ fn describe() {
         "loghaul_console_requests_total",
         Unit::Count,
         "Console requests answered, by endpoint (logs, tail, health, session, other_api, page) and HTTP status."
+    );
+    describe_gauge!(
+        "loghaul_http_connections",
+        Unit::Count,
+        "Connections open now on an HTTP listener (metrics, console)."
+    );
+    describe_counter!(
+        "loghaul_http_connections_refused_total",
+        Unit::Count,
+        "Connections an HTTP listener (metrics, console) closed on accept because --http-max-connections were open."
+    );
+    describe_counter!(
+        "loghaul_http_header_timeouts_total",
+        Unit::Count,
+        "Connections an HTTP listener (metrics, console) closed because no complete request headers came within --http-header-read-timeout."
     );
     describe_counter!(
         "loghaul_retention_runs_total",

@@ -21,7 +21,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
 use crate::auth::keys::{KeySources, KeysError};
-use crate::auth::{AuthLayer, KeyStore};
+use crate::auth::{AuthLayer, KeyStore, OpenAccess};
 use crate::config::{ConfigError, ServeConfig};
 use crate::console::health::HealthSource;
 use crate::console::ConsoleState;
@@ -33,6 +33,7 @@ use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
 use crate::query::tail::TailConfig;
 use crate::retention::RetentionConfig;
+use crate::serve_http::HttpLimits;
 use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
 use ingest::IngestService;
@@ -157,7 +158,10 @@ pub async fn run(
         )?),
         _ => None,
     };
-    let keys = Arc::new(KeyStore::load(KeySources::from_config(&config))?);
+    let keys = Arc::new(KeyStore::load(
+        KeySources::from_config(&config),
+        OpenAccess::from_config(&config),
+    )?);
     let metrics_handle = metrics::handle();
     let shards = config.shard_count();
     let pool = PoolOptions {
@@ -173,16 +177,7 @@ pub async fn run(
     let store = Store::connect(&config.database_url, pool).await?;
     store.migrate().await?;
     tracing::info!(backend = store.backend(), url = %redact_url(&config.database_url), "store ready");
-    if keys.is_open() {
-        tracing::warn!("no API keys are configured: the service is open to anyone who can reach it, and every record is stored as tenant \"default\"");
-    } else {
-        let ring = keys.ring();
-        tracing::info!(
-            keys = ring.key_count(),
-            tenants = ring.tenant_names().len(),
-            "API keys loaded"
-        );
-    }
+    log_access(&keys);
     let retention = RetentionConfig::from_config(&config);
     // Not fatal: replicas starting together may race on the same CREATE (one of them errors), and
     // until a partition exists its rows go to the default partition. The first retention run,
@@ -234,8 +229,9 @@ pub async fn run(
     let query = QueryService::server(reader.clone(), &config, draining.clone());
 
     let stopping = CancellationToken::new();
-    let reload = tokio::spawn(crate::auth::store::reload_on_sighup(
+    let reload = tokio::spawn(crate::auth::store::reload_keys(
         Arc::clone(&keys),
+        config.api_keys_reload_interval.0,
         stopping.clone(),
     ));
     let retention_task = tokio::spawn(crate::retention::run(
@@ -244,7 +240,7 @@ pub async fn run(
         stopping.clone(),
     ));
     let probe = tokio::spawn(probe_store(
-        store.clone(),
+        reader.clone(),
         Arc::clone(&readiness),
         health.clone(),
         stopping.clone(),
@@ -273,7 +269,12 @@ pub async fn run(
                     () = stop.cancelled() => {}
                 }
             };
-            let task = tokio::spawn(crate::console::serve(listener, state, shutdown));
+            let task = tokio::spawn(crate::console::serve(
+                listener,
+                state,
+                HttpLimits::from_config(&config),
+                shutdown,
+            ));
             Some((addr, task))
         }
         None => None,
@@ -287,6 +288,7 @@ pub async fn run(
         Arc::clone(&readiness),
         pipeline.ingress(),
         store.backend(),
+        HttpLimits::from_config(&config),
         stopping.clone().cancelled_owned(),
     ));
     let grpc_addr = grpc_listener.local_addr()?;
@@ -347,9 +349,10 @@ pub async fn run(
     stopping.cancel();
     let _ = retention_task.await;
     let _ = reload.await;
+    // The probe reads through the reader: it ends before the pool closes under it.
+    let _ = probe.await;
     reader.close().await;
     store.close().await;
-    let _ = probe.await;
     if let Some((_, mut task)) = console {
         // Its tails ended with the drain; a browser holding a connection open must not hold up
         // the exit.
@@ -369,9 +372,37 @@ pub async fn run(
     served.map_err(ServeError::from)
 }
 
-/// Probes the store so readiness reflects it even when no writes are flowing.
+/// Says at start-up whom the service serves, loudly when it is without keys.
+fn log_access(keys: &KeyStore) {
+    match (keys.is_open(), keys.open_access()) {
+        (true, OpenAccess::LoopbackOnly) => tracing::warn!(
+            mode = "loopback-only",
+            "no API keys are configured: only clients on this machine (loopback) are served, as tenant \"default\"; configure keys with --api-keys or --api-keys-file, or pass --allow-unauthenticated to serve clients elsewhere"
+        ),
+        (true, OpenAccess::Anyone) => tracing::warn!(
+            mode = "open",
+            "no API keys are configured and --allow-unauthenticated is set: the service is open to anyone who can reach it, and every record is stored as tenant \"default\""
+        ),
+        (false, access) => {
+            let ring = keys.ring();
+            tracing::info!(
+                mode = "api-keys",
+                keys = ring.key_count(),
+                tenants = ring.tenant_names().len(),
+                "API keys loaded"
+            );
+            if access == OpenAccess::Anyone {
+                tracing::warn!("--allow-unauthenticated has no effect: API keys are configured, and every call needs one");
+            }
+        }
+    }
+}
+
+/// Probes the store so readiness reflects it even when no writes are flowing. Through the read
+/// pool, never the writers' connections: a probe that waits behind a long write (SQLite has one
+/// writer) would take a healthy replica out of its Service.
 async fn probe_store(
-    store: Store,
+    reader: Reader,
     readiness: Arc<Readiness>,
     health: tonic_health::server::HealthReporter,
     stopping: CancellationToken,
@@ -384,7 +415,7 @@ async fn probe_store(
             _ = every.tick() => {}
         }
         let up = matches!(
-            tokio::time::timeout(STORE_PROBE_INTERVAL, store.ping()).await,
+            tokio::time::timeout(STORE_PROBE_INTERVAL, reader.ping()).await,
             Ok(Ok(()))
         );
         readiness.set_store_up(up);

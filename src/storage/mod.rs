@@ -235,14 +235,6 @@ impl Store {
         }
     }
 
-    /// A cheap round trip, for readiness.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Store::Postgres(store) => store.ping().await,
-            Store::Sqlite(store) => store.ping().await,
-        }
-    }
-
     /// Closes every connection, waiting for those in use.
     pub async fn close(&self) {
         match self {

@@ -210,14 +210,6 @@ impl PostgresStore {
         .await
     }
 
-    pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(|err| StoreError::Unavailable(err.to_string()))
-    }
-
     pub(super) async fn close(&self) {
         self.pool.close().await;
     }

@@ -287,6 +287,14 @@ impl PgReader {
         Ok((fresh, more))
     }
 
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|err| StoreError::Unavailable(err.to_string()))
+    }
+
     pub(super) async fn close(&self) {
         self.pool.close().await;
     }

@@ -185,6 +185,14 @@ impl SqliteReader {
         Ok((rows, more))
     }
 
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(unavailable)
+    }
+
     pub(super) async fn close(&self) {
         self.pool.close().await;
     }

@@ -127,6 +127,15 @@ impl Reader {
         }
     }
 
+    /// A cheap round trip, for readiness. On a connection of the read pool: SQLite has a single
+    /// writer connection, and a probe queued behind a long write would call the store down.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Reader::Postgres(reader) => reader.ping().await,
+            Reader::Sqlite(reader) => reader.ping().await,
+        }
+    }
+
     /// Closes the pool.
     pub async fn close(&self) {
         match self {

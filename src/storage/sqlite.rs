@@ -254,14 +254,6 @@ impl SqliteStore {
         .await
     }
 
-    pub(super) async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(|err| StoreError::Unavailable(err.to_string()))
-    }
-
     pub(super) async fn close(&self) {
         self.pool.close().await;
         // Last, so that its connection is the last one closed and SQLite folds the WAL back in.

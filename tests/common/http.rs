@@ -166,3 +166,52 @@ impl EventStream {
         found
     }
 }
+
+/// Reads until the server closes `stream` (a reset counts) and returns what it sent before;
+/// panics if the connection is still open after `limit`.
+pub async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut sent = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Err(_) => panic!(
+                "the connection is still open after {limit:?}; received {:?}",
+                String::from_utf8_lossy(&sent)
+            ),
+            Ok(Ok(0)) | Ok(Err(_)) => return sent,
+            Ok(Ok(read)) => sent.extend_from_slice(&buffer[..read]),
+        }
+    }
+}
+
+/// Opens a kept-alive HTTP/1.1 connection and has one `GET path` answered on it; `None` when
+/// the server closed the connection instead of answering.
+pub async fn kept_alive(addr: SocketAddr, path: &str) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut text = String::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .filter_map(|line| line.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, value)| value.trim().parse::<usize>().ok())
+                .expect("a content-length");
+            if body.len() >= length {
+                assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+                return Some(stream);
+            }
+        }
+        let read = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buffer))
+            .await
+            .expect("an answer or a close within 30 s");
+        match read {
+            Ok(0) | Err(_) => return None,
+            Ok(read) => text.push_str(&String::from_utf8_lossy(&buffer[..read])),
+        }
+    }
+}

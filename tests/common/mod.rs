@@ -264,9 +264,14 @@ pub struct TestServer {
 impl TestServer {
     /// Starts `loghaul::server::run` on ephemeral loopback ports and waits until it answers.
     pub async fn start(config: ServeConfig) -> TestServer {
-        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        TestServer::start_on(config, std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Like [`TestServer::start`], with gRPC and the console on `ip` (metrics stay on loopback).
+    pub async fn start_on(config: ServeConfig, ip: std::net::IpAddr) -> TestServer {
+        let grpc_listener = TcpListener::bind((ip, 0)).await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let console_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let console_listener = TcpListener::bind((ip, 0)).await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
         let console = console_listener.local_addr().unwrap();
@@ -355,6 +360,34 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
         .map(|(_, body)| body.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// An address of this machine that is not loopback, so that a client connecting to it is seen as
+/// coming from another machine without any traffic leaving this one; `None` (after a loud
+/// message) when the machine has only loopback.
+pub fn non_loopback_address(test: &str) -> Option<std::net::IpAddr> {
+    let listed = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .ok()
+        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+        .unwrap_or_default();
+    let found = listed
+        .split_whitespace()
+        .filter_map(|word| word.parse::<std::net::IpAddr>().ok())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        // An IPv6 link-local address needs a scope id to connect to.
+        .find(
+            |ip| !matches!(ip, std::net::IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80),
+        );
+    if found.is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "*** SKIPPED {test}: this machine has no address but loopback (hostname -I) ***"
+        );
+    }
+    found
 }
 
 /// A loopback address no one listens on now (bound, then released), for a server started later.

@@ -23,7 +23,7 @@ pub fn assert_success(output: &Output) {
 }
 
 /// `loghaul serve` with gRPC and metrics on ephemeral loopback ports, the console off, and no API
-/// keys taken from the developer's environment.
+/// keys (nor --allow-unauthenticated) taken from the developer's environment.
 pub fn serve_command() -> Command {
     serve_command_at(EPHEMERAL, "off")
 }
@@ -35,7 +35,8 @@ pub fn serve_command_at(listen: &str, console: &str) -> Command {
     command
         .args(["serve", "--listen", listen, "--metrics-listen", EPHEMERAL])
         .args(["--console-listen", console])
-        .env_remove("LOGHAUL_API_KEYS");
+        .env_remove("LOGHAUL_API_KEYS")
+        .env_remove("LOGHAUL_ALLOW_UNAUTHENTICATED");
     command
 }
 

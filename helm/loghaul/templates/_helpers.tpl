@@ -68,9 +68,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (not .Values.database.existingSecret) (hasPrefix "sqlite:" $url) }}sqlite{{ else }}postgres{{ end }}
 {{- end }}
 
-{{/* "true" when the chart creates its own Secret (database URL and/or API keys), else "". */}}
+{{/* "true" when the chart creates the Secret with the database URL, else "". */}}
 {{- define "loghaul.createSecret" -}}
-{{- if or (not .Values.database.existingSecret) (and .Values.apiKeys (not .Values.apiKeysExistingSecret)) }}true{{ end }}
+{{- if not .Values.database.existingSecret }}true{{ end }}
 {{- end }}
 
 {{- define "loghaul.databaseSecretName" -}}
@@ -81,30 +81,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.database.existingSecret }}{{ .Values.database.existingSecretKey }}{{ else }}database-url{{ end }}
 {{- end }}
 
-{{/* "true" when LOGHAUL_API_KEYS is set from a Secret. */}}
-{{- define "loghaul.hasApiKeys" -}}
-{{- if or .Values.apiKeys .Values.apiKeysExistingSecret }}true{{ end }}
+{{/* "true" when the chart generates the API key (neither apiKeys nor apiKeysExistingSecret is set). */}}
+{{- define "loghaul.generatesApiKey" -}}
+{{- if not (or .Values.apiKeys .Values.apiKeysExistingSecret) }}true{{ end }}
 {{- end }}
 
+{{/* The Secret whose keys file the pods mount: apiKeysExistingSecret, or the chart's own. */}}
 {{- define "loghaul.apiKeysSecretName" -}}
-{{- default (include "loghaul.fullname" .) .Values.apiKeysExistingSecret }}
+{{- default (printf "%s-api-keys" (include "loghaul.fullname" .)) .Values.apiKeysExistingSecret }}
 {{- end }}
 
 {{- define "loghaul.apiKeysSecretKey" -}}
-{{- if .Values.apiKeysExistingSecret }}{{ .Values.apiKeysExistingSecretKey }}{{ else }}api-keys{{ end }}
+{{- if .Values.apiKeysExistingSecret }}{{ .Values.apiKeysExistingSecretKey }}{{ else }}keys.toml{{ end }}
 {{- end }}
 
-{{/* apiKeys rendered as LOGHAUL_API_KEYS: "key1=tenant_a,key2=tenant_b", sorted by key. */}}
-{{- define "loghaul.apiKeysValue" -}}
-{{- $pairs := list }}
-{{- range $key := keys .Values.apiKeys | sortAlpha }}
-{{- $tenant := toString (get $.Values.apiKeys $key) }}
-{{- if or (contains "," $key) (contains "=" $key) (contains "," $tenant) (contains "=" $tenant) (not $tenant) }}
-{{- fail (printf "loghaul: apiKeys entry %q: keys and tenants must be non-empty and contain no ',' or '='" $key) }}
+{{/* Where the keys file is mounted; the directory, not the file, so Secret updates reach it. */}}
+{{- define "loghaul.apiKeysDir" -}}/etc/loghaul-keys{{- end }}
+
+{{/* A keys file (`loghaul serve --api-keys-file`) mapping each key of the dict `keys` to its tenant. */}}
+{{- define "loghaul.apiKeysToml" -}}
+# API key -> tenant, rendered by the Helm chart. Pods reload this file when it changes.
+[keys]
+{{- range $key := keys . | sortAlpha }}
+{{- $tenant := toString (get $ $key) }}
+{{- if not $tenant }}
+{{- fail (printf "loghaul: apiKeys entry %q has an empty tenant" $key) }}
 {{- end }}
-{{- $pairs = append $pairs (printf "%s=%s" $key $tenant) }}
+{{ toJson $key }} = {{ toJson $tenant }}
 {{- end }}
-{{- join "," $pairs }}
 {{- end }}
 
 {{/* terminationGracePeriodSeconds: the service's shutdown-grace plus preStop sleep plus a margin for the final flush. */}}
@@ -125,7 +129,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "loghaul.configToml" -}}
 {{- $c := .Values.config -}}
 # loghaul serve --config file, rendered by the Helm chart. Keys are the flag names.
-# The database URL and API keys come from the environment (Secret), not from here.
+# The database URL comes from the environment and the API keys from a mounted file (Secrets), not from here.
 listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.grpc) | toJson }}
 metrics-listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.metrics) | toJson }}
 shards = {{ int64 $c.shards }}
@@ -152,6 +156,9 @@ retention-interval = {{ toString $c.retentionInterval | toJson }}
 dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
+api-keys-reload-interval = {{ toString $c.apiKeysReloadInterval | toJson }}
+http-header-read-timeout = {{ toString $c.httpHeaderReadTimeout | toJson }}
+http-max-connections = {{ int64 $c.httpMaxConnections }}
 console-listen = {{ toString $c.consoleListen | toJson }}
 {{- if .Values.tls.enabled }}
 tls-cert = "/etc/loghaul-tls/tls.crt"

@@ -1,0 +1,148 @@
+//! The accept loop of the service's HTTP listeners (metrics and probes, the console): axum routers
+//! served over HTTP/1.1 by hyper with a deadline for request headers and a cap on open
+//! connections, so clients that connect and never finish a request cannot pile up.
+//!
+//! `axum::serve` has neither knob, which is why the loop is here.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use metrics::{counter, gauge};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::config::ServeConfig;
+
+/// What one HTTP listener tolerates from its clients.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// How long a connection may take to send a request's headers, counted from the connection
+    /// (or the previous response) on; hyper closes it after that.
+    pub header_read_timeout: Duration,
+    /// Connections open at once; one more is closed as soon as it is accepted.
+    pub max_connections: u32,
+}
+
+impl HttpLimits {
+    /// The limits `loghaul serve` was configured with.
+    pub fn from_config(config: &ServeConfig) -> Self {
+        HttpLimits {
+            header_read_timeout: config.http_header_read_timeout.0,
+            max_connections: config.http_max_connections,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets the open connections finish
+/// their request in flight and waits for them. `name` labels the listener's metrics
+/// (`loghaul_http_*{listener}`), so it must be one of a few fixed names. Handlers can read the
+/// peer address with axum's `ConnectInfo<SocketAddr>`.
+pub async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    name: &'static str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let closing = CancellationToken::new();
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    accept_failed(err, name).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Dropping the stream closes it: a client over the limit learns at once, instead of
+            // waiting in a queue that would itself be unbounded.
+            counter!("loghaul_http_connections_refused_total", "listener" => name).increment(1);
+            continue;
+        };
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            app.clone(),
+            builder.clone(),
+            closing.clone(),
+            slot,
+            name,
+        ));
+    }
+    drop(listener);
+    closing.cancel();
+    // Every connection holds a slot until it ends: holding all of them means none is left.
+    let _all = slots
+        .acquire_many(limits.max_connections)
+        .await
+        .expect("the semaphore is never closed");
+    Ok(())
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    builder: http1::Builder,
+    closing: CancellationToken,
+    _slot: OwnedSemaphorePermit,
+    name: &'static str,
+) {
+    let open = gauge!("loghaul_http_connections", "listener" => name);
+    open.increment(1.0);
+    let service = app.map_request(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        request
+    });
+    let connection =
+        builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+    tokio::pin!(connection);
+    let outcome = tokio::select! {
+        outcome = connection.as_mut() => outcome,
+        () = closing.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(err) = outcome {
+        if err.is_timeout() {
+            counter!("loghaul_http_header_timeouts_total", "listener" => name).increment(1);
+        } else {
+            tracing::debug!(listener = name, error = %err, "HTTP connection ended with an error");
+        }
+    }
+    open.decrement(1.0);
+}
+
+/// Per-connection failures (the peer gave up before it was accepted) are not the listener's;
+/// anything else (out of file descriptors, say) would fail again at once, so it waits a little.
+async fn accept_failed(err: std::io::Error, name: &'static str) {
+    use std::io::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(listener = name, error = %err, "cannot accept HTTP connections; retrying in 1s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
