@@ -59,7 +59,8 @@ struct MigrateArgs {
     #[arg(
         long,
         env = "LOGHAUL_DATABASE_URL",
-        default_value = "sqlite://loghaul.db"
+        default_value = "sqlite://loghaul.db",
+        hide_env_values = true
     )]
     database_url: String,
 }

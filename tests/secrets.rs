@@ -150,17 +150,32 @@ async fn passwords_and_keys_never_appear_in_logs_or_errors() {
     );
     output.push(metrics);
 
-    // `--help` shows each option's environment variable, never its value.
-    let help = serve_command()
-        .arg("--help")
-        .env("LOGHAUL_DATABASE_URL", &url)
-        .env("LOGHAUL_API_KEYS", &inline_env)
-        .output()
-        .unwrap();
-    assert!(help.status.success());
-    let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("LOGHAUL_DATABASE_URL"), "{help}");
-    output.extend(help.lines().map(str::to_owned));
+    // `--help` shows each option's environment variable, never its value, in every command.
+    for command in [
+        "serve",
+        "migrate",
+        "send",
+        "bench",
+        "query",
+        "tail",
+        "bench-query",
+        "bench-shipper",
+        "chaos",
+    ] {
+        let help = std::process::Command::new(common::process::BINARY)
+            .args([command, "--help"])
+            .env("LOGHAUL_DATABASE_URL", &url)
+            .env("LOGHAUL_API_KEYS", &inline_env)
+            .env("LOGHAUL_API_KEY", &good)
+            .output()
+            .unwrap();
+        assert!(help.status.success(), "{command} --help failed");
+        output.extend(
+            String::from_utf8_lossy(&help.stdout)
+                .lines()
+                .map(|line| format!("{command} --help: {line}")),
+        );
+    }
 
     for (what, value) in [
         ("the database password", &password),

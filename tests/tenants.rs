@@ -3,13 +3,9 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::http::get;
-use common::{config, push_as, query_all, record, with_key, Backend, TestDb, TestServer};
-use loghaul::proto::v1::log_ingest_client::LogIngestClient;
-use loghaul::proto::v1::log_query_client::LogQueryClient;
+use common::{config, push_as, query_all, record, with_key, TestDb, TestServer};
 use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
@@ -262,116 +258,3 @@ async fn one_noisy_tenant_does_not_slow_the_others(db: &TestDb) {
     server.stop().await;
 }
 on_both_backends!(noisy_tenant, one_noisy_tenant_does_not_slow_the_others);
-
-/// Without keys the service serves loopback callers as tenant "default" and refuses callers from
-/// elsewhere (here: this machine's own non-loopback address) on gRPC and on the console, with a
-/// message saying how to configure keys; --allow-unauthenticated serves them too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_keys_only_loopback_callers_are_served() {
-    let Some(outside) = common::non_loopback_address("protected_mode") else {
-        return;
-    };
-    let (everywhere, loopback): (IpAddr, IpAddr) = match outside {
-        IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED.into(), Ipv4Addr::LOCALHOST.into()),
-        IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED.into(), Ipv6Addr::LOCALHOST.into()),
-    };
-    let db = TestDb::create(Backend::Sqlite, "protected_mode")
-        .await
-        .unwrap();
-    let server = TestServer::start_on(config(&db), everywhere).await;
-
-    let mut local = LogIngestClient::connect(grpc_of(&server, loopback))
-        .await
-        .unwrap();
-    let pushed = push_as(&mut local, "", vec![vec![record("local")]]).await;
-    assert_eq!(
-        pushed.unwrap().accepted,
-        1,
-        "the quick start on one machine works"
-    );
-    assert_eq!(
-        get(console_of(&server, loopback), "/api/v1/session", "", &[])
-            .await
-            .status,
-        200
-    );
-
-    let mut remote = LogIngestClient::connect(grpc_of(&server, outside))
-        .await
-        .unwrap();
-    let refused = push_as(&mut remote, "", vec![vec![record("remote")]])
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
-    for hint in ["--api-keys", "--api-keys-file", "--allow-unauthenticated"] {
-        assert!(refused.message().contains(hint), "{refused:?}");
-    }
-    let mut query = LogQueryClient::connect(grpc_of(&server, outside))
-        .await
-        .unwrap();
-    let queried = query.query(QueryRequest::default()).await.unwrap_err();
-    assert_eq!(queried.code(), Code::PermissionDenied, "{queried:?}");
-    let mut otlp = LogsServiceClient::connect(grpc_of(&server, outside))
-        .await
-        .unwrap();
-    let exported = otlp
-        .export(ExportLogsServiceRequest::default())
-        .await
-        .unwrap_err();
-    assert_eq!(exported.code(), Code::PermissionDenied, "{exported:?}");
-    // Kubernetes probes come from the node, not from loopback: health stays open.
-    let channel = tonic::transport::Endpoint::from_shared(grpc_of(&server, outside))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut health = HealthClient::new(channel);
-    let status = health.check(HealthCheckRequest::default()).await.unwrap();
-    assert_eq!(status.into_inner().status, 1, "SERVING");
-    let answer = get(console_of(&server, outside), "/api/v1/session", "", &[]).await;
-    assert_eq!(answer.status, 403, "{}", answer.body);
-    assert!(
-        answer.body.contains("--allow-unauthenticated"),
-        "{}",
-        answer.body
-    );
-
-    let metrics = server.metrics().await;
-    assert!(
-        metrics.contains("loghaul_auth_failures_total{reason=\"not_loopback\"}"),
-        "{metrics}"
-    );
-    server.stop().await;
-    assert_eq!(
-        db.query_scalar("SELECT count(*) FROM logs WHERE tenant = 'default' AND message = 'local'")
-            .await,
-        1
-    );
-    assert_eq!(db.count().await, 1, "nothing from elsewhere was stored");
-
-    let mut settings = config(&db);
-    settings.allow_unauthenticated = true;
-    let server = TestServer::start_on(settings, everywhere).await;
-    let mut remote = LogIngestClient::connect(grpc_of(&server, outside))
-        .await
-        .unwrap();
-    let pushed = push_as(&mut remote, "", vec![vec![record("remote")]]).await;
-    assert_eq!(
-        pushed.unwrap().accepted,
-        1,
-        "--allow-unauthenticated serves everyone"
-    );
-    let answer = get(console_of(&server, outside), "/api/v1/session", "", &[]).await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    server.stop().await;
-}
-
-/// The server's gRPC endpoint at `ip` (it listens on every address).
-fn grpc_of(server: &TestServer, ip: IpAddr) -> String {
-    format!("http://{}", SocketAddr::new(ip, server.grpc.port()))
-}
-
-/// The server's console at `ip`.
-fn console_of(server: &TestServer, ip: IpAddr) -> SocketAddr {
-    SocketAddr::new(ip, server.console.port())
-}

@@ -116,6 +116,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::super::keys::KeySources;
+    use super::super::OpenAccess;
     use super::*;
 
     #[test]
@@ -130,5 +132,86 @@ mod tests {
             "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
         ));
         assert!(!is_exempt("/grpc.health.v1.HealthX/Check"));
+    }
+
+    /// Calls `path` through the layer of a keyless service as a TCP peer at `peer`; returns the
+    /// gRPC status the layer answered with, or `None` when the call reached the service.
+    async fn call_as(access: OpenAccess, path: &str, peer: &str) -> Option<(String, String)> {
+        let store = Arc::new(KeyStore::load(KeySources::default(), access).unwrap());
+        let inner = tower::service_fn(|_request: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::default()))
+        });
+        let mut service = AuthLayer::new(store).layer(inner);
+        let mut request = http::Request::builder().uri(path).body(()).unwrap();
+        request
+            .extensions_mut()
+            .insert(tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: Some(peer.parse().unwrap()),
+            });
+        let response = Service::call(&mut service, request).await.unwrap();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_owned())
+        };
+        header("grpc-status").map(|code| (code, header("grpc-message").unwrap_or_default()))
+    }
+
+    /// The peer address is what tonic attaches to each request; no traffic from another
+    /// machine is needed to see the layer refuse one.
+    #[tokio::test]
+    async fn a_keyless_service_serves_loopback_and_refuses_other_peers() {
+        const PUSH: &str = "/loghaul.v1.LogIngest/Push";
+        for peer in ["127.0.0.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
+            assert_eq!(call_as(OpenAccess::LoopbackOnly, PUSH, peer).await, None);
+        }
+        let refused = call_as(OpenAccess::LoopbackOnly, PUSH, "203.0.113.9:5000").await;
+        let (code, message) = refused.expect("a remote peer is refused");
+        assert_eq!(code, (tonic::Code::PermissionDenied as i32).to_string());
+        let message = percent_decoded(&message);
+        for hint in ["--api-keys", "--api-keys-file", "--allow-unauthenticated"] {
+            assert!(message.contains(hint), "{message}");
+        }
+        for path in [
+            "/loghaul.v1.LogQuery/Query",
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+        ] {
+            assert!(call_as(OpenAccess::LoopbackOnly, path, "[2001:db8::7]:1")
+                .await
+                .is_some());
+        }
+        // Kubernetes probes come from the node, not from loopback: health stays open.
+        let health = "/grpc.health.v1.Health/Check";
+        assert_eq!(
+            call_as(OpenAccess::LoopbackOnly, health, "203.0.113.9:5000").await,
+            None
+        );
+        assert_eq!(
+            call_as(OpenAccess::Anyone, PUSH, "203.0.113.9:5000").await,
+            None,
+            "--allow-unauthenticated serves everyone"
+        );
+    }
+
+    /// gRPC percent-encodes `grpc-message`.
+    fn percent_decoded(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            match (bytes[at], text.get(at + 1..at + 3)) {
+                (b'%', Some(hex)) if u8::from_str_radix(hex, 16).is_ok() => {
+                    out.push(u8::from_str_radix(hex, 16).unwrap());
+                    at += 3;
+                }
+                (byte, _) => {
+                    out.push(byte);
+                    at += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
     }
 }

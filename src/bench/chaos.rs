@@ -35,7 +35,7 @@ pub enum Fault {
 #[derive(Clone, Debug, clap::Args)]
 pub struct ChaosArgs {
     /// Database for the server. Default: a fresh SQLite file in a temporary directory.
-    #[arg(long, env = "LOGHAUL_DATABASE_URL")]
+    #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// How long to push and inject faults.
     #[arg(long, default_value = "60s")]

@@ -36,7 +36,7 @@ pub struct BenchArgs {
     pub endpoint: Option<String>,
     /// Database for the server the benchmark starts (and for the final count(*) and
     /// --compare-copy). Default: a fresh SQLite file in a temporary directory.
-    #[arg(long, env = "LOGHAUL_DATABASE_URL")]
+    #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Concurrent streams; a comma-separated list runs one measurement per value, each against a
     /// fresh server (e.g. 1,4,16,64,256).

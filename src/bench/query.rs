@@ -19,7 +19,7 @@ use crate::storage::{PoolOptions, Store};
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchQueryArgs {
     /// A scratch PostgreSQL database; its `logs` table must be empty (or use --reuse).
-    #[arg(long, env = "LOGHAUL_DATABASE_URL")]
+    #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
     /// Synthetic rows to load.
     #[arg(long, default_value_t = 10_000_000)]

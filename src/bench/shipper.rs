@@ -19,7 +19,7 @@ pub struct BenchShipperArgs {
     pub endpoint: Option<String>,
     /// Database for the server the benchmark starts. Default: a fresh SQLite file in a
     /// temporary directory.
-    #[arg(long, env = "LOGHAUL_DATABASE_URL")]
+    #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// Records to push.
     #[arg(long, default_value_t = 1_000_000)]

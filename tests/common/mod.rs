@@ -362,34 +362,6 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     Ok((status, body))
 }
 
-/// An address of this machine that is not loopback, so that a client connecting to it is seen as
-/// coming from another machine without any traffic leaving this one; `None` (after a loud
-/// message) when the machine has only loopback.
-pub fn non_loopback_address(test: &str) -> Option<std::net::IpAddr> {
-    let listed = std::process::Command::new("hostname")
-        .arg("-I")
-        .output()
-        .ok()
-        .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
-        .unwrap_or_default();
-    let found = listed
-        .split_whitespace()
-        .filter_map(|word| word.parse::<std::net::IpAddr>().ok())
-        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
-        // An IPv6 link-local address needs a scope id to connect to.
-        .find(
-            |ip| !matches!(ip, std::net::IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80),
-        );
-    if found.is_none() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "*** SKIPPED {test}: this machine has no address but loopback (hostname -I) ***"
-        );
-    }
-    found
-}
-
 /// A loopback address no one listens on now (bound, then released), for a server started later.
 pub fn free_address() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
