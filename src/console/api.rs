@@ -88,7 +88,7 @@ pub async fn logs(
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers)?;
     let params = Params::parse(raw.as_deref(), true).map_err(ApiError::BadRequest)?;
-    let page = query::search(&state.reader, tenant.name(), params.query_request()).await?;
+    let page = query::search(&state.reads, tenant.name(), params.query_request()).await?;
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
     Ok(json_response(
         StatusCode::OK,
@@ -112,14 +112,7 @@ pub async fn tail(
             params.cursor = last.to_str().unwrap_or_default().to_owned();
         }
     }
-    let follow = query::tail::start(
-        &state.reader,
-        tenant.name(),
-        params.tail_request(),
-        state.tail,
-        &state.draining,
-    )
-    .await?;
+    let follow = query::tail::start(&state.reads, tenant.name(), params.tail_request()).await?;
     let opened = Event::default()
         .event("open")
         .data(json!({"tenant": tenant.name().as_ref()}).to_string());

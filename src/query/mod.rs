@@ -18,22 +18,53 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use metrics::{counter, histogram};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::QueryError;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::reader::{Reader, StoredRow};
 use cursor::Cursor;
 use filter::{page_size, Filter};
+use tail::TailConfig;
+
+/// What the gRPC service and the console read through, shared by both so that every limit on
+/// reads holds across them.
+#[derive(Clone, Debug)]
+pub struct Reads {
+    reader: Reader,
+    tail: TailConfig,
+    draining: CancellationToken,
+}
+
+impl Reads {
+    /// Reads through `reader`; tails end when `draining` is cancelled.
+    pub fn new(reader: Reader, tail: TailConfig, draining: CancellationToken) -> Self {
+        Reads {
+            reader,
+            tail,
+            draining,
+        }
+    }
+
+    /// The read settings of `loghaul serve`.
+    pub fn from_config(
+        reader: Reader,
+        config: &crate::config::ServeConfig,
+        draining: CancellationToken,
+    ) -> Self {
+        Reads::new(reader, TailConfig::from_config(config), draining)
+    }
+}
 
 /// One page of `tenant`'s records, newest first: the one implementation behind the gRPC `Query`
 /// and the console's search, so both check, page and count (`loghaul_queries_total`) alike.
 pub async fn search(
-    reader: &Reader,
+    reads: &Reads,
     tenant: &str,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
     let started = Instant::now();
-    let outcome = page(reader, tenant, request).await;
+    let outcome = page(&reads.reader, tenant, request).await;
     histogram!("loghaul_query_duration_seconds").record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(_) => "ok",

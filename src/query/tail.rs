@@ -18,7 +18,7 @@ use tonic::Status;
 
 use super::cursor::Cursor;
 use super::filter::Filter;
-use super::to_wire;
+use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::proto::v1::{TailRequest, TailResponse};
 use crate::storage::reader::{Reader, TailState};
@@ -60,22 +60,20 @@ impl TailConfig {
 /// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
 /// service and the console, so both refuse the same requests with the same reasons.
 pub async fn start(
-    reader: &Reader,
+    reads: &Reads,
     tenant: &Arc<str>,
     request: TailRequest,
-    config: TailConfig,
-    draining: &CancellationToken,
 ) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
-    let state = reader.tail_start(after).await?;
+    let state = reads.reader.tail_start(after).await?;
     Ok(follow(
-        reader.clone(),
+        reads.reader.clone(),
         Arc::clone(tenant),
         filter,
         state,
-        config,
-        draining.clone(),
+        reads.tail,
+        reads.draining.clone(),
     ))
 }
 
