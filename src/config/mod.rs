@@ -218,6 +218,13 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
     pub read_max_connections: u32,
 
+    /// Largest Query page or Tail message (console pages and tail events too), as encoded; a page
+    /// that reaches it stops early and its cursor continues after its last record. A record
+    /// larger than this still goes out, alone. Keep it under the clients' message limit (4 MiB
+    /// for most gRPC clients).
+    #[arg(long, env = "LOGHAUL_MAX_PAGE_BYTES", default_value = "2MiB")]
+    pub max_page_bytes: ByteSize,
+
     /// How often a Tail polls the database for new records: the bound on its delivery delay.
     #[arg(long, env = "LOGHAUL_TAIL_POLL_INTERVAL", default_value = "500ms")]
     pub tail_poll_interval: HumanDuration,
@@ -301,6 +308,9 @@ impl ServeConfig {
         }
         if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
             return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        }
+        if self.max_page_bytes.0 < 16 << 10 {
+            return fail("--max-page-bytes must be at least 16KiB");
         }
         if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
             return fail("--retention must be at least 1h (or 0s to keep everything)");

@@ -2,8 +2,8 @@
 //! channel. Polling (rather than an in-process fan-out) is what makes records committed by another
 //! replica sharing the database show up.
 //!
-//! The channel holds at most `buffer` messages of at most `batch` records each, so a subscriber
-//! costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
+//! The channel holds at most `buffer` messages of at most `batch` records and `max_message_bytes`
+//! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
 //! ("subscriber too slow") instead of the poller waiting, which could never slow ingest anyway:
 //! tails only read, on the read pool.
 
@@ -18,6 +18,7 @@ use tonic::Status;
 
 use super::cursor::Cursor;
 use super::filter::Filter;
+use super::limits::ReadLimits;
 use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::proto::v1::{TailRequest, TailResponse};
@@ -30,6 +31,8 @@ pub struct TailConfig {
     pub poll_interval: Duration,
     /// Records per message and per poll.
     pub batch: usize,
+    /// Bytes per message (and so per poll), as the records are encoded.
+    pub max_message_bytes: usize,
     /// Messages buffered for the subscriber before it counts as too slow.
     pub buffer: usize,
     /// Most record ids a PostgreSQL tail may remember for de-duplication.
@@ -41,6 +44,7 @@ impl Default for TailConfig {
         TailConfig {
             poll_interval: Duration::from_millis(500),
             batch: 500,
+            max_message_bytes: ReadLimits::default().max_answer_bytes,
             buffer: 16,
             max_remembered: 200_000,
         }
@@ -52,6 +56,7 @@ impl TailConfig {
     pub fn from_config(config: &crate::config::ServeConfig) -> Self {
         TailConfig {
             poll_interval: config.tail_poll_interval.0,
+            max_message_bytes: ReadLimits::from_config(config).max_answer_bytes,
             ..TailConfig::default()
         }
     }
@@ -120,6 +125,10 @@ async fn run(
 ) -> Option<QueryError> {
     let mut failures = 0;
     let mut more = false;
+    let budget = ReadLimits {
+        max_answer_bytes: config.max_message_bytes,
+    }
+    .budget(config.batch);
     loop {
         if !more {
             tokio::select! {
@@ -128,10 +137,7 @@ async fn run(
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
-        let (rows, waiting) = match reader
-            .tail_poll(tenant, filter, &mut state, config.batch)
-            .await
-        {
+        let (rows, waiting) = match reader.tail_poll(tenant, filter, &mut state, budget).await {
             Ok(polled) => {
                 failures = 0;
                 polled

@@ -21,10 +21,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
 
-use super::reader::{from_micros, StoredRow};
+use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
 use crate::query::cursor::Cursor;
 use crate::query::filter::Filter;
@@ -139,19 +140,20 @@ impl PgReader {
         Ok(PgReader { pool })
     }
 
-    async fn fetch(
+    /// Streams the query's rows into `collector` until it is full; the rows not read are
+    /// discarded as the connection drains them, never held.
+    async fn collect(
         &self,
         mut builder: QueryBuilder<'_, Postgres>,
-    ) -> Result<Vec<StoredRow>, StoreError> {
-        let rows = builder
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        rows.into_iter()
-            .map(decode)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)
+        collector: &mut Collector,
+    ) -> Result<(), StoreError> {
+        let mut rows = builder.build().fetch(&self.pool);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !collector.offer(decode(row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     pub(super) async fn page(
@@ -159,8 +161,8 @@ impl PgReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        limit: usize,
-    ) -> Result<Vec<StoredRow>, StoreError> {
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
         // Rows strictly before `upper` in (ts, id) order; (t, i64::MIN) means "ts < t".
         let mut upper = after.map(|cursor| (from_micros(cursor.ts_micros), cursor.id));
         let mut anchor = match (upper, filter.to) {
@@ -169,7 +171,7 @@ impl PgReader {
             (None, None) => Utc::now(),
         };
         let mut window = FIRST_WINDOW;
-        let mut rows = Vec::with_capacity(limit);
+        let mut collector = Collector::new(budget);
         loop {
             let mut lower = (window <= MAX_WINDOW)
                 .then(|| anchor.checked_sub_signed(window))
@@ -199,10 +201,10 @@ impl PgReader {
             }
             builder
                 .push(" ORDER BY ts DESC, id DESC LIMIT ")
-                .push_bind((limit - rows.len()) as i64);
-            rows.extend(self.fetch(builder).await?);
-            let Some(lower) = lower.filter(|_| rows.len() < limit && !reaches_bottom) else {
-                return Ok(rows);
+                .push_bind(collector.rows_left() as i64);
+            self.collect(builder, &mut collector).await?;
+            let Some(lower) = lower.filter(|_| !collector.is_done() && !reaches_bottom) else {
+                return Ok(collector.finish());
             };
             upper = Some((lower, i64::MIN));
             anchor = lower;
@@ -236,7 +238,7 @@ impl PgReader {
         tenant: &str,
         filter: &Filter,
         state: &mut PgTail,
-        limit: usize,
+        budget: Budget,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         let overlap = TAIL_OVERLAP.num_microseconds().expect("a few seconds");
         // The database's time before a fresh scan: once the scan has read everything, the
@@ -264,9 +266,11 @@ impl PgReader {
             .push(", ")
             .push_bind(from_id)
             .push(") ORDER BY received_at, id LIMIT ")
-            .push_bind(limit as i64);
-        let rows = self.fetch(builder).await?;
-        let more = rows.len() == limit;
+            .push_bind(budget.rows as i64);
+        let mut collector = Collector::new(budget);
+        self.collect(builder, &mut collector).await?;
+        let more = collector.is_done();
+        let rows = collector.finish().rows;
         state.resume = rows
             .last()
             .filter(|_| more)

@@ -8,10 +8,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::reader::{from_micros, StoredRow};
+use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
 use crate::query::cursor::Cursor;
 use crate::query::filter::Filter;
@@ -103,19 +104,20 @@ impl SqliteReader {
         Ok(SqliteReader { pool })
     }
 
-    async fn fetch(
+    /// Streams the query's rows within `budget`; dropping the stream stops the statement.
+    async fn collect(
         &self,
         mut builder: QueryBuilder<'_, Sqlite>,
-    ) -> Result<Vec<StoredRow>, StoreError> {
-        let rows = builder
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        rows.into_iter()
-            .map(decode)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
+        let mut collector = Collector::new(budget);
+        let mut rows = builder.build().fetch(&self.pool);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !collector.offer(decode(row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(collector.finish())
     }
 
     pub(super) async fn page(
@@ -123,8 +125,8 @@ impl SqliteReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        limit: usize,
-    ) -> Result<Vec<StoredRow>, StoreError> {
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
         let mut builder = QueryBuilder::new(COLUMNS);
         push_filter(&mut builder, tenant, filter);
         if let Some(cursor) = after {
@@ -139,8 +141,8 @@ impl SqliteReader {
         }
         builder
             .push(" ORDER BY ts DESC, id DESC LIMIT ")
-            .push_bind(limit as i64);
-        self.fetch(builder).await
+            .push_bind(budget.rows as i64);
+        self.collect(builder, budget).await
     }
 
     pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<SqliteTail, StoreError> {
@@ -159,7 +161,7 @@ impl SqliteReader {
         tenant: &str,
         filter: &Filter,
         state: &mut SqliteTail,
-        limit: usize,
+        budget: Budget,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         // The newest id now, read first: every row up to it is committed and visible to the scan
         // below, so the watermark can move past rows that do not match the filter.
@@ -175,9 +177,10 @@ impl SqliteReader {
             .push(" AND id <= ")
             .push_bind(newest)
             .push(" ORDER BY id LIMIT ")
-            .push_bind(limit as i64);
-        let rows = self.fetch(builder).await?;
-        let more = rows.len() == limit;
+            .push_bind(budget.rows as i64);
+        let batch = self.collect(builder, budget).await?;
+        let more = batch.cut_short || batch.rows.len() >= budget.rows;
+        let rows = batch.rows;
         state.after_id = match rows.last() {
             Some(last) if more => last.id,
             _ => newest.max(state.after_id),

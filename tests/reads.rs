@@ -1,0 +1,132 @@
+//! Limits on reads end to end, so that one tenant's reads cannot starve or exhaust the others':
+//! answers bounded in bytes.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::http::get;
+use common::{config, push, record_at, TestDb, TestServer};
+use loghaul::proto::v1::{QueryRequest, TailRequest};
+use prost::Message;
+
+/// The default `--max-page-bytes`.
+const DEFAULT_PAGE_BYTES: usize = 2 << 20;
+
+/// `count` records of about `bytes` each, `big-000` the newest, one second apart.
+fn big_records(count: u64, bytes: usize) -> Vec<Vec<loghaul::proto::v1::LogRecord>> {
+    let padding = "x".repeat(bytes);
+    let records: Vec<_> = (0..count)
+        .map(|n| record_at(format!("big-{n:03} {padding}"), Duration::from_secs(n + 1)))
+        .collect();
+    // Chunks well under --max-request-bytes.
+    records.chunks(30).map(<[_]>::to_vec).collect()
+}
+
+fn tag(message: &str) -> &str {
+    message.split(' ').next().unwrap_or_default()
+}
+
+async fn pages_stop_at_their_byte_bound_and_continue_from_the_cursor(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let mut ingest = server.client().await;
+    // 6 MB of records: one page of them would be three times the bound, and past the 4 MiB a
+    // gRPC client accepts.
+    push(&mut ingest, big_records(100, 60_000)).await.unwrap();
+    let mut query = server.query_client().await;
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    let mut pages = 0;
+    loop {
+        let page = query
+            .query(QueryRequest {
+                filter: None,
+                page_size: 1000,
+                cursor,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        pages += 1;
+        assert!(
+            page.encoded_len() <= DEFAULT_PAGE_BYTES,
+            "page {pages}: {} bytes",
+            page.encoded_len()
+        );
+        assert!(
+            !page.records.is_empty(),
+            "a page with a cursor before it has records"
+        );
+        seen.extend(page.records.iter().map(|r| tag(&r.message).to_owned()));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    let expected: Vec<String> = (0..100).map(|n| format!("big-{n:03}")).collect();
+    assert_eq!(seen, expected, "every record once, newest first");
+    assert!(pages >= 3, "{pages} pages");
+
+    // The console pages the same way.
+    let answer = get(server.console, "/api/v1/logs?page_size=1000", "", &[]).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        &answer.body[..200.min(answer.body.len())]
+    );
+    let body = answer.json();
+    let records = body["records"].as_array().unwrap();
+    assert!(
+        records.len() < 100,
+        "{} records in one console page",
+        records.len()
+    );
+    assert!(!body["next_cursor"].as_str().unwrap().is_empty());
+    server.stop().await;
+}
+on_both_backends!(
+    page_bytes,
+    pages_stop_at_their_byte_bound_and_continue_from_the_cursor
+);
+
+async fn tail_messages_are_bounded_in_bytes(db: &TestDb) {
+    let mut settings = config(db);
+    settings.tail_poll_interval = "20ms".parse().unwrap();
+    let server = TestServer::start(settings).await;
+    let mut query = server.query_client().await;
+    let mut tail = query
+        .tail(TailRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ingest = server.client().await;
+    // Committed in one stream, so one poll finds them all.
+    push(&mut ingest, big_records(100, 60_000)).await.unwrap();
+    let mut seen = HashSet::new();
+    let mut messages = 0;
+    while seen.len() < 100 {
+        let message = tokio::time::timeout(Duration::from_secs(20), tail.message())
+            .await
+            .expect("the tail delivers within 20 s")
+            .unwrap()
+            .expect("the tail goes on");
+        messages += 1;
+        assert!(
+            message.encoded_len() <= DEFAULT_PAGE_BYTES,
+            "message {messages}: {} bytes",
+            message.encoded_len()
+        );
+        for record in &message.records {
+            assert!(
+                seen.insert(tag(&record.message).to_owned()),
+                "{} twice",
+                tag(&record.message)
+            );
+        }
+    }
+    assert!(messages >= 3, "{messages} messages");
+    server.stop().await;
+}
+on_both_backends!(tail_bytes, tail_messages_are_bounded_in_bytes);
