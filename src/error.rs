@@ -267,6 +267,12 @@ pub enum QueryError {
     /// The service is draining for shutdown.
     #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
     ShuttingDown,
+    /// A read took longer than `--query-timeout` and was stopped, its database work with it.
+    #[error("the read was stopped after {timeout:?} (--query-timeout); narrow the time range (from/to) or the filter, then retry")]
+    DeadlineExceeded {
+        /// The configured timeout.
+        timeout: Duration,
+    },
 }
 
 impl QueryError {
@@ -277,16 +283,18 @@ impl QueryError {
             QueryError::Store(_) => "store_unavailable",
             QueryError::SubscriberTooSlow(_) => "too_slow",
             QueryError::ShuttingDown => "shutting_down",
+            QueryError::DeadlineExceeded { .. } => "deadline_exceeded",
         }
     }
 
     /// The HTTP status of the error on the console's JSON API: the same classes as the gRPC
-    /// codes below (400 the request, 429 too slow, 503 come back later).
+    /// codes below (400 the request, 429 too slow, 503 come back later, 504 too long).
     pub fn http_status(&self) -> u16 {
         match self {
             QueryError::InvalidArgument(_) => 400,
             QueryError::SubscriberTooSlow(_) => 429,
             QueryError::Store(_) | QueryError::ShuttingDown => 503,
+            QueryError::DeadlineExceeded { .. } => 504,
         }
     }
 }
@@ -301,6 +309,7 @@ impl From<QueryError> for Status {
             QueryError::ShuttingDown => {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
+            QueryError::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
         }
     }
 }

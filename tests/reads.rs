@@ -1,15 +1,19 @@
 //! Limits on reads end to end, so that one tenant's reads cannot starve or exhaust the others':
-//! answers bounded in bytes.
+//! answers bounded in bytes, reads stopped at their deadline (in the database too).
 
 mod common;
 
 use std::collections::HashSet;
+use std::str::FromStr;
 use std::time::Duration;
 
 use common::http::get;
-use common::{config, push, record_at, TestDb, TestServer};
-use loghaul::proto::v1::{QueryRequest, TailRequest};
+use common::slow_read::{wait_for_waiting_reads, SlowRead};
+use common::{config, push, record, record_at, Backend, TestDb, TestServer};
+use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use prost::Message;
+use sqlx::{ConnectOptions, Row};
+use tonic::Code;
 
 /// The default `--max-page-bytes`.
 const DEFAULT_PAGE_BYTES: usize = 2 << 20;
@@ -130,3 +134,92 @@ async fn tail_messages_are_bounded_in_bytes(db: &TestDb) {
     server.stop().await;
 }
 on_both_backends!(tail_bytes, tail_messages_are_bounded_in_bytes);
+
+/// SQLite: a `TRUNCATE` checkpoint, waiting at most a second for readers; true if one kept it
+/// from completing.
+async fn checkpoint_blocked(db: &TestDb) -> bool {
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::from_str(&db.url)
+        .unwrap()
+        .busy_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let row = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    row.get::<i64, _>(0) != 0
+}
+
+async fn a_read_past_its_deadline_is_stopped_in_the_database_and_says_what_to_do(db: &TestDb) {
+    let mut settings = config(db);
+    settings.query_timeout = "300ms".parse().unwrap();
+    // One connection: a read still running on it would hold up every other.
+    settings.read_max_connections = 1;
+    let server = TestServer::start(settings).await;
+    let mut ingest = server.client().await;
+    push(&mut ingest, vec![vec![record("quick")]])
+        .await
+        .unwrap();
+    let slow = SlowRead::start(db, "default").await;
+    let mut query = server.query_client().await;
+    let status = query
+        .query(QueryRequest {
+            filter: Some(slow.filter()),
+            ..QueryRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    for advice in ["300ms (--query-timeout)", "narrow the time range"] {
+        assert!(status.message().contains(advice), "{status:?}");
+    }
+    let answer = get(
+        server.console,
+        &format!("/api/v1/logs?{}", slow.query_string()),
+        "",
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    assert_eq!(answer.json()["error"], status.message());
+
+    // The database stopped the abandoned reads too, not only the service.
+    match db.backend {
+        Backend::Postgres => wait_for_waiting_reads(db, 0, Duration::from_secs(10)).await,
+        Backend::Sqlite => {
+            // A write moves the WAL past the abandoned reads' snapshot; only readers still
+            // running could keep it from being checkpointed and truncated.
+            push(&mut ingest, vec![vec![record("later")]])
+                .await
+                .unwrap();
+            assert!(
+                !checkpoint_blocked(db).await,
+                "a stopped read still holds the WAL"
+            );
+        }
+    }
+    slow.release().await;
+    let quick = Filter {
+        contains: "quick".into(),
+        ..Filter::default()
+    };
+    let page = query
+        .query(QueryRequest {
+            filter: Some(quick),
+            ..QueryRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        page.records.len(),
+        1,
+        "the only read connection is free again"
+    );
+    server.stop().await;
+}
+on_both_backends!(
+    deadline,
+    a_read_past_its_deadline_is_stopped_in_the_database_and_says_what_to_do
+);

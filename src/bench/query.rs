@@ -259,7 +259,7 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 }
 
 async fn query(args: &BenchQueryArgs, start: DateTime<Utc>) -> Result<(), BenchError> {
-    let reader = Reader::connect(&args.database_url, 1).await?;
+    let reader = Reader::connect(&args.database_url, 1, ReadLimits::default().timeout).await?;
     let now = Utc::now();
     let mut rng = fastrand::Rng::with_seed(7);
     println!(

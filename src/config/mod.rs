@@ -218,6 +218,13 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
     pub read_max_connections: u32,
 
+    /// How long one read may take: a Query page (or a console page) past it ends with
+    /// DEADLINE_EXCEEDED (HTTP 504) and its database work is stopped, and so is a Tail poll (a
+    /// tail ends after several in a row). PostgreSQL sessions get a statement_timeout a second
+    /// above it, so even a query the service lost track of is cancelled by the server.
+    #[arg(long, env = "LOGHAUL_QUERY_TIMEOUT", default_value = "10s")]
+    pub query_timeout: HumanDuration,
+
     /// Largest Query page or Tail message (console pages and tail events too), as encoded; a page
     /// that reaches it stops early and its cursor continues after its last record. A record
     /// larger than this still goes out, alone. Keep it under the clients' message limit (4 MiB
@@ -308,6 +315,9 @@ impl ServeConfig {
         }
         if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
             return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        }
+        if self.query_timeout.0.is_zero() {
+            return fail("--query-timeout must be above 0s");
         }
         if self.max_page_bytes.0 < 16 << 10 {
             return fail("--max-page-bytes must be at least 16KiB");

@@ -173,7 +173,7 @@ fn describe() {
     describe_counter!(
         "loghaul_queries_total",
         Unit::Count,
-        "Query calls, by outcome: ok, invalid_argument, store_unavailable."
+        "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout)."
     );
     describe_histogram!(
         "loghaul_query_duration_seconds",
@@ -188,7 +188,7 @@ fn describe() {
     describe_counter!(
         "loghaul_tails_ended_total",
         Unit::Count,
-        "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down."
+        "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down, deadline_exceeded (polls past --query-timeout)."
     );
     describe_counter!(
         "loghaul_console_requests_total",

@@ -100,7 +100,8 @@ async fn page(
     // One row more than the page says whether there is a next page without a second query; a
     // page cut short by its byte budget has one too.
     let budget = reads.limits.budget(size + 1);
-    let batch = reads.reader.page(tenant, &filter, after, budget).await?;
+    let read = reads.reader.page(tenant, &filter, after, budget);
+    let batch = reads.limits.within_timeout(read).await?;
     let mut rows = batch.rows;
     let more = batch.cut_short || rows.len() > size;
     rows.truncate(size);
@@ -215,6 +216,7 @@ mod tests {
     fn an_answer_within_its_budget_fits_the_configured_bytes() {
         let limits = ReadLimits {
             max_answer_bytes: 64 << 10,
+            ..ReadLimits::default()
         };
         let Budget { bytes, .. } = limits.budget(1000);
         let row = row(r#"{"k":"v"}"#.into(), "m".repeat(1000));

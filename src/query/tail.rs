@@ -2,7 +2,7 @@
 //! channel. Polling (rather than an in-process fan-out) is what makes records committed by another
 //! replica sharing the database show up.
 //!
-//! The channel holds at most `buffer` messages of at most `batch` records and `max_message_bytes`
+//! The channel holds at most `buffer` messages of at most `batch` records and `--max-page-bytes`
 //! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
 //! ("subscriber too slow") instead of the poller waiting, which could never slow ingest anyway:
 //! tails only read, on the read pool.
@@ -13,16 +13,14 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::cursor::Cursor;
 use super::filter::Filter;
-use super::limits::ReadLimits;
 use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::reader::{Reader, TailState};
+use crate::storage::reader::TailState;
 
 /// How a tail polls and buffers.
 #[derive(Clone, Copy, Debug)]
@@ -31,8 +29,6 @@ pub struct TailConfig {
     pub poll_interval: Duration,
     /// Records per message and per poll.
     pub batch: usize,
-    /// Bytes per message (and so per poll), as the records are encoded.
-    pub max_message_bytes: usize,
     /// Messages buffered for the subscriber before it counts as too slow.
     pub buffer: usize,
     /// Most record ids a PostgreSQL tail may remember for de-duplication.
@@ -44,7 +40,6 @@ impl Default for TailConfig {
         TailConfig {
             poll_interval: Duration::from_millis(500),
             batch: 500,
-            max_message_bytes: ReadLimits::default().max_answer_bytes,
             buffer: 16,
             max_remembered: 200_000,
         }
@@ -56,7 +51,6 @@ impl TailConfig {
     pub fn from_config(config: &crate::config::ServeConfig) -> Self {
         TailConfig {
             poll_interval: config.tail_poll_interval.0,
-            max_message_bytes: ReadLimits::from_config(config).max_answer_bytes,
             ..TailConfig::default()
         }
     }
@@ -71,34 +65,28 @@ pub async fn start(
 ) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
-    let state = reads.reader.tail_start(after).await?;
-    Ok(follow(
-        reads.reader.clone(),
-        Arc::clone(tenant),
-        filter,
-        state,
-        reads.tail,
-        reads.draining.clone(),
-    ))
+    let state = reads
+        .limits
+        .within_timeout(reads.reader.tail_start(after))
+        .await?;
+    Ok(follow(reads.clone(), Arc::clone(tenant), filter, state))
 }
 
 /// Consecutive failed polls before the tail ends with UNAVAILABLE.
 const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
-pub fn follow(
-    reader: Reader,
+fn follow(
+    reads: Reads,
     tenant: Arc<str>,
     filter: Filter,
     state: TailState,
-    config: TailConfig,
-    draining: CancellationToken,
 ) -> ReceiverStream<Result<TailResponse, Status>> {
     // One slot more than the data may use, so the final status always fits.
-    let (sender, receiver) = mpsc::channel(config.buffer + 1);
+    let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
         gauge!("loghaul_tail_subscribers").increment(1.0);
-        let end = run(&reader, &tenant, &filter, state, config, &draining, &sender).await;
+        let end = run(&reads, &tenant, &filter, state, &sender).await;
         gauge!("loghaul_tail_subscribers").decrement(1.0);
         let label = match &end {
             None => "client_gone",
@@ -115,29 +103,27 @@ pub fn follow(
 
 /// The poll loop; returns why it ended (None: the client went away).
 async fn run(
-    reader: &Reader,
+    reads: &Reads,
     tenant: &str,
     filter: &Filter,
     mut state: TailState,
-    config: TailConfig,
-    draining: &CancellationToken,
     sender: &mpsc::Sender<Result<TailResponse, Status>>,
 ) -> Option<QueryError> {
+    let config = reads.tail;
     let mut failures = 0;
     let mut more = false;
-    let budget = ReadLimits {
-        max_answer_bytes: config.max_message_bytes,
-    }
-    .budget(config.batch);
+    let budget = reads.limits.budget(config.batch);
     loop {
         if !more {
             tokio::select! {
                 () = sender.closed() => return None,
-                () = draining.cancelled() => return Some(QueryError::ShuttingDown),
+                () = reads.draining.cancelled() => return Some(QueryError::ShuttingDown),
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
-        let (rows, waiting) = match reader.tail_poll(tenant, filter, &mut state, budget).await {
+        // A poll dropped part-way leaves `state` as it was: it changes only once the rows are read.
+        let poll = reads.reader.tail_poll(tenant, filter, &mut state, budget);
+        let (rows, waiting) = match reads.limits.within_timeout(poll).await {
             Ok(polled) => {
                 failures = 0;
                 polled
@@ -145,7 +131,7 @@ async fn run(
             Err(err) => {
                 failures += 1;
                 if failures >= MAX_POLL_FAILURES {
-                    return Some(err.into());
+                    return Some(err);
                 }
                 more = false;
                 continue;

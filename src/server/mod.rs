@@ -194,7 +194,12 @@ pub async fn run(
             tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
         }
     }
-    let reader = Reader::connect(&config.database_url, config.read_max_connections).await?;
+    let reader = Reader::connect(
+        &config.database_url,
+        config.read_max_connections,
+        config.query_timeout.0,
+    )
+    .await?;
 
     let readiness = Arc::new(Readiness::default());
     let pipeline = Pipeline::start(

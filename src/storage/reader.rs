@@ -5,6 +5,13 @@
 //! Every read is bounded in rows and in bytes ([`Budget`]): rows are streamed from the database
 //! and the read stops at the first row that would not fit, so neither an answer nor the memory
 //! behind it grows with the size of the records.
+//!
+//! Dropping a read's future stops its work in the database, not only in the service: SQLite
+//! statements are interrupted, and a PostgreSQL connection with a statement running is closed,
+//! which the server acts on (see each backend's module docs). Callers bound reads in time by
+//! dropping them at their deadline.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
@@ -156,16 +163,25 @@ pub enum Reader {
 }
 
 impl Reader {
-    /// Opens a read pool of `max_connections` on the database the URL names. The database must
-    /// exist and be migrated (the writer does both first).
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Reader, StoreError> {
+    /// Opens a read pool of `max_connections` on the database the URL names, for reads that are
+    /// stopped after `timeout`. The database must exist and be migrated (the writer does both
+    /// first).
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        timeout: Duration,
+    ) -> Result<Reader, StoreError> {
         match super::Backend::of(url)? {
-            super::Backend::Postgres => read_postgres::PgReader::connect(url, max_connections)
-                .await
-                .map(Reader::Postgres),
-            super::Backend::Sqlite => read_sqlite::SqliteReader::connect(url, max_connections)
-                .await
-                .map(Reader::Sqlite),
+            super::Backend::Postgres => {
+                read_postgres::PgReader::connect(url, max_connections, timeout)
+                    .await
+                    .map(Reader::Postgres)
+            }
+            super::Backend::Sqlite => {
+                read_sqlite::SqliteReader::connect(url, max_connections, timeout)
+                    .await
+                    .map(Reader::Sqlite)
+            }
         }
     }
 
