@@ -1,5 +1,6 @@
 //! Limits on reads end to end, so that one tenant's reads cannot starve or exhaust the others':
-//! answers bounded in bytes, reads stopped at their deadline (in the database too).
+//! answers bounded in bytes, reads stopped at their deadline (in the database too), searches
+//! without `from` bounded in time.
 
 mod common;
 
@@ -222,4 +223,82 @@ async fn a_read_past_its_deadline_is_stopped_in_the_database_and_says_what_to_do
 on_both_backends!(
     deadline,
     a_read_past_its_deadline_is_stopped_in_the_database_and_says_what_to_do
+);
+
+fn hours_ago(hours: i64) -> prost_types::Timestamp {
+    let at = chrono::Utc::now() - chrono::TimeDelta::hours(hours);
+    prost_types::Timestamp {
+        seconds: at.timestamp(),
+        nanos: 0,
+    }
+}
+
+async fn a_search_without_from_reads_the_default_range_and_says_so(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let mut ingest = server.client().await;
+    let hour = Duration::from_secs(3600);
+    let records = [1, 23, 25, 48]
+        .map(|hours| record_at(format!("{hours}h"), hour * hours))
+        .to_vec();
+    push(&mut ingest, vec![records]).await.unwrap();
+    let query = server.query_client().await;
+    let messages = |page: &loghaul::proto::v1::QueryResponse| -> Vec<String> {
+        page.records.iter().map(|r| r.message.clone()).collect()
+    };
+    let search = |filter: Filter| {
+        let mut query = query.clone();
+        async move {
+            query
+                .query(QueryRequest {
+                    filter: Some(filter),
+                    ..QueryRequest::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+
+    // No range: the last 24 hours, and the answer says from when.
+    let page = search(Filter::default()).await;
+    assert_eq!(messages(&page), ["1h", "23h"]);
+    let from = page.default_from.expect("the default range is reported");
+    let expected = hours_ago(24).seconds;
+    assert!((from.seconds - expected).abs() <= 5, "{from:?}");
+
+    // Only `to`: the 24 hours before it.
+    let page = search(Filter {
+        to: Some(hours_ago(20)),
+        ..Filter::default()
+    })
+    .await;
+    assert_eq!(messages(&page), ["23h", "25h"]);
+    assert!(page.default_from.is_some());
+
+    // An explicit `from` reaches as far back as it says, and nothing is reported.
+    let page = search(Filter {
+        from: Some(hours_ago(72)),
+        ..Filter::default()
+    })
+    .await;
+    assert_eq!(messages(&page), ["1h", "23h", "25h", "48h"]);
+    assert!(page.default_from.is_none());
+
+    // The console the same.
+    let answer = get(server.console, "/api/v1/logs", "", &[]).await;
+    let body = answer.json();
+    assert_eq!(body["records"].as_array().unwrap().len(), 2, "{body}");
+    assert!(
+        body["default_from"].as_str().unwrap().ends_with('Z'),
+        "{body}"
+    );
+    let answer = get(server.console, "/api/v1/logs?since=72h", "", &[]).await;
+    let body = answer.json();
+    assert_eq!(body["records"].as_array().unwrap().len(), 4, "{body}");
+    assert!(body.get("default_from").is_none(), "{body}");
+    server.stop().await;
+}
+on_both_backends!(
+    default_range,
+    a_search_without_from_reads_the_default_range_and_says_so
 );

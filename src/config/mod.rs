@@ -225,6 +225,12 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_QUERY_TIMEOUT", default_value = "10s")]
     pub query_timeout: HumanDuration,
 
+    /// How far back a Query (or console search) without `from` reads: from this long before `to`,
+    /// or before now. The answer says where it started (`default_from`). 0s: no bound, back to
+    /// the oldest record.
+    #[arg(long, env = "LOGHAUL_QUERY_DEFAULT_RANGE", default_value = "24h")]
+    pub query_default_range: HumanDuration,
+
     /// Largest Query page or Tail message (console pages and tail events too), as encoded; a page
     /// that reaches it stops early and its cursor continues after its last record. A record
     /// larger than this still goes out, alone. Keep it under the clients' message limit (4 MiB

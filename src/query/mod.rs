@@ -94,7 +94,9 @@ async fn page(
     tenant: &str,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
-    let filter = Filter::from_proto(request.filter)?;
+    let mut filter = Filter::from_proto(request.filter)?;
+    let default_from = reads.limits.default_from(&filter);
+    filter.from = filter.from.or(default_from);
     let size = page_size(request.page_size)?;
     let after = Cursor::decode(&request.cursor)?;
     // One row more than the page says whether there is a next page without a second query; a
@@ -112,6 +114,7 @@ async fn page(
     Ok(QueryResponse {
         records: rows.into_iter().map(to_wire).collect(),
         next_cursor,
+        default_from: default_from.map(timestamp),
     })
 }
 
@@ -203,6 +206,7 @@ mod tests {
             let answer = QueryResponse {
                 records: vec![to_wire(row)],
                 next_cursor: String::new(),
+                default_from: None,
             };
             assert!(
                 answer.encoded_len() <= estimate,
@@ -224,6 +228,7 @@ mod tests {
         let answer = QueryResponse {
             records: (0..fitting).map(|_| to_wire(row.clone())).collect(),
             next_cursor: row.cursor().encode(),
+            default_from: Some(timestamp(row.ts)),
         };
         assert!(answer.encoded_len() <= limits.max_answer_bytes);
     }
