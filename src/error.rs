@@ -73,6 +73,8 @@ pub enum IngestError {
 
 /// Delay suggested to clients after a storage failure; long enough for a database fail-over to start.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(2);
+/// Delay suggested to a tenant refused for its concurrent reads: about what a slow read takes.
+const TOO_MANY_READS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl IngestError {
     /// A stable label value for metrics.
@@ -267,6 +269,14 @@ pub enum QueryError {
     /// The service is draining for shutdown.
     #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
     ShuttingDown,
+    /// The tenant already has `--max-concurrent-reads-per-tenant` reads running.
+    #[error("tenant {tenant} already has {limit} reads running (--max-concurrent-reads-per-tenant); retry once one has finished, and narrow slow reads (from/to, the filter) so they finish sooner")]
+    TooManyReads {
+        /// The tenant (from configuration, so a bounded metric label).
+        tenant: std::sync::Arc<str>,
+        /// The configured limit.
+        limit: usize,
+    },
     /// A read took longer than `--query-timeout` and was stopped, its database work with it.
     #[error("the read was stopped after {timeout:?} (--query-timeout); narrow the time range (from/to) or the filter, then retry")]
     DeadlineExceeded {
@@ -284,6 +294,7 @@ impl QueryError {
             QueryError::SubscriberTooSlow(_) => "too_slow",
             QueryError::ShuttingDown => "shutting_down",
             QueryError::DeadlineExceeded { .. } => "deadline_exceeded",
+            QueryError::TooManyReads { .. } => "too_many_reads",
         }
     }
 
@@ -292,7 +303,7 @@ impl QueryError {
     pub fn http_status(&self) -> u16 {
         match self {
             QueryError::InvalidArgument(_) => 400,
-            QueryError::SubscriberTooSlow(_) => 429,
+            QueryError::SubscriberTooSlow(_) | QueryError::TooManyReads { .. } => 429,
             QueryError::Store(_) | QueryError::ShuttingDown => 503,
             QueryError::DeadlineExceeded { .. } => 504,
         }
@@ -310,6 +321,9 @@ impl From<QueryError> for Status {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
             }
             QueryError::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
+            QueryError::TooManyReads { .. } => {
+                retry_later(Code::ResourceExhausted, message, TOO_MANY_READS_RETRY_AFTER)
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Limits on reads end to end, so that one tenant's reads cannot starve or exhaust the others':
 //! answers bounded in bytes, reads stopped at their deadline (in the database too), searches
-//! without `from` bounded in time.
+//! without `from` bounded in time, and a tenant's concurrent reads capped without touching the
+//! other tenants'.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::http::get;
 use common::slow_read::{wait_for_waiting_reads, SlowRead};
-use common::{config, push, record, record_at, Backend, TestDb, TestServer};
+use common::{config, push, push_as, record, record_at, with_key, Backend, TestDb, TestServer};
 use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use prost::Message;
 use sqlx::{ConnectOptions, Row};
@@ -301,4 +302,101 @@ async fn a_search_without_from_reads_the_default_range_and_says_so(db: &TestDb) 
 on_both_backends!(
     default_range,
     a_search_without_from_reads_the_default_range_and_says_so
+);
+
+const KEYS: &str = "key-a=team-a,key-b=team-b";
+
+async fn a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on(db: &TestDb) {
+    let mut settings = config(db);
+    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.max_concurrent_reads_per_tenant = 1;
+    let server = TestServer::start(settings).await;
+    let mut ingest = server.client().await;
+    push_as(&mut ingest, "key-a", vec![vec![record("a-quick")]])
+        .await
+        .unwrap();
+    push_as(&mut ingest, "key-b", vec![vec![record("b-quick")]])
+        .await
+        .unwrap();
+    let slow = SlowRead::start(db, "team-a").await;
+    let query = server.query_client().await;
+    let read = |key: &'static str, filter: Filter| {
+        let mut query = query.clone();
+        tokio::spawn(async move {
+            query
+                .query(with_key(
+                    key,
+                    QueryRequest {
+                        filter: Some(filter),
+                        ..QueryRequest::default()
+                    },
+                ))
+                .await
+                .map(tonic::Response::into_inner)
+        })
+    };
+    let quick = |text: &str| Filter {
+        contains: text.into(),
+        ..Filter::default()
+    };
+
+    // Two slow reads of team-a at once: one takes its only slot, the other waits its turn briefly
+    // and is refused while the first still runs.
+    let mut first = read("key-a", slow.filter());
+    let mut second = read("key-a", slow.filter());
+    let (refused, holder) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::select! {
+            answer = &mut first => (answer, second),
+            answer = &mut second => (answer, first),
+        }
+    })
+    .await
+    .expect("one of the two is answered within 20 s");
+    let status = refused.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    for words in [
+        "team-a",
+        "1 reads running (--max-concurrent-reads-per-tenant)",
+    ] {
+        assert!(status.message().contains(words), "{status:?}");
+    }
+    let answer = get(server.console, "/api/v1/logs", "key-a", &[]).await;
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    assert_eq!(answer.json()["error"], status.message());
+    assert!(!holder.is_finished(), "the first read still runs");
+
+    // team-b reads meanwhile, unaffected by team-a's limit.
+    let other = read("key-b", quick("b-quick"));
+    if db.backend == Backend::Postgres {
+        // Admitted: it waits for the lock, as team-a's first read does.
+        wait_for_waiting_reads(db, 2, Duration::from_secs(10)).await;
+    }
+    let theirs = tokio::time::timeout(Duration::from_secs(20), async {
+        if db.backend == Backend::Postgres {
+            slow.release().await;
+        }
+        other.await.unwrap().unwrap()
+    })
+    .await
+    .expect("team-b's read is answered");
+    assert_eq!(theirs.records.len(), 1);
+    assert!(holder.await.unwrap().is_ok(), "the slot's holder finishes");
+
+    // The slot is free again.
+    let page = read("key-a", quick("a-quick")).await.unwrap().unwrap();
+    assert_eq!(page.records.len(), 1);
+    let metrics = server.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("loghaul_reads_refused_total")
+                && line.contains("reason=\"tenant_reads\"")
+                && line.contains("tenant=\"team-a\"")),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+on_both_backends!(
+    tenant_reads,
+    a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on
 );

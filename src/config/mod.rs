@@ -225,6 +225,16 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_QUERY_TIMEOUT", default_value = "10s")]
     pub query_timeout: HumanDuration,
 
+    /// Reads (Query and console pages, Tail polls) one tenant may have running at once; one more
+    /// waits up to 250 ms for a slot, then gets RESOURCE_EXHAUSTED (HTTP 429). Keep it below
+    /// --read-max-connections, so that one tenant never holds every read connection.
+    #[arg(
+        long,
+        env = "LOGHAUL_MAX_CONCURRENT_READS_PER_TENANT",
+        default_value_t = 2
+    )]
+    pub max_concurrent_reads_per_tenant: usize,
+
     /// How far back a Query (or console search) without `from` reads: from this long before `to`,
     /// or before now. The answer says where it started (`default_from`). 0s: no bound, back to
     /// the oldest record.
@@ -321,6 +331,9 @@ impl ServeConfig {
         }
         if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
             return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        }
+        if self.max_concurrent_reads_per_tenant == 0 {
+            return fail("--max-concurrent-reads-per-tenant must be at least 1");
         }
         if self.query_timeout.0.is_zero() {
             return fail("--query-timeout must be above 0s");

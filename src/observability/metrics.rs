@@ -173,7 +173,12 @@ fn describe() {
     describe_counter!(
         "loghaul_queries_total",
         Unit::Count,
-        "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout)."
+        "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout), too_many_reads."
+    );
+    describe_counter!(
+        "loghaul_reads_refused_total",
+        Unit::Count,
+        "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant) and tenant."
     );
     describe_histogram!(
         "loghaul_query_duration_seconds",

@@ -2,7 +2,8 @@
 //!
 //! - [`filter`]: the wire filter validated once, page-size rules.
 //! - [`cursor`]: the opaque (ts, id, received_at) position of a record.
-//! - [`limits`]: what one read may cost and return (bytes of an answer).
+//! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
+//! - [`admission`]: how many reads one tenant may run at once.
 //! - [`search`]: one page, shared by the gRPC service and the console.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
@@ -10,6 +11,7 @@
 //!
 //! The SQL lives with the other storage code, in `storage::reader`.
 
+pub mod admission;
 pub mod cursor;
 pub mod filter;
 pub mod limits;
@@ -17,6 +19,7 @@ pub mod service;
 pub mod tail;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use metrics::{counter, histogram};
@@ -25,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::QueryError;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::reader::{Reader, StoredRow};
+use admission::Admission;
 use cursor::Cursor;
 use filter::{page_size, Filter};
 use limits::ReadLimits;
@@ -36,21 +40,25 @@ use tail::TailConfig;
 pub struct Reads {
     reader: Reader,
     limits: ReadLimits,
+    admission: Arc<Admission>,
     tail: TailConfig,
     draining: CancellationToken,
 }
 
 impl Reads {
-    /// Reads through `reader` within `limits`; tails end when `draining` is cancelled.
+    /// Reads through `reader` within `limits`, admitted by `admission`; tails end when `draining`
+    /// is cancelled.
     pub fn new(
         reader: Reader,
         limits: ReadLimits,
+        admission: Admission,
         tail: TailConfig,
         draining: CancellationToken,
     ) -> Self {
         Reads {
             reader,
             limits,
+            admission: Arc::new(admission),
             tail,
             draining,
         }
@@ -65,6 +73,7 @@ impl Reads {
         Reads::new(
             reader,
             ReadLimits::from_config(config),
+            Admission::new(config.max_concurrent_reads_per_tenant),
             TailConfig::from_config(config),
             draining,
         )
@@ -75,7 +84,7 @@ impl Reads {
 /// and the console's search, so both check, page and count (`loghaul_queries_total`) alike.
 pub async fn search(
     reads: &Reads,
-    tenant: &str,
+    tenant: &Arc<str>,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
     let started = Instant::now();
@@ -91,7 +100,7 @@ pub async fn search(
 
 async fn page(
     reads: &Reads,
-    tenant: &str,
+    tenant: &Arc<str>,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
     let mut filter = Filter::from_proto(request.filter)?;
@@ -102,6 +111,7 @@ async fn page(
     // One row more than the page says whether there is a next page without a second query; a
     // page cut short by its byte budget has one too.
     let budget = reads.limits.budget(size + 1);
+    let _slot = reads.admission.tenant(tenant).admit().await?;
     let read = reads.reader.page(tenant, &filter, after, budget);
     let batch = reads.limits.within_timeout(read).await?;
     let mut rows = batch.rows;

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use super::admission::TenantReads;
 use super::cursor::Cursor;
 use super::filter::Filter;
 use super::{to_wire, Reads};
@@ -65,11 +66,14 @@ pub async fn start(
 ) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
+    let slots = reads.admission.tenant(tenant);
+    let slot = slots.admit().await?;
     let state = reads
         .limits
         .within_timeout(reads.reader.tail_start(after))
         .await?;
-    Ok(follow(reads.clone(), Arc::clone(tenant), filter, state))
+    drop(slot);
+    Ok(follow(reads.clone(), slots, filter, state))
 }
 
 /// Consecutive failed polls before the tail ends with UNAVAILABLE.
@@ -78,7 +82,7 @@ const MAX_POLL_FAILURES: u32 = 5;
 /// Starts following and returns the stream the client reads.
 fn follow(
     reads: Reads,
-    tenant: Arc<str>,
+    slots: TenantReads,
     filter: Filter,
     state: TailState,
 ) -> ReceiverStream<Result<TailResponse, Status>> {
@@ -86,7 +90,7 @@ fn follow(
     let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
         gauge!("loghaul_tail_subscribers").increment(1.0);
-        let end = run(&reads, &tenant, &filter, state, &sender).await;
+        let end = run(&reads, &slots, &filter, state, &sender).await;
         gauge!("loghaul_tail_subscribers").decrement(1.0);
         let label = match &end {
             None => "client_gone",
@@ -104,7 +108,7 @@ fn follow(
 /// The poll loop; returns why it ended (None: the client went away).
 async fn run(
     reads: &Reads,
-    tenant: &str,
+    slots: &TenantReads,
     filter: &Filter,
     mut state: TailState,
     sender: &mpsc::Sender<Result<TailResponse, Status>>,
@@ -122,7 +126,16 @@ async fn run(
             }
         }
         // A poll dropped part-way leaves `state` as it was: it changes only once the rows are read.
-        let poll = reads.reader.tail_poll(tenant, filter, &mut state, budget);
+        // It takes one of its tenant's read slots, waiting its turn behind the tenant's other
+        // reads, never the other tenants'.
+        let poll = async {
+            let _slot = slots.wait().await;
+            let tenant = slots.name();
+            reads
+                .reader
+                .tail_poll(tenant, filter, &mut state, budget)
+                .await
+        };
         let (rows, waiting) = match reads.limits.within_timeout(poll).await {
             Ok(polled) => {
                 failures = 0;

@@ -151,6 +151,7 @@ retention = {{ toString $c.retention | toJson }}
 retention-interval = {{ toString $c.retentionInterval | toJson }}
 dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
+max-concurrent-reads-per-tenant = {{ int64 $c.maxConcurrentReadsPerTenant }}
 query-default-range = {{ toString $c.queryDefaultRange | toJson }}
 query-timeout = {{ toString $c.queryTimeout | toJson }}
 max-page-bytes = {{ toString $c.maxPageBytes | toJson }}
