@@ -1,7 +1,7 @@
 //! Limits on reads end to end, so that one tenant's reads cannot starve or exhaust the others':
 //! answers bounded in bytes, reads stopped at their deadline (in the database too), searches
-//! without `from` bounded in time, and a tenant's concurrent reads capped without touching the
-//! other tenants'.
+//! without `from` bounded in time, a tenant's concurrent reads capped without touching the
+//! other tenants', and open tails capped per tenant and overall.
 
 mod common;
 
@@ -399,4 +399,63 @@ async fn a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on(db: &Te
 on_both_backends!(
     tenant_reads,
     a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on
+);
+
+async fn tails_past_the_caps_are_refused_and_a_closed_one_frees_its_place(db: &TestDb) {
+    let mut settings = config(db);
+    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.max_tails = 3;
+    settings.max_tails_per_tenant = 2;
+    let server = TestServer::start(settings).await;
+    let query = server.query_client().await;
+    let open = |key: &'static str| {
+        let mut query = query.clone();
+        async move {
+            query
+                .tail(with_key(key, TailRequest::default()))
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    };
+    let first = open("key-a").await.unwrap();
+    let _second = open("key-a").await.unwrap();
+    let status = open("key-a").await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("tenant team-a already has 2 open tails (--max-tails-per-tenant)"),
+        "{status:?}"
+    );
+    let _theirs = open("key-b").await.unwrap();
+    let status = open("key-b").await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("this server already has 3 open tails (--max-tails)"),
+        "{status:?}"
+    );
+    let answer = get(server.console, "/api/v1/tail", "key-b", &[]).await;
+    assert_eq!(answer.status, 429, "{}", answer.body);
+    assert_eq!(answer.json()["error"], status.message());
+
+    // Closing a tail gives its place back, once the server has seen the client go.
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let _again = loop {
+        match open("key-a").await {
+            Ok(tail) => break tail,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(std::time::Instant::now() < deadline, "{status:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
+    server.stop().await;
+}
+on_both_backends!(
+    tail_caps,
+    tails_past_the_caps_are_refused_and_a_closed_one_frees_its_place
 );

@@ -49,7 +49,7 @@ SERVE_FLAGS = {
     "max-connection-age-grace", "shutdown-grace", "log-format",
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
-    "tail-poll-interval", "max-concurrent-reads-per-tenant", "query-default-range", "query-timeout", "max-page-bytes", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
+    "tail-poll-interval", "max-tails-per-tenant", "max-tails", "max-concurrent-reads-per-tenant", "query-default-range", "query-timeout", "max-page-bytes", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
     "tls-client-ca",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
@@ -429,7 +429,7 @@ def config_toml_has_only_known_keys():
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
                        ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
-                       ("read-max-connections", 4), ("max-concurrent-reads-per-tenant", 2), ("query-default-range", "24h"), ("query-timeout", "10s"), ("max-page-bytes", "2MiB"),
+                       ("read-max-connections", 4), ("max-tails-per-tenant", 32), ("max-tails", 256), ("max-concurrent-reads-per-tenant", 2), ("query-default-range", "24h"), ("query-timeout", "10s"), ("max-page-bytes", "2MiB"),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
                        ("stream-idle-timeout", "60s")]:
         assert cfg[key] == value, (key, cfg[key])
@@ -441,7 +441,7 @@ def config_toml_has_only_known_keys():
         "maxConnectionAge": "5m", "maxConnectionAgeGrace": "1m", "shutdownGraceSeconds": 40, "logFormat": "text",
         "bindAddress": "[::]", "tenantRecordsPerSecond": 2500.5, "tenantBytesPerSecond": "4MiB",
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
-        "readMaxConnections": 2, "maxConcurrentReadsPerTenant": 3, "queryDefaultRange": "1h", "queryTimeout": "30s", "maxPageBytes": "1MiB",
+        "readMaxConnections": 2, "maxTailsPerTenant": 8, "maxTails": 100, "maxConcurrentReadsPerTenant": 3, "queryDefaultRange": "1h", "queryTimeout": "30s", "maxPageBytes": "1MiB",
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
@@ -452,7 +452,7 @@ def config_toml_has_only_known_keys():
         "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
         "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
-        "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2, "max-concurrent-reads-per-tenant": 3, "query-default-range": "1h", "query-timeout": "30s", "max-page-bytes": "1MiB",
+        "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2, "max-tails-per-tenant": 8, "max-tails": 100, "max-concurrent-reads-per-tenant": 3, "query-default-range": "1h", "query-timeout": "30s", "max-page-bytes": "1MiB",
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")

@@ -235,6 +235,15 @@ pub struct ServeConfig {
     )]
     pub max_concurrent_reads_per_tenant: usize,
 
+    /// Tails (gRPC and console) open at once on this server; one more gets RESOURCE_EXHAUSTED
+    /// (HTTP 429). Each polls the database every --tail-poll-interval.
+    #[arg(long, env = "LOGHAUL_MAX_TAILS", default_value_t = 256)]
+    pub max_tails: usize,
+
+    /// Tails one tenant may have open at once; one more gets RESOURCE_EXHAUSTED (HTTP 429).
+    #[arg(long, env = "LOGHAUL_MAX_TAILS_PER_TENANT", default_value_t = 32)]
+    pub max_tails_per_tenant: usize,
+
     /// How far back a Query (or console search) without `from` reads: from this long before `to`,
     /// or before now. The answer says where it started (`default_from`). 0s: no bound, back to
     /// the oldest record.
@@ -334,6 +343,9 @@ impl ServeConfig {
         }
         if self.max_concurrent_reads_per_tenant == 0 {
             return fail("--max-concurrent-reads-per-tenant must be at least 1");
+        }
+        if self.max_tails == 0 || self.max_tails_per_tenant == 0 {
+            return fail("--max-tails and --max-tails-per-tenant must be at least 1");
         }
         if self.query_timeout.0.is_zero() {
             return fail("--query-timeout must be above 0s");

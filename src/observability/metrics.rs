@@ -178,7 +178,7 @@ fn describe() {
     describe_counter!(
         "loghaul_reads_refused_total",
         Unit::Count,
-        "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant) and tenant."
+        "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant; tenant_tails, tails: a Tail past --max-tails-per-tenant, --max-tails) and tenant."
     );
     describe_histogram!(
         "loghaul_query_duration_seconds",

@@ -1,10 +1,12 @@
 //! Who may read now: at most `--max-concurrent-reads-per-tenant` reads of one tenant run at once,
-//! so one tenant cannot take every read connection; the others' reads never wait behind its own.
+//! so one tenant cannot take every read connection, and the others' reads never wait behind its
+//! own; at most `--max-tails` tails are open, `--max-tails-per-tenant` of one tenant, since every
+//! open tail polls the database.
 //!
 //! The state is one map of per-tenant semaphores behind a mutex, held only to find a tenant's
-//! semaphore, once per request (a tail looks its semaphore up once and keeps it). The map holds
-//! one entry per tenant that has read, and tenants come from the keys configuration, so it stays
-//! small. Ingest never touches it.
+//! semaphores, once per request (a tail looks its read slots up once and keeps them). The map
+//! holds one entry per tenant that has read, and tenants come from the keys configuration, so it
+//! stays small. Ingest never touches it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,11 +21,37 @@ use crate::error::QueryError;
 /// it is refused: enough to smooth a burst of quick reads, not to queue slow ones.
 pub const ADMISSION_WAIT: Duration = Duration::from_millis(250);
 
-/// The read slots of every tenant.
+/// How many reads and tails may run.
+#[derive(Clone, Copy, Debug)]
+pub struct AdmissionLimits {
+    /// Reads one tenant may run at once.
+    pub reads_per_tenant: usize,
+    /// Tails open at once, all tenants together.
+    pub tails: usize,
+    /// Tails one tenant may have open.
+    pub tails_per_tenant: usize,
+}
+
+/// The read and tail slots of every tenant.
 #[derive(Debug)]
 pub struct Admission {
-    reads_per_tenant: usize,
-    tenants: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    limits: AdmissionLimits,
+    tails: Arc<Semaphore>,
+    tenants: Mutex<HashMap<Arc<str>, TenantSlots>>,
+}
+
+/// One tenant's semaphores.
+#[derive(Debug)]
+struct TenantSlots {
+    reads: Arc<Semaphore>,
+    tails: Arc<Semaphore>,
+}
+
+/// An open tail's place, given back when it is dropped.
+#[derive(Debug)]
+pub struct TailSlot {
+    _tenant: OwnedSemaphorePermit,
+    _all: OwnedSemaphorePermit,
 }
 
 /// One tenant's read slots, for a tail to take one per poll without going through the map.
@@ -35,26 +63,74 @@ pub struct TenantReads {
 }
 
 impl Admission {
-    /// At most `reads_per_tenant` reads of each tenant at once.
-    pub fn new(reads_per_tenant: usize) -> Self {
+    /// Admission within `limits` (each at least 1).
+    pub fn new(limits: AdmissionLimits) -> Self {
+        let limits = AdmissionLimits {
+            reads_per_tenant: limits.reads_per_tenant.max(1),
+            tails: limits.tails.max(1),
+            tails_per_tenant: limits.tails_per_tenant.max(1),
+        };
         Admission {
-            reads_per_tenant: reads_per_tenant.max(1),
+            limits,
+            tails: Arc::new(Semaphore::new(limits.tails)),
             tenants: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The read slots of `tenant`.
-    pub fn tenant(&self, tenant: &Arc<str>) -> TenantReads {
+    /// Runs `take` on the semaphores of `tenant`, created on its first read.
+    fn with_tenant<T>(&self, tenant: &Arc<str>, take: impl FnOnce(&TenantSlots) -> T) -> T {
         // A panic elsewhere cannot leave the map half-updated: take it as it is.
         let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
         let slots = tenants
             .entry(Arc::clone(tenant))
-            .or_insert_with(|| Arc::new(Semaphore::new(self.reads_per_tenant)));
+            .or_insert_with(|| TenantSlots {
+                reads: Arc::new(Semaphore::new(self.limits.reads_per_tenant)),
+                tails: Arc::new(Semaphore::new(self.limits.tails_per_tenant)),
+            });
+        take(slots)
+    }
+
+    /// The read slots of `tenant`.
+    pub fn tenant(&self, tenant: &Arc<str>) -> TenantReads {
+        let slots = self.with_tenant(tenant, |slots| Arc::clone(&slots.reads));
         TenantReads {
             tenant: Arc::clone(tenant),
-            limit: self.reads_per_tenant,
-            slots: Arc::clone(slots),
+            limit: self.limits.reads_per_tenant,
+            slots,
         }
+    }
+
+    /// A place for one more open tail of `tenant`, refused at once when the tenant or the server
+    /// has as many as it may: a tail lasts until its client leaves, so waiting would not help.
+    pub fn tail(&self, tenant: &Arc<str>) -> Result<TailSlot, QueryError> {
+        let refuse = |reason: &'static str, err: QueryError| {
+            counter!("loghaul_reads_refused_total", "reason" => reason, "tenant" => tenant.to_string())
+                .increment(1);
+            Err(err)
+        };
+        let Ok(own) =
+            self.with_tenant(tenant, |slots| Arc::clone(&slots.tails).try_acquire_owned())
+        else {
+            return refuse(
+                "tenant_tails",
+                QueryError::TooManyTenantTails {
+                    tenant: Arc::clone(tenant),
+                    limit: self.limits.tails_per_tenant,
+                },
+            );
+        };
+        let Ok(all) = Arc::clone(&self.tails).try_acquire_owned() else {
+            return refuse(
+                "tails",
+                QueryError::TooManyTails {
+                    limit: self.limits.tails,
+                },
+            );
+        };
+        Ok(TailSlot {
+            _tenant: own,
+            _all: all,
+        })
     }
 }
 
@@ -89,9 +165,32 @@ impl TenantReads {
 mod tests {
     use super::*;
 
+    fn admission(reads_per_tenant: usize, tails: usize, tails_per_tenant: usize) -> Admission {
+        Admission::new(AdmissionLimits {
+            reads_per_tenant,
+            tails,
+            tails_per_tenant,
+        })
+    }
+
+    #[test]
+    fn tails_are_capped_per_tenant_then_overall_and_a_closed_one_frees_its_place() {
+        let admission = admission(1, 3, 2);
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let first = admission.tail(&a).unwrap();
+        let _second = admission.tail(&a).unwrap();
+        let err = admission.tail(&a).unwrap_err();
+        assert!(err.to_string().contains("--max-tails-per-tenant"), "{err}");
+        let _third = admission.tail(&b).unwrap();
+        let err = admission.tail(&b).unwrap_err();
+        assert!(err.to_string().contains("(--max-tails)"), "{err}");
+        drop(first);
+        assert!(admission.tail(&b).is_ok(), "a closed tail frees its place");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_tenant_past_its_limit_waits_briefly_then_is_refused_and_others_are_not() {
-        let admission = Admission::new(2);
+        let admission = admission(2, 1, 1);
         let a: Arc<str> = Arc::from("a");
         let b: Arc<str> = Arc::from("b");
         let first = admission.tenant(&a).admit().await.unwrap();

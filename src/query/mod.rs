@@ -3,7 +3,7 @@
 //! - [`filter`]: the wire filter validated once, page-size rules.
 //! - [`cursor`]: the opaque (ts, id, received_at) position of a record.
 //! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
-//! - [`admission`]: how many reads one tenant may run at once.
+//! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
 //! - [`search`]: one page, shared by the gRPC service and the console.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::QueryError;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::reader::{Reader, StoredRow};
-use admission::Admission;
+use admission::{Admission, AdmissionLimits};
 use cursor::Cursor;
 use filter::{page_size, Filter};
 use limits::ReadLimits;
@@ -73,7 +73,11 @@ impl Reads {
         Reads::new(
             reader,
             ReadLimits::from_config(config),
-            Admission::new(config.max_concurrent_reads_per_tenant),
+            Admission::new(AdmissionLimits {
+                reads_per_tenant: config.max_concurrent_reads_per_tenant,
+                tails: config.max_tails,
+                tails_per_tenant: config.max_tails_per_tenant,
+            }),
             TailConfig::from_config(config),
             draining,
         )

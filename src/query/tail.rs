@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
-use super::admission::TenantReads;
+use super::admission::{TailSlot, TenantReads};
 use super::cursor::Cursor;
 use super::filter::Filter;
 use super::{to_wire, Reads};
@@ -66,6 +66,7 @@ pub async fn start(
 ) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
+    let place = reads.admission.tail(tenant)?;
     let slots = reads.admission.tenant(tenant);
     let slot = slots.admit().await?;
     let state = reads
@@ -73,7 +74,7 @@ pub async fn start(
         .within_timeout(reads.reader.tail_start(after))
         .await?;
     drop(slot);
-    Ok(follow(reads.clone(), slots, filter, state))
+    Ok(follow(reads.clone(), place, slots, filter, state))
 }
 
 /// Consecutive failed polls before the tail ends with UNAVAILABLE.
@@ -82,6 +83,7 @@ const MAX_POLL_FAILURES: u32 = 5;
 /// Starts following and returns the stream the client reads.
 fn follow(
     reads: Reads,
+    place: TailSlot,
     slots: TenantReads,
     filter: Filter,
     state: TailState,
@@ -92,6 +94,7 @@ fn follow(
         gauge!("loghaul_tail_subscribers").increment(1.0);
         let end = run(&reads, &slots, &filter, state, &sender).await;
         gauge!("loghaul_tail_subscribers").decrement(1.0);
+        drop(place);
         let label = match &end {
             None => "client_gone",
             Some(err) => err.kind(),
