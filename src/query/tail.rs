@@ -3,9 +3,10 @@
 //! replica sharing the database show up.
 //!
 //! The channel holds at most `buffer` messages of at most `batch` records and `--max-page-bytes`
-//! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
-//! ("subscriber too slow") instead of the poller waiting, which could never slow ingest anyway:
-//! tails only read, on the read pool.
+//! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with
+//! RESOURCE_EXHAUSTED ("subscriber too slow") instead of the poller waiting, which could never
+//! slow ingest anyway: tails only read, on the read pool. How many tails may be open, and how
+//! long a poll may take, is `query::admission`'s and `query::limits`' business.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,7 +78,8 @@ pub async fn start(
     Ok(follow(reads.clone(), place, slots, filter, state))
 }
 
-/// Consecutive failed polls before the tail ends with UNAVAILABLE.
+/// Consecutive failed polls (the database unavailable, or a poll past `--query-timeout`) before
+/// the tail ends with the last one's error.
 const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
