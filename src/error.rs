@@ -74,6 +74,8 @@ pub enum IngestError {
 
 /// Delay suggested to clients after a storage failure; long enough for a database fail-over to start.
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(2);
+/// Delay suggested to a tenant refused for its concurrent reads: about what a slow read takes.
+const TOO_MANY_READS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl IngestError {
     /// A stable label value for metrics.
@@ -274,6 +276,34 @@ pub enum QueryError {
     /// The service is draining for shutdown.
     #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
     ShuttingDown,
+    /// The tenant already has `--max-concurrent-reads-per-tenant` reads running.
+    #[error("tenant {tenant} already has {limit} reads running (--max-concurrent-reads-per-tenant); retry once one has finished, and narrow slow reads (from/to, the filter) so they finish sooner")]
+    TooManyReads {
+        /// The tenant (from configuration, so a bounded metric label).
+        tenant: std::sync::Arc<str>,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The tenant already has `--max-tails-per-tenant` tails open.
+    #[error("tenant {tenant} already has {limit} open tails (--max-tails-per-tenant); close one first (one tail can follow many services: list them all in its filter)")]
+    TooManyTenantTails {
+        /// The tenant (from configuration, so a bounded metric label).
+        tenant: std::sync::Arc<str>,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The server already has `--max-tails` tails open.
+    #[error("this server already has {limit} open tails (--max-tails); retry later, or on another replica")]
+    TooManyTails {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A read took longer than `--query-timeout` and was stopped, its database work with it.
+    #[error("the read was stopped after {timeout:?} (--query-timeout); narrow the time range (from/to) or the filter, then retry")]
+    DeadlineExceeded {
+        /// The configured timeout.
+        timeout: Duration,
+    },
 }
 
 impl From<StoreError> for QueryError {
@@ -292,16 +322,25 @@ impl QueryError {
             QueryError::Store(_) => "store_unavailable",
             QueryError::SubscriberTooSlow(_) => "too_slow",
             QueryError::ShuttingDown => "shutting_down",
+            QueryError::DeadlineExceeded { .. } => "deadline_exceeded",
+            QueryError::TooManyReads { .. } => "too_many_reads",
+            QueryError::TooManyTenantTails { .. } | QueryError::TooManyTails { .. } => {
+                "too_many_tails"
+            }
         }
     }
 
     /// The HTTP status of the error on the console's JSON API: the same classes as the gRPC
-    /// codes below (400 the request, 429 too slow, 503 come back later).
+    /// codes below (400 the request, 429 too slow, 503 come back later, 504 too long).
     pub fn http_status(&self) -> u16 {
         match self {
             QueryError::InvalidArgument(_) => 400,
-            QueryError::SubscriberTooSlow(_) => 429,
+            QueryError::SubscriberTooSlow(_)
+            | QueryError::TooManyReads { .. }
+            | QueryError::TooManyTenantTails { .. }
+            | QueryError::TooManyTails { .. } => 429,
             QueryError::Store(_) | QueryError::ShuttingDown => 503,
+            QueryError::DeadlineExceeded { .. } => 504,
         }
     }
 }
@@ -315,6 +354,14 @@ impl From<QueryError> for Status {
             QueryError::SubscriberTooSlow(_) => Status::resource_exhausted(message),
             QueryError::ShuttingDown => {
                 retry_later(Code::Unavailable, message, Duration::from_secs(1))
+            }
+            QueryError::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
+            QueryError::TooManyReads { .. } => {
+                retry_later(Code::ResourceExhausted, message, TOO_MANY_READS_RETRY_AFTER)
+            }
+            // Waiting helps only once someone closes a tail: no retry delay to promise.
+            QueryError::TooManyTenantTails { .. } | QueryError::TooManyTails { .. } => {
+                Status::resource_exhausted(message)
             }
         }
     }
@@ -440,6 +487,48 @@ mod tests {
                 !message.contains("db-7") && !message.contains("INSERT"),
                 "{message}"
             );
+        }
+    }
+
+    #[test]
+    fn read_limits_map_to_their_codes_on_grpc_and_http() {
+        let tenant: std::sync::Arc<str> = std::sync::Arc::from("t");
+        let cases = [
+            (
+                QueryError::DeadlineExceeded {
+                    timeout: Duration::from_secs(10),
+                },
+                Code::DeadlineExceeded,
+                504,
+            ),
+            (
+                QueryError::TooManyReads {
+                    tenant: tenant.clone(),
+                    limit: 2,
+                },
+                Code::ResourceExhausted,
+                429,
+            ),
+            (
+                QueryError::TooManyTenantTails { tenant, limit: 32 },
+                Code::ResourceExhausted,
+                429,
+            ),
+            (
+                QueryError::TooManyTails { limit: 256 },
+                Code::ResourceExhausted,
+                429,
+            ),
+        ];
+        for (err, code, http) in cases {
+            assert_eq!(err.http_status(), http, "{err}");
+            let message = err.to_string();
+            assert!(message.starts_with(char::is_lowercase), "{message}");
+            assert!(message.contains("(--"), "names its option: {message}");
+            let retries = matches!(err, QueryError::TooManyReads { .. });
+            let status = Status::from(err);
+            assert_eq!(status.code(), code, "{message}");
+            assert_eq!(status.get_error_details().retry_info().is_some(), retries);
         }
     }
 

@@ -257,6 +257,18 @@ async fn query_and_tail_commands_print_json_lines() {
         text.contains("INFO  checkout: line 249 region=eu-west-1"),
         "{text}"
     );
+    // A search without --since that reaches its end says how far back the server looked.
+    let output = Command::new(BINARY)
+        .args(["query", "--endpoint", &endpoint, "--api-key", "key-a"])
+        .args(["--service", "no-such-service"])
+        .output()
+        .unwrap();
+    assert_success(&output);
+    let note = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        note.contains("note: searched from") && note.contains("--since"),
+        "{note}"
+    );
     let output = Command::new(BINARY)
         .args(["query", "--endpoint", &endpoint])
         .env_remove("LOGHAUL_API_KEY")

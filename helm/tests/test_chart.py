@@ -49,9 +49,10 @@ SERVE_FLAGS = {
     "max-connection-age-grace", "shutdown-grace", "log-format",
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
     "tenant-burst", "retention", "retention-interval", "dedup-window", "read-max-connections",
-    "tail-poll-interval", "console-listen", "stream-idle-timeout", "tls-cert", "tls-key",
-    "tls-client-ca", "http-header-read-timeout", "http-max-connections", "allow-unauthenticated",
-    "api-keys-reload-interval",
+    "tail-poll-interval", "max-tails-per-tenant", "max-tails", "max-concurrent-reads-per-tenant",
+    "query-default-range", "query-timeout", "max-page-bytes", "console-listen",
+    "stream-idle-timeout", "tls-cert", "tls-key", "tls-client-ca", "http-header-read-timeout",
+    "http-max-connections", "allow-unauthenticated", "api-keys-reload-interval",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # The database URL comes from a Secret (env) and the API keys from a mounted Secret file
@@ -448,7 +449,7 @@ def config_toml_has_only_known_keys():
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
                        ("retention", "7d"), ("retention-interval", "10m"), ("dedup-window", "24h"),
-                       ("read-max-connections", 4),
+                       ("read-max-connections", 4), ("max-tails-per-tenant", 32), ("max-tails", 256), ("max-concurrent-reads-per-tenant", 2), ("query-default-range", "24h"), ("query-timeout", "10s"), ("max-page-bytes", "2MiB"),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
                        ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
                        ("http-max-connections", 256), ("api-keys-reload-interval", "5s")]:
@@ -461,7 +462,7 @@ def config_toml_has_only_known_keys():
         "maxConnectionAge": "5m", "maxConnectionAgeGrace": "1m", "shutdownGraceSeconds": 40, "logFormat": "text",
         "bindAddress": "[::]", "tenantRecordsPerSecond": 2500.5, "tenantBytesPerSecond": "4MiB",
         "tenantBurst": "5s", "retention": "30d", "retentionInterval": "5m", "dedupWindow": "2h",
-        "readMaxConnections": 2,
+        "readMaxConnections": 2, "maxTailsPerTenant": 8, "maxTails": 100, "maxConcurrentReadsPerTenant": 3, "queryDefaultRange": "1h", "queryTimeout": "30s", "maxPageBytes": "1MiB",
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
         "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64, "apiKeysReloadInterval": "30s",
     }
@@ -473,7 +474,7 @@ def config_toml_has_only_known_keys():
         "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
         "max-connection-age-grace": "1m", "shutdown-grace": "40s", "log-format": "text",
         "tenant-records-per-second": 2500.5, "tenant-bytes-per-second": "4MiB", "tenant-burst": "5s",
-        "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2,
+        "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2, "max-tails-per-tenant": 8, "max-tails": 100, "max-concurrent-reads-per-tenant": 3, "query-default-range": "1h", "query-timeout": "30s", "max-page-bytes": "1MiB",
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
         "http-header-read-timeout": "5s", "http-max-connections": 64, "api-keys-reload-interval": "30s",
     }, cfg2

@@ -11,6 +11,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use crate::query::filter::Filter;
+use crate::query::limits::ReadLimits;
 use crate::retention::postgres::create_partitions;
 use crate::storage::reader::Reader;
 use crate::storage::{PoolOptions, Store};
@@ -258,7 +259,7 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 }
 
 async fn query(args: &BenchQueryArgs, start: DateTime<Utc>) -> Result<(), BenchError> {
-    let reader = Reader::connect(&args.database_url, 1).await?;
+    let reader = Reader::connect(&args.database_url, 1, ReadLimits::default().timeout).await?;
     let now = Utc::now();
     let mut rng = fastrand::Rng::with_seed(7);
     println!(
@@ -284,19 +285,17 @@ async fn query(args: &BenchQueryArgs, start: DateTime<Utc>) -> Result<(), BenchE
             let tenant = format!("bench-{}", rng.u64(0..args.tenants.max(1)));
             let filter = (scenario.filter)(&mut rng, start, now);
             let mut after = None;
+            // One row more than the page, as the service asks, to know whether a next page exists.
+            let budget = ReadLimits::default().budget(args.page_size + 1);
             if scenario.second_page {
-                let first = reader
-                    .page(&tenant, &filter, None, args.page_size + 1)
-                    .await?;
+                let first = reader.page(&tenant, &filter, None, budget).await?;
                 after = first
+                    .rows
                     .get(args.page_size.saturating_sub(1))
                     .map(|row| row.cursor());
             }
             let began = Instant::now();
-            // One row more than the page, as the service asks, to know whether a next page exists.
-            let rows = reader
-                .page(&tenant, &filter, after, args.page_size + 1)
-                .await?;
+            let rows = reader.page(&tenant, &filter, after, budget).await?.rows;
             times.push(began.elapsed());
             returned += rows.len().min(args.page_size);
         }

@@ -48,6 +48,13 @@ pub async fn query(args: QueryArgs) -> Result<usize, ReadError> {
         printed += page.records.len();
         write_all(&mut out, &page.records, args.read.json)?;
         if page.next_cursor.is_empty() {
+            // On stderr, so that it never mixes with the records.
+            if let Some(from) = &page.default_from {
+                eprintln!(
+                    "note: searched from {} on (the server's default range); give --since or --from to search further back",
+                    super::print::time(Some(from))
+                );
+            }
             break;
         }
         cursor = page.next_cursor;

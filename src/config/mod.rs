@@ -241,6 +241,45 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
     pub read_max_connections: u32,
 
+    /// How long one read may take: a Query page (or a console page) past it ends with
+    /// DEADLINE_EXCEEDED (HTTP 504) and its database work is stopped, and so is a Tail poll (a
+    /// tail ends after several in a row). PostgreSQL sessions get a statement_timeout a second
+    /// above it, so even a query the service lost track of is cancelled by the server.
+    #[arg(long, env = "LOGHAUL_QUERY_TIMEOUT", default_value = "10s")]
+    pub query_timeout: HumanDuration,
+
+    /// Reads (Query and console pages, Tail polls) one tenant may have running at once; one more
+    /// waits up to 250 ms for a slot, then gets RESOURCE_EXHAUSTED (HTTP 429). Keep it below
+    /// --read-max-connections, so that one tenant never holds every read connection.
+    #[arg(
+        long,
+        env = "LOGHAUL_MAX_CONCURRENT_READS_PER_TENANT",
+        default_value_t = 2
+    )]
+    pub max_concurrent_reads_per_tenant: usize,
+
+    /// Tails (gRPC and console) open at once on this server; one more gets RESOURCE_EXHAUSTED
+    /// (HTTP 429). Each polls the database every --tail-poll-interval.
+    #[arg(long, env = "LOGHAUL_MAX_TAILS", default_value_t = 256)]
+    pub max_tails: usize,
+
+    /// Tails one tenant may have open at once; one more gets RESOURCE_EXHAUSTED (HTTP 429).
+    #[arg(long, env = "LOGHAUL_MAX_TAILS_PER_TENANT", default_value_t = 32)]
+    pub max_tails_per_tenant: usize,
+
+    /// How far back a Query (or console search) without `from` reads: from this long before `to`,
+    /// or before now. The answer says where it started (`default_from`). 0s: no bound, back to
+    /// the oldest record.
+    #[arg(long, env = "LOGHAUL_QUERY_DEFAULT_RANGE", default_value = "24h")]
+    pub query_default_range: HumanDuration,
+
+    /// Largest Query page or Tail message (console pages and tail events too), as encoded; a page
+    /// that reaches it stops early and its cursor continues after its last record. A record
+    /// larger than this still goes out, alone. Keep it under the clients' message limit (4 MiB
+    /// for most gRPC clients).
+    #[arg(long, env = "LOGHAUL_MAX_PAGE_BYTES", default_value = "2MiB")]
+    pub max_page_bytes: ByteSize,
+
     /// How often a Tail polls the database for new records: the bound on its delivery delay.
     #[arg(long, env = "LOGHAUL_TAIL_POLL_INTERVAL", default_value = "500ms")]
     pub tail_poll_interval: HumanDuration,
@@ -324,6 +363,18 @@ impl ServeConfig {
         }
         if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
             return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        }
+        if self.max_concurrent_reads_per_tenant == 0 {
+            return fail("--max-concurrent-reads-per-tenant must be at least 1");
+        }
+        if self.max_tails == 0 || self.max_tails_per_tenant == 0 {
+            return fail("--max-tails and --max-tails-per-tenant must be at least 1");
+        }
+        if self.query_timeout.0.is_zero() {
+            return fail("--query-timeout must be above 0s");
+        }
+        if self.max_page_bytes.0 < 16 << 10 {
+            return fail("--max-page-bytes must be at least 16KiB");
         }
         if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
             return fail("--retention must be at least 1h (or 0s to keep everything)");

@@ -1,7 +1,8 @@
 //! The JSON API behind the console, mirroring `LogQuery`:
 //!
 //! - `GET /api/v1/session`: the caller's tenant (the console's login check).
-//! - `GET /api/v1/logs`: one page, newest first; same filters, page size and cursor as `Query`.
+//! - `GET /api/v1/logs`: one page, newest first; same filters, page size and cursor as `Query`,
+//!   and `default_from` when the server bounded a search that had no `from`.
 //! - `GET /api/v1/tail`: Server-Sent Events, oldest first; same filters and cursor as `Tail`.
 //! - `GET /api/v1/health`: the pipeline's metrics, readiness and storage backend.
 //!
@@ -96,12 +97,13 @@ pub async fn logs(
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
     let params = Params::parse(raw.as_deref(), true).map_err(ApiError::BadRequest)?;
-    let page = query::search(&state.reader, tenant.name(), params.query_request()).await?;
+    let page = query::search(&state.reads, tenant.name(), params.query_request()).await?;
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"records": records, "next_cursor": page.next_cursor}),
-    ))
+    let mut body = json!({"records": records, "next_cursor": page.next_cursor});
+    if let Some(from) = &page.default_from {
+        body["default_from"] = json!(crate::cli::print::time(Some(from)));
+    }
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 /// `GET /api/v1/tail`: the tenant's records as they are committed, as Server-Sent Events: `open`
@@ -121,14 +123,7 @@ pub async fn tail(
             params.cursor = last.to_str().unwrap_or_default().to_owned();
         }
     }
-    let follow = query::tail::start(
-        &state.reader,
-        tenant.name(),
-        params.tail_request(),
-        state.tail,
-        &state.draining,
-    )
-    .await?;
+    let follow = query::tail::start(&state.reads, tenant.name(), params.tail_request()).await?;
     let opened = Event::default()
         .event("open")
         .data(json!({"tenant": tenant.name().as_ref()}).to_string());

@@ -26,38 +26,26 @@ use axum::routing::get;
 use axum::Router;
 use metrics::counter;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 use crate::auth::KeyStore;
-use crate::query::tail::TailConfig;
+use crate::query::Reads;
 use crate::serve_http::{serve_http, HttpLimits};
-use crate::storage::reader::Reader;
 use health::HealthSource;
 
 /// What the console's handlers share.
 #[derive(Clone)]
 pub struct ConsoleState {
     keys: Arc<KeyStore>,
-    reader: Reader,
-    tail: TailConfig,
-    draining: CancellationToken,
+    reads: Reads,
     health: HealthSource,
 }
 
 impl ConsoleState {
-    /// The console's view of a running service; tails end when `draining` is cancelled.
-    pub fn new(
-        keys: Arc<KeyStore>,
-        reader: Reader,
-        tail: TailConfig,
-        draining: CancellationToken,
-        health: HealthSource,
-    ) -> Self {
+    /// The console's view of a running service, reading through the same `reads` as gRPC.
+    pub fn new(keys: Arc<KeyStore>, reads: Reads, health: HealthSource) -> Self {
         ConsoleState {
             keys,
-            reader,
-            tail,
-            draining,
+            reads,
             health,
         }
     }

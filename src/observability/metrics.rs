@@ -173,7 +173,12 @@ fn describe() {
     describe_counter!(
         "loghaul_queries_total",
         Unit::Count,
-        "Query calls, by outcome: ok, invalid_argument, store_unavailable."
+        "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout), too_many_reads."
+    );
+    describe_counter!(
+        "loghaul_reads_refused_total",
+        Unit::Count,
+        "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant; tenant_tails, tails: a Tail past --max-tails-per-tenant, --max-tails) and tenant."
     );
     describe_histogram!(
         "loghaul_query_duration_seconds",
@@ -188,7 +193,7 @@ fn describe() {
     describe_counter!(
         "loghaul_tails_ended_total",
         Unit::Count,
-        "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down."
+        "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down, deadline_exceeded (polls past --query-timeout)."
     );
     describe_counter!(
         "loghaul_console_requests_total",

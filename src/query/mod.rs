@@ -2,6 +2,8 @@
 //!
 //! - [`filter`]: the wire filter validated once, page-size rules.
 //! - [`cursor`]: the opaque (ts, id, received_at) position of a record.
+//! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
+//! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
 //! - [`search`]: one page, shared by the gRPC service and the console.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
@@ -9,31 +11,88 @@
 //!
 //! The SQL lives with the other storage code, in `storage::reader`.
 
+pub mod admission;
 pub mod cursor;
 pub mod filter;
+pub mod limits;
 pub mod service;
 pub mod tail;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use metrics::{counter, histogram};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::QueryError;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::reader::{Reader, StoredRow};
+use admission::{Admission, AdmissionLimits};
 use cursor::Cursor;
 use filter::{page_size, Filter};
+use limits::ReadLimits;
+use tail::TailConfig;
+
+/// What the gRPC service and the console read through, shared by both so that every limit on
+/// reads holds across them.
+#[derive(Clone, Debug)]
+pub struct Reads {
+    reader: Reader,
+    limits: ReadLimits,
+    admission: Arc<Admission>,
+    tail: TailConfig,
+    draining: CancellationToken,
+}
+
+impl Reads {
+    /// Reads through `reader` within `limits`, admitted by `admission`; tails end when `draining`
+    /// is cancelled.
+    pub fn new(
+        reader: Reader,
+        limits: ReadLimits,
+        admission: Admission,
+        tail: TailConfig,
+        draining: CancellationToken,
+    ) -> Self {
+        Reads {
+            reader,
+            limits,
+            admission: Arc::new(admission),
+            tail,
+            draining,
+        }
+    }
+
+    /// The read settings of `loghaul serve`.
+    pub fn from_config(
+        reader: Reader,
+        config: &crate::config::ServeConfig,
+        draining: CancellationToken,
+    ) -> Self {
+        Reads::new(
+            reader,
+            ReadLimits::from_config(config),
+            Admission::new(AdmissionLimits {
+                reads_per_tenant: config.max_concurrent_reads_per_tenant,
+                tails: config.max_tails,
+                tails_per_tenant: config.max_tails_per_tenant,
+            }),
+            TailConfig::from_config(config),
+            draining,
+        )
+    }
+}
 
 /// One page of `tenant`'s records, newest first: the one implementation behind the gRPC `Query`
 /// and the console's search, so both check, page and count (`loghaul_queries_total`) alike.
 pub async fn search(
-    reader: &Reader,
-    tenant: &str,
+    reads: &Reads,
+    tenant: &Arc<str>,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
     let started = Instant::now();
-    let outcome = page(reader, tenant, request).await;
+    let outcome = page(reads, tenant, request).await;
     histogram!("loghaul_query_duration_seconds").record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(_) => "ok",
@@ -44,16 +103,23 @@ pub async fn search(
 }
 
 async fn page(
-    reader: &Reader,
-    tenant: &str,
+    reads: &Reads,
+    tenant: &Arc<str>,
     request: QueryRequest,
 ) -> Result<QueryResponse, QueryError> {
-    let filter = Filter::from_proto(request.filter)?;
+    let mut filter = Filter::from_proto(request.filter)?;
+    let default_from = reads.limits.default_from(&filter);
+    filter.from = filter.from.or(default_from);
     let size = page_size(request.page_size)?;
     let after = Cursor::decode(&request.cursor)?;
-    // One row more than the page says whether there is a next page without a second query.
-    let mut rows = reader.page(tenant, &filter, after, size + 1).await?;
-    let more = rows.len() > size;
+    // One row more than the page says whether there is a next page without a second query; a
+    // page cut short by its byte budget has one too.
+    let budget = reads.limits.budget(size + 1);
+    let _slot = reads.admission.tenant(tenant).admit().await?;
+    let read = reads.reader.page(tenant, &filter, after, budget);
+    let batch = reads.limits.within_timeout(read).await?;
+    let mut rows = batch.rows;
+    let more = batch.cut_short || rows.len() > size;
     rows.truncate(size);
     let next_cursor = match rows.last() {
         Some(last) if more => last.cursor().encode(),
@@ -62,6 +128,7 @@ async fn page(
     Ok(QueryResponse {
         records: rows.into_iter().map(to_wire).collect(),
         next_cursor,
+        default_from: default_from.map(timestamp),
     })
 }
 
@@ -95,5 +162,88 @@ pub fn to_wire(row: StoredRow) -> StoredRecord {
         trace_id: row.trace_id.unwrap_or_default(),
         span_id: row.span_id.unwrap_or_default(),
         received_at: Some(timestamp(row.received_at)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+    use crate::storage::reader::Budget;
+
+    fn row(attributes: String, message: String) -> StoredRow {
+        StoredRow {
+            id: i64::MIN,
+            ts: chrono::DateTime::<chrono::Utc>::MIN_UTC,
+            received_at: chrono::DateTime::<chrono::Utc>::MAX_UTC,
+            severity: i16::MIN,
+            service: "s".repeat(256),
+            message,
+            attributes,
+            trace_id: Some("a".repeat(32)),
+            span_id: Some("b".repeat(16)),
+        }
+    }
+
+    #[test]
+    fn the_size_estimate_bounds_the_encoded_record() {
+        let tiny_entries: serde_json::Map<_, _> = (0..128)
+            .map(|n| (format!("{n:x}"), serde_json::Value::from("")))
+            .collect();
+        let big_entries: serde_json::Map<_, _> = (0..128)
+            .map(|n| {
+                (
+                    format!("{n:0>256}"),
+                    serde_json::Value::from("v".repeat(16 << 10)),
+                )
+            })
+            .collect();
+        let cases = [
+            ("{}".to_owned(), String::new()),
+            (
+                serde_json::Value::Object(tiny_entries).to_string(),
+                "m".into(),
+            ),
+            (
+                r#"{"a": 1, "b": [1, 2], "c": {"d": null}}"#.to_owned(),
+                "m".repeat(300),
+            ),
+            (
+                serde_json::Value::Object(big_entries).to_string(),
+                "m".repeat(256 << 10),
+            ),
+        ];
+        for (attributes, message) in cases {
+            let row = row(attributes, message);
+            let estimate = row.wire_bytes();
+            let answer = QueryResponse {
+                records: vec![to_wire(row)],
+                next_cursor: String::new(),
+                default_from: None,
+            };
+            assert!(
+                answer.encoded_len() <= estimate,
+                "{} encoded, {estimate} estimated",
+                answer.encoded_len()
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_within_its_budget_fits_the_configured_bytes() {
+        let limits = ReadLimits {
+            max_answer_bytes: 64 << 10,
+            ..ReadLimits::default()
+        };
+        let Budget { bytes, .. } = limits.budget(1000);
+        let row = row(r#"{"k":"v"}"#.into(), "m".repeat(1000));
+        let fitting = bytes / row.wire_bytes();
+        let answer = QueryResponse {
+            records: (0..fitting).map(|_| to_wire(row.clone())).collect(),
+            next_cursor: row.cursor().encode(),
+            default_from: Some(timestamp(row.ts)),
+        };
+        assert!(answer.encoded_len() <= limits.max_answer_bytes);
     }
 }

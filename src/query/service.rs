@@ -1,43 +1,33 @@
 //! The `LogQuery` gRPC handlers. Every read is scoped to the tenant the auth layer attached.
 
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
-use super::tail::{self, TailConfig};
+use super::{tail, Reads};
 use crate::auth::tenant_of;
 use crate::proto::v1::log_query_server::{LogQuery, LogQueryServer};
 use crate::proto::v1::{QueryRequest, QueryResponse, TailRequest, TailResponse};
 use crate::server::refusal::ExplainRefusal;
-use crate::storage::reader::Reader;
 
 /// The query service.
 #[derive(Clone, Debug)]
 pub struct QueryService {
-    reader: Reader,
-    tail: TailConfig,
-    draining: CancellationToken,
+    reads: Reads,
 }
 
 impl QueryService {
-    /// A service reading through `reader`; tails end when `draining` is cancelled.
-    pub fn new(reader: Reader, tail: TailConfig, draining: CancellationToken) -> Self {
-        QueryService {
-            reader,
-            tail,
-            draining,
-        }
+    /// A service reading through `reads`.
+    pub fn new(reads: Reads) -> Self {
+        QueryService { reads }
     }
 
     /// The gRPC server for `loghaul serve`, with the same compression as ingest.
     pub fn server(
-        reader: Reader,
+        reads: Reads,
         config: &crate::config::ServeConfig,
-        draining: CancellationToken,
     ) -> ExplainRefusal<LogQueryServer<QueryService>> {
-        let tail = TailConfig::from_config(config);
-        let server = LogQueryServer::new(QueryService::new(reader, tail, draining))
+        let server = LogQueryServer::new(QueryService::new(reads))
             .max_decoding_message_size(config.max_request_bytes.as_usize())
             .accept_compressed(CompressionEncoding::Gzip)
             .accept_compressed(CompressionEncoding::Zstd)
@@ -55,7 +45,7 @@ impl LogQuery for QueryService {
         request: Request<QueryRequest>,
     ) -> Result<Response<QueryResponse>, Status> {
         let tenant = tenant_of(&request)?;
-        super::search(&self.reader, tenant.name(), request.into_inner())
+        super::search(&self.reads, tenant.name(), request.into_inner())
             .await
             .map(Response::new)
             .map_err(Status::from)
@@ -68,14 +58,7 @@ impl LogQuery for QueryService {
         request: Request<TailRequest>,
     ) -> Result<Response<Self::TailStream>, Status> {
         let tenant = tenant_of(&request)?;
-        let stream = tail::start(
-            &self.reader,
-            tenant.name(),
-            request.into_inner(),
-            self.tail,
-            &self.draining,
-        )
-        .await?;
+        let stream = tail::start(&self.reads, tenant.name(), request.into_inner()).await?;
         Ok(Response::new(stream))
     }
 }

@@ -2,10 +2,11 @@
 //! channel. Polling (rather than an in-process fan-out) is what makes records committed by another
 //! replica sharing the database show up.
 //!
-//! The channel holds at most `buffer` messages of at most `batch` records each, so a subscriber
-//! costs bounded memory; when it is full the subscriber is dropped with RESOURCE_EXHAUSTED
-//! ("subscriber too slow") instead of the poller waiting, which could never slow ingest anyway:
-//! tails only read, on the read pool.
+//! The channel holds at most `buffer` messages of at most `batch` records and `--max-page-bytes`
+//! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with
+//! RESOURCE_EXHAUSTED ("subscriber too slow") instead of the poller waiting, which could never
+//! slow ingest anyway: tails only read, on the read pool. How many tails may be open, and how
+//! long a poll may take, is `query::admission`'s and `query::limits`' business.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,15 +14,15 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
+use super::admission::{TailSlot, TenantReads};
 use super::cursor::Cursor;
 use super::filter::Filter;
-use super::to_wire;
+use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::reader::{Reader, TailState};
+use crate::storage::reader::TailState;
 
 /// How a tail polls and buffers.
 #[derive(Clone, Copy, Debug)]
@@ -60,43 +61,42 @@ impl TailConfig {
 /// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
 /// service and the console, so both refuse the same requests with the same reasons.
 pub async fn start(
-    reader: &Reader,
+    reads: &Reads,
     tenant: &Arc<str>,
     request: TailRequest,
-    config: TailConfig,
-    draining: &CancellationToken,
 ) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
-    let state = reader.tail_start(after).await?;
-    Ok(follow(
-        reader.clone(),
-        Arc::clone(tenant),
-        filter,
-        state,
-        config,
-        draining.clone(),
-    ))
+    let place = reads.admission.tail(tenant)?;
+    let slots = reads.admission.tenant(tenant);
+    let slot = slots.admit().await?;
+    let state = reads
+        .limits
+        .within_timeout(reads.reader.tail_start(after))
+        .await?;
+    drop(slot);
+    Ok(follow(reads.clone(), place, slots, filter, state))
 }
 
-/// Consecutive failed polls before the tail ends with UNAVAILABLE.
+/// Consecutive failed polls (the database unavailable, or a poll past `--query-timeout`) before
+/// the tail ends with the last one's error.
 const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
-pub fn follow(
-    reader: Reader,
-    tenant: Arc<str>,
+fn follow(
+    reads: Reads,
+    place: TailSlot,
+    slots: TenantReads,
     filter: Filter,
     state: TailState,
-    config: TailConfig,
-    draining: CancellationToken,
 ) -> ReceiverStream<Result<TailResponse, Status>> {
     // One slot more than the data may use, so the final status always fits.
-    let (sender, receiver) = mpsc::channel(config.buffer + 1);
+    let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
         gauge!("loghaul_tail_subscribers").increment(1.0);
-        let end = run(&reader, &tenant, &filter, state, config, &draining, &sender).await;
+        let end = run(&reads, &slots, &filter, state, &sender).await;
         gauge!("loghaul_tail_subscribers").decrement(1.0);
+        drop(place);
         let label = match &end {
             None => "client_gone",
             Some(err) => err.kind(),
@@ -112,28 +112,36 @@ pub fn follow(
 
 /// The poll loop; returns why it ended (None: the client went away).
 async fn run(
-    reader: &Reader,
-    tenant: &str,
+    reads: &Reads,
+    slots: &TenantReads,
     filter: &Filter,
     mut state: TailState,
-    config: TailConfig,
-    draining: &CancellationToken,
     sender: &mpsc::Sender<Result<TailResponse, Status>>,
 ) -> Option<QueryError> {
+    let config = reads.tail;
     let mut failures = 0;
     let mut more = false;
+    let budget = reads.limits.budget(config.batch);
     loop {
         if !more {
             tokio::select! {
                 () = sender.closed() => return None,
-                () = draining.cancelled() => return Some(QueryError::ShuttingDown),
+                () = reads.draining.cancelled() => return Some(QueryError::ShuttingDown),
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
-        let (rows, waiting) = match reader
-            .tail_poll(tenant, filter, &mut state, config.batch)
-            .await
-        {
+        // A poll dropped part-way leaves `state` as it was: it changes only once the rows are read.
+        // It takes one of its tenant's read slots, waiting its turn behind the tenant's other
+        // reads, never the other tenants'.
+        let poll = async {
+            let _slot = slots.wait().await;
+            let tenant = slots.name();
+            reads
+                .reader
+                .tail_poll(tenant, filter, &mut state, budget)
+                .await
+        };
+        let (rows, waiting) = match reads.limits.within_timeout(poll).await {
             Ok(polled) => {
                 failures = 0;
                 polled
@@ -141,7 +149,7 @@ async fn run(
             Err(err) => {
                 failures += 1;
                 if failures >= MAX_POLL_FAILURES {
-                    return Some(err.into());
+                    return Some(err);
                 }
                 more = false;
                 continue;

@@ -31,7 +31,7 @@ use crate::pipeline::batcher::BatchLimits;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
-use crate::query::tail::TailConfig;
+use crate::query::Reads;
 use crate::retention::RetentionConfig;
 use crate::serve_http::HttpLimits;
 use crate::storage::reader::Reader;
@@ -189,7 +189,12 @@ pub async fn run(
             tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
         }
     }
-    let reader = Reader::connect(&config.database_url, config.read_max_connections).await?;
+    let reader = Reader::connect(
+        &config.database_url,
+        config.read_max_connections,
+        config.query_timeout.0,
+    )
+    .await?;
 
     let readiness = Arc::new(Readiness::default());
     let pipeline = Pipeline::start(
@@ -226,7 +231,8 @@ pub async fn run(
     let otlp_logs = otlp::logs_server(pipeline.ingress(), limits, config.max_request_bytes.0);
 
     let draining = CancellationToken::new();
-    let query = QueryService::server(reader.clone(), &config, draining.clone());
+    let reads = Reads::from_config(reader.clone(), &config, draining.clone());
+    let query = QueryService::server(reads.clone(), &config);
 
     let stopping = CancellationToken::new();
     let reload = tokio::spawn(crate::auth::store::reload_keys(
@@ -251,9 +257,7 @@ pub async fn run(
             let addr = listener.local_addr()?;
             let state = ConsoleState::new(
                 Arc::clone(&keys),
-                reader.clone(),
-                TailConfig::from_config(&config),
-                draining.clone(),
+                reads.clone(),
                 HealthSource {
                     metrics: metrics_handle.clone(),
                     readiness: Arc::clone(&readiness),

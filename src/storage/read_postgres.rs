@@ -15,16 +15,25 @@
 //! longer than `TAIL_OVERLAP` from start to commit (inserts are single statements of one batch;
 //! retention DDL waits at most its `lock_timeout`, 1 s, so ingest never queues longer than that
 //! behind it). Memory per subscriber is the ids sent within the overlap window, capped.
+//!
+//! **Stopping.** Sessions run with `statement_timeout` a little above the service's read timeout
+//! and, on PostgreSQL 14 and later, `client_connection_check_interval`. A read whose future is
+//! dropped (its deadline passed, its client went away) closes its connection instead of returning
+//! it to the pool, and the server stops the statement when it next checks the connection; the
+//! statement timeout ends whatever the service lost track of, on any version.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use futures::TryStreamExt;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
 
-use super::reader::{from_micros, StoredRow};
+use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
 use crate::query::cursor::Cursor;
 use crate::query::filter::Filter;
@@ -37,6 +46,16 @@ const WINDOW_GROWTH: i32 = 8;
 const MAX_WINDOW: TimeDelta = TimeDelta::days(4);
 /// How far behind the newest `received_at` sent a tail poll looks again; see the module docs.
 pub const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
+
+/// How far past the read timeout the server cancels a statement itself.
+const STATEMENT_TIMEOUT_MARGIN: Duration = Duration::from_secs(1);
+/// How often a backend running a read checks that its client is still connected (PostgreSQL 14+),
+/// so a statement whose connection was closed stops within this.
+const CONNECTION_CHECK_INTERVAL: &str = "1s";
+/// First server version with `client_connection_check_interval`.
+const CONNECTION_CHECK_SINCE: u32 = 140_000;
+/// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
+pub const APPLICATION_NAME: &str = "loghaul-reads";
 
 const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
@@ -110,6 +129,43 @@ fn unavailable(err: sqlx::Error) -> StoreError {
     StoreError::Unavailable(err.to_string())
 }
 
+/// A read's connection. Dropped before [`ReadConnection::finish`], it is closed rather than
+/// returned: a statement may still be running on it, and a returned connection would keep it
+/// running (and the connection busy) until it ended.
+struct ReadConnection {
+    conn: PoolConnection<Postgres>,
+    finished: bool,
+}
+
+impl ReadConnection {
+    /// Returns the connection to the pool; nothing is left running on it.
+    fn finish(mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for ReadConnection {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+impl Deref for ReadConnection {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for ReadConnection {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+}
+
 impl PgTail {
     /// Ids remembered for de-duplication: the records sent within the overlap window.
     pub fn remembered(&self) -> usize {
@@ -118,16 +174,42 @@ impl PgTail {
 }
 
 impl PgReader {
-    /// Opens the read pool.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+    /// Opens the read pool; `timeout` is the service's limit on one read.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let statement_timeout = (timeout + STATEMENT_TIMEOUT_MARGIN).as_millis().to_string();
         let options = PgConnectOptions::from_str(url)
             .map_err(|err| StoreError::Url(format!("{}: {err}", super::redact_url(url))))?
+            .application_name(APPLICATION_NAME)
             // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves,
             // and the planner's estimates over unsummarized BRIN ranges would switch it on.
-            .options([("jit", "off")]);
+            .options([
+                ("jit", "off"),
+                ("statement_timeout", statement_timeout.as_str()),
+            ]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(Duration::from_secs(5))
+            // Set after connecting, not in the start-up options: older servers refuse the unknown
+            // setting, which would refuse the connection.
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    if conn
+                        .server_version_num()
+                        .is_some_and(|version| version >= CONNECTION_CHECK_SINCE)
+                    {
+                        sqlx::query(&format!(
+                            "SET client_connection_check_interval = '{CONNECTION_CHECK_INTERVAL}'"
+                        ))
+                        .execute(conn)
+                        .await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|err| {
@@ -139,19 +221,36 @@ impl PgReader {
         Ok(PgReader { pool })
     }
 
-    async fn fetch(
-        &self,
+    async fn acquire(&self) -> Result<ReadConnection, StoreError> {
+        let conn = self.pool.acquire().await.map_err(unavailable)?;
+        Ok(ReadConnection {
+            conn,
+            finished: false,
+        })
+    }
+
+    /// Gives `conn` back after a read that returned `batch`: closed when the batch was cut short,
+    /// since rows it will not send may still be on their way, and closing stops the server from
+    /// sending them (draining them could move hundreds of megabytes for nothing).
+    fn release(conn: ReadConnection, batch: &Batch) {
+        if !batch.cut_short {
+            conn.finish();
+        }
+    }
+
+    /// Streams the query's rows into `collector` until it is full.
+    async fn collect(
+        conn: &mut PgConnection,
         mut builder: QueryBuilder<'_, Postgres>,
-    ) -> Result<Vec<StoredRow>, StoreError> {
-        let rows = builder
-            .build()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        rows.into_iter()
-            .map(decode)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)
+        collector: &mut Collector,
+    ) -> Result<(), StoreError> {
+        let mut rows = builder.build().fetch(conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !collector.offer(decode(row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     pub(super) async fn page(
@@ -159,8 +258,8 @@ impl PgReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        limit: usize,
-    ) -> Result<Vec<StoredRow>, StoreError> {
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
         // Rows strictly before `upper` in (ts, id) order; (t, i64::MIN) means "ts < t".
         let mut upper = after.map(|cursor| (from_micros(cursor.ts_micros), cursor.id));
         let mut anchor = match (upper, filter.to) {
@@ -169,7 +268,8 @@ impl PgReader {
             (None, None) => Utc::now(),
         };
         let mut window = FIRST_WINDOW;
-        let mut rows = Vec::with_capacity(limit);
+        let mut collector = Collector::new(budget);
+        let mut conn = self.acquire().await?;
         loop {
             let mut lower = (window <= MAX_WINDOW)
                 .then(|| anchor.checked_sub_signed(window))
@@ -199,10 +299,12 @@ impl PgReader {
             }
             builder
                 .push(" ORDER BY ts DESC, id DESC LIMIT ")
-                .push_bind((limit - rows.len()) as i64);
-            rows.extend(self.fetch(builder).await?);
-            let Some(lower) = lower.filter(|_| rows.len() < limit && !reaches_bottom) else {
-                return Ok(rows);
+                .push_bind(collector.rows_left() as i64);
+            Self::collect(&mut conn, builder, &mut collector).await?;
+            let Some(lower) = lower.filter(|_| !collector.is_done() && !reaches_bottom) else {
+                let batch = collector.finish();
+                Self::release(conn, &batch);
+                return Ok(batch);
             };
             upper = Some((lower, i64::MIN));
             anchor = lower;
@@ -211,9 +313,9 @@ impl PgReader {
     }
 
     /// The database's clock, which stamps received_at, not ours.
-    async fn db_now(&self) -> Result<DateTime<Utc>, StoreError> {
+    async fn db_now(conn: &mut PgConnection) -> Result<DateTime<Utc>, StoreError> {
         sqlx::query_scalar("SELECT now()")
-            .fetch_one(&self.pool)
+            .fetch_one(conn)
             .await
             .map_err(unavailable)
     }
@@ -221,7 +323,12 @@ impl PgReader {
     pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<PgTail, StoreError> {
         let floor = match after {
             Some(cursor) => (cursor.received_micros, cursor.id),
-            None => (self.db_now().await?.timestamp_micros(), i64::MAX),
+            None => {
+                let mut conn = self.acquire().await?;
+                let now = Self::db_now(&mut conn).await?;
+                conn.finish();
+                (now.timestamp_micros(), i64::MAX)
+            }
         };
         Ok(PgTail {
             floor,
@@ -236,15 +343,16 @@ impl PgReader {
         tenant: &str,
         filter: &Filter,
         state: &mut PgTail,
-        limit: usize,
+        budget: Budget,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         let overlap = TAIL_OVERLAP.num_microseconds().expect("a few seconds");
         // The database's time before a fresh scan: once the scan has read everything, the
         // watermark may move up to it even when nothing matched, so polls do not rescan more and
         // more of the table.
+        let mut conn = self.acquire().await?;
         let scan_started = match state.resume {
             Some(_) => None,
-            None => Some(self.db_now().await?.timestamp_micros()),
+            None => Some(Self::db_now(&mut conn).await?.timestamp_micros()),
         };
         let (from_received, from_id) = state.resume.unwrap_or_else(|| {
             let lower = state.high - overlap;
@@ -264,9 +372,13 @@ impl PgReader {
             .push(", ")
             .push_bind(from_id)
             .push(") ORDER BY received_at, id LIMIT ")
-            .push_bind(limit as i64);
-        let rows = self.fetch(builder).await?;
-        let more = rows.len() == limit;
+            .push_bind(budget.rows as i64);
+        let mut collector = Collector::new(budget);
+        Self::collect(&mut conn, builder, &mut collector).await?;
+        let more = collector.is_done();
+        let batch = collector.finish();
+        Self::release(conn, &batch);
+        let rows = batch.rows;
         state.resume = rows
             .last()
             .filter(|_| more)

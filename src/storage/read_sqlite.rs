@@ -4,17 +4,36 @@
 //! Pages walk the `(tenant, ts)` index backwards (the rowid id is the last key of every index
 //! entry, so `ORDER BY ts DESC, id DESC` needs no sort). A tail follows ids: with one writer
 //! connection, and `AUTOINCREMENT` so ids are never reused, ids are assigned in commit order.
+//!
+//! **Stopping.** sqlx runs a statement on a thread of its own and, when the future is dropped,
+//! goes on stepping it until it has a row to hand over: a scan that matches nothing would run to
+//! the end of the table, holding its snapshot (and so the WAL, which cannot be checkpointed past
+//! it). So every read installs a progress handler that interrupts the statement once its
+//! connection guard is dropped, whatever dropped it: the read's deadline, or its client leaving.
 
+use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteRow};
+use futures::TryStreamExt;
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
+};
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::reader::{from_micros, StoredRow};
+use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
 use crate::query::cursor::Cursor;
 use crate::query::filter::Filter;
+
+/// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
+/// many steps take well under a millisecond.
+const PROGRESS_STEPS: i32 = 1000;
+/// Longest wait for a lock; a read waiting longer than its deadline is stopped anyway.
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
@@ -69,6 +88,32 @@ fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, filter: &Fi
     }
 }
 
+/// A read's connection; dropping it interrupts whatever statement still runs on it.
+struct ReadConnection {
+    conn: PoolConnection<Sqlite>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for ReadConnection {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Deref for ReadConnection {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for ReadConnection {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.conn
+    }
+}
+
 fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
     Ok(StoredRow {
         id: row.try_get("id")?,
@@ -88,12 +133,17 @@ fn unavailable(err: sqlx::Error) -> StoreError {
 }
 
 impl SqliteReader {
-    /// Opens read-only connections to an existing database.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+    /// Opens read-only connections to an existing database; `timeout` is the service's limit on
+    /// one read.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|err| StoreError::Url(format!("{url}: {err}")))?
             .read_only(true)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(timeout.min(MAX_BUSY_TIMEOUT));
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(Duration::from_secs(5))
@@ -103,19 +153,33 @@ impl SqliteReader {
         Ok(SqliteReader { pool })
     }
 
-    async fn fetch(
-        &self,
-        mut builder: QueryBuilder<'_, Sqlite>,
-    ) -> Result<Vec<StoredRow>, StoreError> {
-        let rows = builder
-            .build()
-            .fetch_all(&self.pool)
+    /// A connection whose statements stop when it is dropped. The handler is installed on every
+    /// acquisition, with a flag of its own, so a connection never carries an earlier read's.
+    async fn acquire(&self) -> Result<ReadConnection, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        conn.lock_handle()
             .await
-            .map_err(unavailable)?;
-        rows.into_iter()
-            .map(decode)
-            .collect::<Result<_, _>>()
-            .map_err(unavailable)
+            .map_err(unavailable)?
+            .set_progress_handler(PROGRESS_STEPS, move || !flag.load(Ordering::Relaxed));
+        Ok(ReadConnection { conn, stop })
+    }
+
+    /// Streams the query's rows within `budget`; dropping the stream stops the statement.
+    async fn collect(
+        conn: &mut SqliteConnection,
+        mut builder: QueryBuilder<'_, Sqlite>,
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
+        let mut collector = Collector::new(budget);
+        let mut rows = builder.build().fetch(conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !collector.offer(decode(row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(collector.finish())
     }
 
     pub(super) async fn page(
@@ -123,8 +187,8 @@ impl SqliteReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        limit: usize,
-    ) -> Result<Vec<StoredRow>, StoreError> {
+        budget: Budget,
+    ) -> Result<Batch, StoreError> {
         let mut builder = QueryBuilder::new(COLUMNS);
         push_filter(&mut builder, tenant, filter);
         if let Some(cursor) = after {
@@ -139,15 +203,15 @@ impl SqliteReader {
         }
         builder
             .push(" ORDER BY ts DESC, id DESC LIMIT ")
-            .push_bind(limit as i64);
-        self.fetch(builder).await
+            .push_bind(budget.rows as i64);
+        Self::collect(&mut *self.acquire().await?, builder, budget).await
     }
 
     pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<SqliteTail, StoreError> {
         let after_id = match after {
             Some(cursor) => cursor.id,
             None => sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.acquire().await?)
                 .await
                 .map_err(unavailable)?,
         };
@@ -159,12 +223,13 @@ impl SqliteReader {
         tenant: &str,
         filter: &Filter,
         state: &mut SqliteTail,
-        limit: usize,
+        budget: Budget,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         // The newest id now, read first: every row up to it is committed and visible to the scan
         // below, so the watermark can move past rows that do not match the filter.
+        let mut conn = self.acquire().await?;
         let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(unavailable)?;
         let mut builder = QueryBuilder::new(COLUMNS);
@@ -175,9 +240,10 @@ impl SqliteReader {
             .push(" AND id <= ")
             .push_bind(newest)
             .push(" ORDER BY id LIMIT ")
-            .push_bind(limit as i64);
-        let rows = self.fetch(builder).await?;
-        let more = rows.len() == limit;
+            .push_bind(budget.rows as i64);
+        let batch = Self::collect(&mut conn, builder, budget).await?;
+        let more = batch.cut_short || batch.rows.len() >= budget.rows;
+        let rows = batch.rows;
         state.after_id = match rows.last() {
             Some(last) if more => last.id,
             _ => newest.max(state.after_id),
@@ -195,5 +261,52 @@ impl SqliteReader {
 
     pub(super) async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Connection;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_abandoned_statement_is_interrupted_and_frees_its_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("reads.db").display());
+        let mut writer = SqliteConnection::connect(&format!("{url}?mode=rwc"))
+            .await
+            .unwrap();
+        sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        let reader = SqliteReader::connect(&url, 1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        // Never ends, and never has a row to hand over.
+        let endless = async {
+            let mut conn = reader.acquire().await?;
+            sqlx::query_scalar::<_, i64>(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n",
+            )
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(unavailable)
+        };
+        let abandoned = tokio::time::timeout(Duration::from_millis(50), endless).await;
+        assert!(abandoned.is_err(), "the endless statement was abandoned");
+        // The only connection is free again: the statement stopped.
+        let next = tokio::time::timeout(Duration::from_secs(4), async {
+            let mut conn = reader.acquire().await?;
+            sqlx::query_scalar::<_, i64>("SELECT 1")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(unavailable)
+        })
+        .await
+        .expect("the connection is free within 4 s");
+        assert_eq!(next.unwrap(), 1);
+        reader.close().await;
     }
 }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod process;
 pub mod proxy;
 pub mod raw_grpc;
+pub mod slow_read;
 
 use std::net::SocketAddr;
 use std::time::Duration;

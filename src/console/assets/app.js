@@ -459,8 +459,10 @@
       search.cursor = page.next_cursor;
       const shown = $("search-rows").querySelectorAll(".rec").length;
       const took = Math.round(performance.now() - started);
+      // A search without a start is bounded by the server; say so rather than let "all" mislead.
+      const bounded = page.default_from ? `; searched from ${page.default_from} on (the server's default range: pick a range to go further back)` : "";
       $("search-status").textContent =
-        `${shown} record${shown === 1 ? "" : "s"}${page.next_cursor ? ", more older" : ", all shown"} (${took} ms)`;
+        `${shown} record${shown === 1 ? "" : "s"}${page.next_cursor ? ", more older" : ", all shown"} (${took} ms)${bounded}`;
       $("load-older").hidden = !page.next_cursor;
     } catch (err) {
       if (generation !== search.generation) return;
