@@ -325,40 +325,15 @@ on_both_backends!(
     shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged
 );
 
-/// The writer's sessions ask PostgreSQL to write their evicted pages out as they go, so that a
-/// checkpoint's sync has little left to flush (the README's "Benchmarks" has the figures).
+/// The writer's sessions commit synchronously and ask PostgreSQL to write their evicted pages out
+/// as they go, so that a checkpoint's sync has little left to flush.
 #[tokio::test]
-async fn postgres_writer_sessions_ask_for_early_writeback() {
-    let Some(db) = TestDb::create(common::Backend::Postgres, "early_writeback").await else {
+async fn postgres_writer_sessions_commit_synchronously_and_ask_for_early_writeback() {
+    let Some(db) = TestDb::create(common::Backend::Postgres, "writer_session").await else {
         return;
     };
-    let store = loghaul::storage::Store::connect(
-        &db.url,
-        loghaul::storage::PoolOptions {
-            max_connections: 2,
-            acquire_timeout: Duration::from_secs(5),
-        },
-    )
-    .await
-    .unwrap();
-    let loghaul::storage::Store::Postgres(postgres) = &store else {
-        panic!("a postgres:// URL opens a PostgreSQL store");
-    };
-    let setting: String = sqlx::query_scalar("SHOW backend_flush_after")
-        .fetch_one(postgres.pool())
-        .await
-        .unwrap();
-    assert_eq!(setting, "2MB");
-    store.close().await;
-}
-
-/// An acknowledgement means the records survive a crash of the database server, so writer
-/// sessions commit synchronously even where the database's default says otherwise.
-#[tokio::test]
-async fn postgres_writer_sessions_commit_synchronously_whatever_the_default() {
-    let Some(db) = TestDb::create(common::Backend::Postgres, "synchronous_commit").await else {
-        return;
-    };
+    // An acknowledgement means the records survive a crash of the database server, so writer
+    // sessions commit synchronously even where the database's default says otherwise.
     let (_, name) = db.url.rsplit_once('/').unwrap();
     let admin = sqlx::PgPool::connect(&db.url).await.unwrap();
     sqlx::query(&format!(
@@ -380,10 +355,12 @@ async fn postgres_writer_sessions_commit_synchronously_whatever_the_default() {
     let loghaul::storage::Store::Postgres(postgres) = &store else {
         panic!("a postgres:// URL opens a PostgreSQL store");
     };
-    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
-        .fetch_one(postgres.pool())
-        .await
-        .unwrap();
-    assert_eq!(setting, "on");
+    for (setting, expected) in [("synchronous_commit", "on"), ("backend_flush_after", "2MB")] {
+        let value: String = sqlx::query_scalar(&format!("SHOW {setting}"))
+            .fetch_one(postgres.pool())
+            .await
+            .unwrap();
+        assert_eq!(value, expected, "{setting}");
+    }
     store.close().await;
 }

@@ -22,6 +22,40 @@ use tonic::Status;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 
+/// Makes a type with an `async fn serve(self, http::Request<Body>) -> http::Response<Body>` a
+/// tonic service named `$name`: the router hands it the raw request, body unread.
+macro_rules! serve_raw_grpc {
+    ($service:ty, $name:expr) => {
+        impl tonic::server::NamedService for $service {
+            const NAME: &'static str = $name;
+        }
+
+        impl tower::Service<tonic::codegen::http::Request<tonic::body::Body>> for $service {
+            type Response = tonic::codegen::http::Response<tonic::body::Body>;
+            type Error = std::convert::Infallible;
+            type Future = std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+            >;
+
+            fn poll_ready(
+                &mut self,
+                _cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+
+            fn call(
+                &mut self,
+                request: tonic::codegen::http::Request<tonic::body::Body>,
+            ) -> Self::Future {
+                let service = self.clone();
+                Box::pin(async move { Ok(service.serve(request).await) })
+            }
+        }
+    };
+}
+pub(crate) use serve_raw_grpc;
+
 /// Bytes of the length-prefix before every gRPC message.
 const PREFIX_BYTES: usize = 5;
 /// Decompressed bytes produced between two looks at the budget.

@@ -5,11 +5,9 @@
 //! message is read only once the budget holds room for it, and its records are decoded one at a
 //! time ([`super::fields`]), each charged before the next is built.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,12 +20,11 @@ use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::codegen::http;
-use tonic::server::NamedService;
 use tonic::Status;
 
 use super::admission::{admit, respond};
 use super::fields::{fields, repeated, Value};
-use super::grpc_body::{answer, Encoding, MessageReader, Prefix};
+use super::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
@@ -320,24 +317,7 @@ impl IngestService {
     }
 }
 
-impl NamedService for IngestService {
-    const NAME: &'static str = "loghaul.v1.LogIngest";
-}
-
-impl tower::Service<http::Request<Body>> for IngestService {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let service = self.clone();
-        Box::pin(async move { Ok(service.serve(request).await) })
-    }
-}
+serve_raw_grpc!(IngestService, "loghaul.v1.LogIngest");
 
 /// A stream being read: its shard, what it has settled, what it has in flight, and where it is.
 struct StreamRun {

@@ -3,11 +3,7 @@
 //! and answers once that chunk is committed. Bad records are reported through `partial_success`,
 //! as the OTLP specification asks, while the rest of the request is stored.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use chrono::Utc;
@@ -22,7 +18,6 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use tonic::body::Body;
 use tonic::codegen::http;
-use tonic::server::NamedService;
 use tonic::Status;
 
 use super::mapping::{self, Shared};
@@ -32,7 +27,7 @@ use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
 use crate::server::admission::{admit, respond};
 use crate::server::fields::{last, repeated};
-use crate::server::grpc_body::{answer, Encoding, MessageReader};
+use crate::server::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader};
 use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
 use crate::storage::StoreError;
 
@@ -202,24 +197,7 @@ fn decode_last<M: Message + Default>(message: &Bytes, number: u32) -> Result<Opt
     }
 }
 
-impl NamedService for OtlpLogsService {
-    const NAME: &'static str = SERVICE_NAME;
-}
-
-impl tower::Service<http::Request<Body>> for OtlpLogsService {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let service = self.clone();
-        Box::pin(async move { Ok(service.serve(request).await) })
-    }
-}
+serve_raw_grpc!(OtlpLogsService, SERVICE_NAME);
 
 /// The running outcome of one request.
 #[derive(Debug, Default)]
