@@ -20,9 +20,11 @@ FROM rust:1-bookworm AS builder
 WORKDIR /build
 
 # Dependency layer: rebuilt only when the manifests, the build script, the protobuf
-# contract or the migrations change. A placeholder crate compiles every dependency.
+# contract, the contract and client crates or the migrations change. A placeholder crate
+# compiles every dependency.
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
+COPY crates ./crates
 COPY migrations ./migrations
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \

@@ -1,4 +1,6 @@
-//! Compiles the protobuf contract with a pure-Rust parser, so building needs no `protoc`.
+//! The server's descriptor set for gRPC reflection, compiled from `proto/` with a pure-Rust parser
+//! (no `protoc`), so tools like grpcurl work against a running server without the `.proto` files.
+//! The generated code itself lives in the `loghaul-proto` crate.
 
 use prost::Message;
 
@@ -12,15 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let file_descriptors = protox::compile(protos, ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    // Server reflection serves this set, so tools like grpcurl work without the .proto files.
     std::fs::write(
         out_dir.join("loghaul_descriptor.bin"),
         file_descriptors.encode_to_vec(),
     )?;
-    tonic_prost_build::configure()
-        // Attribute maps are only iterated and serialized: a BTreeMap needs no hashing and
-        // serializes in key order, so stored JSON is deterministic.
-        .btree_map(".")
-        .compile_fds(file_descriptors)?;
     Ok(())
 }

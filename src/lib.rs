@@ -3,7 +3,7 @@
 //!
 //! The modules follow one record's journey through the service:
 //!
-//! - [`proto`]: the generated gRPC contract (`loghaul.v1`).
+//! - [`proto`]: the generated gRPC contract (`loghaul.v1`), the `loghaul-proto` crate.
 //! - [`server`]: the gRPC listener and the ingest handler; [`server::validate`] turns each wire
 //!   record into a storable [`record::Record`] or a rejection with a reason; [`server::otlp`]
 //!   serves OpenTelemetry's OTLP logs `Export` by mapping its records onto the same wire record.
@@ -22,7 +22,7 @@
 //! - [`serve_http`]: the accept loop both HTTP listeners share (header deadline, connection cap).
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
-//! - [`client`]: the Rust client — a [`client::Shipper`] that batches, retries without
+//! - [`client`]: the Rust client, the `loghaul-client` crate — a [`client::Shipper`] that batches, retries without
 //!   duplicates (producer id + sequence) and never blocks the application, and a tracing layer.
 //! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
@@ -33,17 +33,17 @@
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports.
 
+pub use loghaul_client as client;
+pub use loghaul_proto as proto;
+
 pub mod auth;
 pub mod bench;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod console;
-pub mod deadline;
 pub mod error;
 pub mod observability;
 pub mod pipeline;
-pub mod proto;
 pub mod query;
 pub mod ratelimit;
 pub mod record;

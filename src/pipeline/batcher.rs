@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::ack::{RowRejection, Stored};
 use super::writer::{Span, Writer, Written};
 use super::Chunk;
-use crate::deadline::sleep_until_some;
+use crate::client::deadline::sleep_until_some;
 use crate::server::validate::RejectReason;
 use crate::storage::{ChunkKey, Row};
 

@@ -39,6 +39,9 @@ use crate::storage::{redact_url, PoolOptions, Store, StoreError};
 use ingest::IngestService;
 use validate::Limits;
 
+/// Encoded descriptors of every `loghaul.v1` file (from `build.rs`), for server reflection.
+const LOGHAUL_DESCRIPTORS: &[u8] = tonic::include_file_descriptor_set!("loghaul_descriptor");
+
 /// Why the service could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -217,7 +220,7 @@ pub async fn run(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::Serving).await;
     let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(LOGHAUL_DESCRIPTORS)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_file_descriptor_set(otlp::file_descriptor_set())
         .build_v1()?;

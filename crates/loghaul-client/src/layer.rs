@@ -24,7 +24,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
 use super::shipper::{Shipper, ON_SHIPPER_THREAD};
-use crate::proto::v1::LogRecord;
+use loghaul_proto::v1::LogRecord;
 
 /// Ships tracing events as log records.
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 //! thread without blocking, and [`LoghaulLayer`] turns `tracing` events into records.
 //!
 //! ```no_run
-//! use loghaul::client::{Client, LoghaulLayer, ShipperConfig};
+//! use loghaul_client::{Client, LoghaulLayer, ShipperConfig};
 //! use tracing_subscriber::prelude::*;
 //!
 //! let client = Client::builder("http://127.0.0.1:4317").api_key("secret").build()?;
@@ -10,7 +10,7 @@
 //! tracing_subscriber::registry().with(LoghaulLayer::new(shipper.clone(), "checkout")).init();
 //! tracing::info!(order = 42, "paid");
 //! shipper.close(std::time::Duration::from_secs(5));
-//! # Ok::<(), loghaul::client::ClientError>(())
+//! # Ok::<(), loghaul_client::ClientError>(())
 //! ```
 //!
 //! Every chunk carries the shipper's random producer id and a sequence number, so the server
@@ -20,6 +20,7 @@
 pub mod backoff;
 pub mod buffer;
 pub mod codec;
+pub mod deadline;
 pub mod layer;
 pub mod shipper;
 pub mod stats;
@@ -34,7 +35,7 @@ pub use layer::LoghaulLayer;
 pub use shipper::{PushError, RecordRejection, Shipper, ShipperConfig};
 pub use stats::ShipperStats;
 
-use crate::auth::{request_with_key, InvalidApiKey};
+use loghaul_proto::api_key::{request_with_key, InvalidApiKey};
 
 /// Why a client or shipper could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -27,10 +27,10 @@ use super::backoff::{is_retryable, told_delay, Backoff};
 use super::buffer::{FullPolicy, Slots};
 use super::codec::PreEncoded;
 use super::stats::{Counters, ShipperStats};
-use crate::auth::request_with_key;
 use crate::deadline::sleep_until_some;
-use crate::proto::trailers;
-use crate::proto::v1::{LogRecord, PushRequest, PushResponse};
+use loghaul_proto::api_key::request_with_key;
+use loghaul_proto::trailers;
+use loghaul_proto::v1::{LogRecord, PushRequest, PushResponse};
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
 

@@ -1,6 +1,23 @@
-//! Generated protobuf and gRPC code for the `loghaul.v1` package, and the trailers a Push stream
-//! that fails part-way carries.
+//! loghaul's gRPC contract: the generated protobuf and gRPC code of the `loghaul.v1` package
+//! (built from the repository's `proto/`), how a client presents its API key, and the trailers a
+//! Push stream that fails part-way carries.
+//!
+//! ```no_run
+//! use loghaul_proto::api_key::request_with_key;
+//! use loghaul_proto::v1::log_query_client::LogQueryClient;
+//! use loghaul_proto::v1::QueryRequest;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut client = LogQueryClient::connect("http://127.0.0.1:4317").await?;
+//! let page = client
+//!     .query(request_with_key(QueryRequest::default(), Some("my-key"))?)
+//!     .await?;
+//! println!("{} records", page.into_inner().records.len());
+//! # Ok(())
+//! # }
+//! ```
 
+pub mod api_key;
 pub mod trailers;
 
 /// `loghaul.v1`: the ingest and query contracts.
@@ -8,6 +25,3 @@ pub mod trailers;
 pub mod v1 {
     tonic::include_proto!("loghaul.v1");
 }
-
-/// Encoded descriptors of every `loghaul.v1` file, for server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("loghaul_descriptor");
