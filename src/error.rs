@@ -56,7 +56,7 @@ pub enum IngestError {
     ShuttingDown,
     /// The database could not commit the stream's records, even after retries. The database's
     /// own text (host names, SQL) is logged where it happened, never sent to the client.
-    #[error("records not stored, the database is unavailable; retry later")]
+    #[error("records not stored, the database is unavailable ({}); retry later", .0.public_cause())]
     Store(#[from] StoreError),
     /// A message is not valid protobuf for its type: a string field that is not UTF-8, nesting
     /// deeper than the decoder's recursion limit, a truncated field.
@@ -268,7 +268,7 @@ pub enum QueryError {
     #[error("{0}")]
     InvalidArgument(String),
     /// The database could not answer. Its own text is logged, never sent to the client.
-    #[error("the database is unavailable; retry later")]
+    #[error("the database is unavailable ({}); retry later", .0.public_cause())]
     Store(#[source] StoreError),
     /// A Tail subscriber did not read fast enough; it was dropped so that it slows nobody else.
     #[error("subscriber too slow: {0}; narrow the filter or read faster, then resume from the last cursor")]
@@ -483,6 +483,10 @@ mod tests {
         assert_eq!(query.code(), Code::Unavailable);
         for message in [ingest.message(), query.message()] {
             assert!(message.contains("the database is unavailable"), "{message}");
+            assert!(
+                message.contains("(the connection to the database failed)"),
+                "{message}"
+            );
             assert!(
                 !message.contains("db-7") && !message.contains("INSERT"),
                 "{message}"

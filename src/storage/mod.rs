@@ -111,6 +111,36 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The cause in a few words a client may see: what kind of failure, never the database's own
+    /// text (host names, SQL), which is logged instead.
+    pub fn public_cause(&self) -> &'static str {
+        let detail = match self {
+            StoreError::RowRejected(_) => return "the database refused a row",
+            StoreError::Url(_) => return "the database URL is invalid",
+            StoreError::Migrate(_) => return "a migration failed",
+            StoreError::Unavailable(detail) => detail.to_ascii_lowercase(),
+        };
+        let says = |words: &[&str]| words.iter().any(|word| detail.contains(word));
+        if says(&["disk is full", "no space left", "could not extend", "53100"]) {
+            "the disk is full"
+        } else if says(&["readonly", "read-only", "read only"]) {
+            "the database is read-only"
+        } else if says(&["pool timed out", "timed out", "timeout"]) {
+            "the database did not answer in time"
+        } else if says(&[
+            "refused",
+            "reset",
+            "broken pipe",
+            "communicating",
+            "terminat",
+            "closed",
+        ]) {
+            "the connection to the database failed"
+        } else {
+            "the database failed"
+        }
+    }
+
     /// A stable label value for the insert-errors metric.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -353,6 +383,27 @@ mod tests {
         let claims = [claim("a", 1, 0..2), claim("a", 2, 3..5)];
         assert_eq!(kept_rows(&rows, &claims, &[false, true]).len(), 3);
         assert_eq!(kept_rows(&rows, &claims, &[true, true]).len(), 5);
+    }
+
+    #[test]
+    fn a_public_cause_names_the_kind_of_failure_and_nothing_else() {
+        let unavailable = |detail: &str| StoreError::Unavailable(detail.into()).public_cause();
+        assert_eq!(
+            unavailable("error returned from database: (code: 13) database or disk is full"),
+            "the disk is full"
+        );
+        assert_eq!(
+            unavailable("error communicating with database: Connection refused (os error 111)"),
+            "the connection to the database failed"
+        );
+        assert_eq!(
+            unavailable("pool timed out while waiting for an open connection"),
+            "the database did not answer in time"
+        );
+        assert_eq!(
+            unavailable("db-7.internal: INSERT INTO logs"),
+            "the database failed"
+        );
     }
 
     #[test]
