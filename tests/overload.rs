@@ -114,7 +114,7 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
     let Some(db) = TestDb::create(Backend::Postgres, "memory_bound").await else {
         return;
     };
-    // The default budget, which the bound in the README is stated for.
+    // The default budget, which the bound in docs/security.md is stated for.
     const BUDGET: u64 = 64 << 20;
     let mut server = Process::serve(
         &db.url,

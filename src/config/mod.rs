@@ -120,8 +120,8 @@ pub struct ServeConfig {
     pub batch_max_bytes: ByteSize,
 
     /// A shard flushes when its oldest buffered record has waited this long. Under load batches
-    /// fill while the previous one is written, so this only bounds what a quiet shard waits for
-    /// company: 10 ms against 50 ms halved the median ack at 80 % load (README "Benchmarks").
+    /// fill while the previous one is written, so this only bounds how long a record in a quiet
+    /// shard waits for company before it is written.
     #[arg(long, env = "LOGHAUL_BATCH_LINGER", default_value = "10ms")]
     pub batch_linger: HumanDuration,
 

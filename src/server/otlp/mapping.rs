@@ -2,7 +2,7 @@
 //!
 //! Nothing here does I/O or checks limits: the result goes through [`crate::server::validate`]
 //! like a record received by `LogIngest/Push`, so both protocols share one set of limits and
-//! rejection reasons. The README section "OpenTelemetry (OTLP)" documents the same rules as a table.
+//! rejection reasons. `docs/opentelemetry.md` documents the same rules as a table.
 //!
 //! Attributes are flattened into one string map. Sources are applied in this order, a later one
 //! overwriting an earlier one on the same key, so the most specific source wins:
