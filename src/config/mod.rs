@@ -4,6 +4,7 @@
 //! file (same names as the flags, `batch-max-rows = 5000`), the built-in default.
 
 pub mod listen;
+pub mod reference;
 pub mod secret;
 pub mod units;
 
