@@ -306,6 +306,12 @@ pub enum QueryError {
     },
 }
 
+impl From<crate::model::InvalidRequest> for QueryError {
+    fn from(crate::model::InvalidRequest(message): crate::model::InvalidRequest) -> Self {
+        QueryError::InvalidArgument(message)
+    }
+}
+
 impl From<StoreError> for QueryError {
     /// Every read's store failure passes here: the one place its detail is logged.
     fn from(err: StoreError) -> Self {

@@ -42,6 +42,7 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod error;
+pub mod model;
 pub mod observability;
 pub mod pipeline;
 pub mod query;

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
-use crate::query::filter::Filter;
+use crate::model::filter::Filter;
 use crate::query::limits::ReadLimits;
 use crate::retention::postgres::create_partitions;
 use crate::storage::reader::Reader;

@@ -1,9 +1,9 @@
 //! `loghaul query` and `loghaul tail`.
 
 use super::filter_args::{ReadArgs, ReadError};
-use super::print::write_all;
+use crate::model::filter::MAX_PAGE_SIZE;
 use crate::proto::v1::{QueryRequest, TailRequest};
-use crate::query::filter::MAX_PAGE_SIZE;
+use crate::query::render::write_all;
 
 /// Options of `loghaul query`.
 #[derive(Clone, Debug, clap::Args)]
@@ -52,7 +52,7 @@ pub async fn query(args: QueryArgs) -> Result<usize, ReadError> {
             if let Some(from) = &page.default_from {
                 eprintln!(
                     "note: searched from {} on (the server's default range); give --since or --from to search further back",
-                    super::print::time(Some(from))
+                    crate::query::render::time(Some(from))
                 );
             }
             break;

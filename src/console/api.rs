@@ -101,7 +101,7 @@ pub async fn logs(
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
     let mut body = json!({"records": records, "next_cursor": page.next_cursor});
     if let Some(from) = &page.default_from {
-        body["default_from"] = json!(crate::cli::print::time(Some(from)));
+        body["default_from"] = json!(crate::query::render::time(Some(from)));
     }
     Ok(json_response(StatusCode::OK, &body))
 }
@@ -182,8 +182,8 @@ pub async fn not_found() -> Response {
 
 /// A record as the console shows it: the fields of `loghaul query --json`, plus when it arrived.
 fn record_json(record: &StoredRecord) -> Value {
-    let mut value = crate::cli::print::json_value(record);
-    value["received_at"] = json!(crate::cli::print::time(record.received_at.as_ref()));
+    let mut value = crate::query::render::json_value(record);
+    value["received_at"] = json!(crate::query::render::time(record.received_at.as_ref()));
     value
 }
 

@@ -13,23 +13,26 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use super::readiness::Readiness;
-use crate::pipeline::Ingress;
 use crate::serve_http::{serve_http, HttpLimits};
 
 #[derive(Clone)]
 struct Probes {
     metrics: PrometheusHandle,
     readiness: Arc<Readiness>,
-    ingress: Ingress,
+    sample: GaugeSampler,
     backend: &'static str,
 }
+
+/// Sets the gauges whose values live elsewhere (queue depths, buffered bytes) just before a
+/// scrape, so that the hot path never touches a gauge.
+pub type GaugeSampler = Arc<dyn Fn() + Send + Sync>;
 
 /// Serves the probes and metrics until `shutdown` completes.
 pub async fn serve(
     listener: TcpListener,
     metrics: PrometheusHandle,
     readiness: Arc<Readiness>,
-    ingress: Ingress,
+    sample: GaugeSampler,
     backend: &'static str,
     limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -49,7 +52,7 @@ pub async fn serve(
     let state = Probes {
         metrics,
         readiness,
-        ingress,
+        sample,
         backend,
     };
     let app = Router::new()
@@ -63,7 +66,7 @@ pub async fn serve(
 }
 
 async fn render_metrics(State(probes): State<Probes>) -> String {
-    probes.ingress.sample_gauges();
+    (probes.sample)();
     let ready = probes.readiness.is_ready();
     metrics::gauge!("loghaul_ready").set(if ready { 1.0 } else { 0.0 });
     probes.metrics.render()

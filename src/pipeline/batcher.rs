@@ -13,7 +13,7 @@ use super::ack::{RowRejection, Stored};
 use super::writer::{Span, Writer, Written};
 use super::Chunk;
 use crate::client::deadline::sleep_until_some;
-use crate::server::validate::RejectReason;
+use crate::model::reject::RejectReason;
 use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.

@@ -1,10 +1,11 @@
 //! `loghaul.v1.LogQuery`: reading a tenant's records back, page by page (`Query`) or live (`Tail`).
 //!
-//! - [`filter`]: the wire filter validated once, page-size rules.
-//! - [`cursor`]: the opaque (ts, id, received_at) position of a record.
+//! - [`filter`] and [`cursor`] (from [`crate::model`]): the wire filter validated once, page-size
+//!   rules; the opaque (ts, id, received_at) position of a record.
 //! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
 //! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
 //! - [`search`]: one page, shared by the gRPC service and the console.
+//! - [`render`]: a stored record as a line for people or a JSON object.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
 //!   replica show up), bounded buffer, dropped when too slow.
@@ -12,9 +13,9 @@
 //! The SQL lives with the other storage code, in `storage::reader`.
 
 pub mod admission;
-pub mod cursor;
-pub mod filter;
+pub use crate::model::{cursor, filter};
 pub mod limits;
+pub mod render;
 pub mod service;
 pub mod tail;
 

@@ -24,28 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::storage::{Store, StoreError};
 
-/// Rows deleted per transaction, so no delete holds the writer for long.
-pub const DELETE_CHUNK: i64 = 5_000;
-/// Pause between delete chunks, so queued ingest batches get the writer in between.
-pub const CHUNK_PAUSE: Duration = Duration::from_millis(10);
-
-/// Runs `delete_chunk` (which deletes at most [`DELETE_CHUNK`] rows and says how many) until a
-/// chunk comes back short, pausing [`CHUNK_PAUSE`] between chunks; returns the rows deleted.
-pub async fn delete_in_chunks<F, Fut, E>(mut delete_chunk: F) -> Result<u64, E>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, E>>,
-{
-    let mut deleted = 0;
-    loop {
-        let chunk = delete_chunk().await?;
-        deleted += chunk;
-        if chunk < DELETE_CHUNK as u64 {
-            return Ok(deleted);
-        }
-        tokio::time::sleep(CHUNK_PAUSE).await;
-    }
-}
+pub use crate::storage::chunked_delete::{delete_in_chunks, CHUNK_PAUSE, DELETE_CHUNK};
 
 /// What retention keeps and how often it looks.
 #[derive(Clone, Debug)]

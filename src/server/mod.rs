@@ -37,6 +37,8 @@ use crate::serve_http::HttpLimits;
 use crate::storage::reader::Reader;
 use crate::storage::{redact_url, PoolOptions, Store, StoreError};
 use ingest::IngestService;
+use refusal::ExplainRefusal;
+use tonic::codec::CompressionEncoding;
 use validate::Limits;
 
 /// Encoded descriptors of every `loghaul.v1` file (from `build.rs`), for server reflection.
@@ -235,7 +237,7 @@ pub async fn run(
 
     let draining = CancellationToken::new();
     let reads = Reads::from_config(reader.clone(), &config, draining.clone());
-    let query = QueryService::server(reads.clone(), &config);
+    let query = query_server(reads.clone(), &config);
 
     let stopping = CancellationToken::new();
     let reload = tokio::spawn(crate::auth::store::reload_keys(
@@ -293,7 +295,10 @@ pub async fn run(
         http_listener,
         metrics_handle,
         Arc::clone(&readiness),
-        pipeline.ingress(),
+        {
+            let ingress = pipeline.ingress();
+            Arc::new(move || ingress.sample_gauges())
+        },
         store.backend(),
         HttpLimits::from_config(&config),
         stopping.clone().cancelled_owned(),
@@ -450,4 +455,19 @@ async fn set_health(health: &tonic_health::server::HealthReporter, status: Servi
             status,
         )
         .await;
+}
+
+/// The `LogQuery` server for `loghaul serve`, with the same compression and size limit as ingest,
+/// and a request tonic cannot decode answered as the client's fault (INVALID_ARGUMENT).
+fn query_server(
+    reads: crate::query::Reads,
+    config: &ServeConfig,
+) -> ExplainRefusal<LogQueryServer<QueryService>> {
+    let server = LogQueryServer::new(QueryService::new(reads))
+        .max_decoding_message_size(config.max_request_bytes.as_usize())
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd);
+    ExplainRefusal::new(server, config.max_request_bytes.0, "loghaul_queries_total")
 }

@@ -4,6 +4,7 @@
 //! placeholders do not suit PostgreSQL. Each backend writes a batch as one statement (PostgreSQL)
 //! or one transaction (SQLite).
 
+pub mod chunked_delete;
 pub mod postgres;
 pub mod read_postgres;
 pub mod read_sqlite;

@@ -198,10 +198,10 @@ impl PostgresStore {
 
     pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let pool = &self.pool;
-        crate::retention::delete_in_chunks(move || async move {
+        super::chunked_delete::delete_in_chunks(move || async move {
             sqlx::query(PRUNE_SQL)
                 .bind(before)
-                .bind(crate::retention::DELETE_CHUNK)
+                .bind(super::chunked_delete::DELETE_CHUNK)
                 .execute(pool)
                 .await
                 .map(|done| done.rows_affected())

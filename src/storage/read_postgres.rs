@@ -35,8 +35,8 @@ use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
-use crate::query::cursor::Cursor;
-use crate::query::filter::Filter;
+use crate::model::cursor::Cursor;
+use crate::model::filter::Filter;
 
 /// First window a page is looked for in.
 const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);

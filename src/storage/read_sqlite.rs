@@ -26,8 +26,8 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
 use super::StoreError;
-use crate::query::cursor::Cursor;
-use crate::query::filter::Filter;
+use crate::model::cursor::Cursor;
+use crate::model::filter::Filter;
 
 /// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
 /// many steps take well under a millisecond.

@@ -16,8 +16,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{read_postgres, read_sqlite, StoreError};
-use crate::query::cursor::Cursor;
-use crate::query::filter::Filter;
+use crate::model::cursor::Cursor;
+use crate::model::filter::Filter;
 
 /// A stored record as read back.
 #[derive(Clone, Debug, PartialEq)]

@@ -241,11 +241,11 @@ impl SqliteStore {
 
     pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let before = before.timestamp_micros();
-        crate::retention::delete_in_chunks(move || async move {
+        super::chunked_delete::delete_in_chunks(move || async move {
             let _turn = self.turn().await;
             sqlx::query(PRUNE_SQL)
                 .bind(before)
-                .bind(crate::retention::DELETE_CHUNK)
+                .bind(super::chunked_delete::DELETE_CHUNK)
                 .execute(&self.pool)
                 .await
                 .map(|done| done.rows_affected())

@@ -1,4 +1,5 @@
-//! How `loghaul query` and `loghaul tail` print records.
+//! A stored record as people and programs read it: one line for `loghaul query` and `tail`, one
+//! JSON object for `--json` and the console's API.
 
 use std::io::Write;
 

@@ -7,7 +7,7 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 
-use crate::error::QueryError;
+use super::InvalidRequest;
 
 const VERSION: u8 = 1;
 const ENCODED_BYTES: usize = 1 + 3 * 8;
@@ -35,12 +35,12 @@ impl Cursor {
     }
 
     /// Parses a cursor; an empty string is "no cursor".
-    pub fn decode(text: &str) -> Result<Option<Cursor>, QueryError> {
+    pub fn decode(text: &str) -> Result<Option<Cursor>, InvalidRequest> {
         if text.is_empty() {
             return Ok(None);
         }
         let invalid = || {
-            QueryError::InvalidArgument(
+            InvalidRequest(
                 "invalid cursor: pass back a cursor exactly as the server returned it".into(),
             )
         };

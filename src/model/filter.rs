@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::QueryError;
+use super::InvalidRequest;
 use crate::proto::v1;
 
 /// Records per page when the request does not say.
@@ -33,14 +33,14 @@ pub struct Filter {
     pub attributes: BTreeMap<String, String>,
 }
 
-fn invalid(message: impl Into<String>) -> QueryError {
-    QueryError::InvalidArgument(message.into())
+fn invalid(message: impl Into<String>) -> InvalidRequest {
+    InvalidRequest(message.into())
 }
 
 fn timestamp(
     name: &str,
     ts: Option<prost_types::Timestamp>,
-) -> Result<Option<DateTime<Utc>>, QueryError> {
+) -> Result<Option<DateTime<Utc>>, InvalidRequest> {
     let Some(ts) = ts else { return Ok(None) };
     let nanos = u32::try_from(ts.nanos)
         .ok()
@@ -58,7 +58,7 @@ fn timestamp(
 
 impl Filter {
     /// Checks a wire filter (absent means "everything").
-    pub fn from_proto(wire: Option<v1::Filter>) -> Result<Filter, QueryError> {
+    pub fn from_proto(wire: Option<v1::Filter>) -> Result<Filter, InvalidRequest> {
         let Some(wire) = wire else {
             return Ok(Filter::default());
         };
@@ -118,7 +118,7 @@ impl Filter {
 }
 
 /// The page size a request asks for: 0 means the default, beyond the maximum is refused.
-pub fn page_size(requested: u32) -> Result<usize, QueryError> {
+pub fn page_size(requested: u32) -> Result<usize, InvalidRequest> {
     match requested as usize {
         0 => Ok(DEFAULT_PAGE_SIZE),
         size if size > MAX_PAGE_SIZE => Err(invalid(format!(

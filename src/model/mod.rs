@@ -1,0 +1,14 @@
+//! The values every layer speaks of, owned by none of them: what a read asks for ([`filter`]),
+//! where a page ends ([`cursor`]), and why a record is refused ([`reject`]). The server, the
+//! pipeline, the query service and the stores all depend on this module; it depends on none of
+//! them.
+
+pub mod cursor;
+pub mod filter;
+pub mod reject;
+
+/// A read request that cannot be served as asked (a bad time range, page size or cursor); the
+/// message says which and why. Becomes `INVALID_ARGUMENT` (HTTP 400).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRequest(pub String);
