@@ -11,6 +11,7 @@
 //!   batching task ([`pipeline::batcher`]) that owns its buffer, so the hot path takes no lock.
 //! - [`storage`]: one multi-row insert per batch, PostgreSQL ([`storage::postgres`]) or SQLite
 //!   ([`storage::sqlite`]); acknowledgements are resolved after the commit.
+//! - [`model`]: what every layer speaks of and none owns: filters, cursors, rejection reasons.
 //! - [`auth`]: API keys → tenants, checked by a tower layer in front of every service; per-tenant
 //!   ingest rate limits ([`ratelimit`]).
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
@@ -22,8 +23,9 @@
 //! - [`serve_http`]: the accept loop both HTTP listeners share (header deadline, connection cap).
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
-//! - [`client`]: the Rust client, the `loghaul-client` crate — a [`client::Shipper`] that batches, retries without
-//!   duplicates (producer id + sequence) and never blocks the application, and a tracing layer.
+//! - [`client`]: the Rust client, the `loghaul-client` crate: a [`client::Shipper`] that batches,
+//!   retries without duplicates (producer id + sequence) and never blocks the application, and a
+//!   tracing layer.
 //! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
 //! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling),
