@@ -75,3 +75,42 @@ impl RejectReason {
         }
     }
 }
+
+/// Rejections of one message, counted by reason while its records are decoded, so that the
+/// metric is touched once per reason and message rather than once per record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RejectionCounts([u64; RejectReason::ALL.len()]);
+
+impl RejectionCounts {
+    /// Counts one record refused for `reason`.
+    pub fn add(&mut self, reason: RejectReason) {
+        self.0[reason as usize] += 1;
+    }
+
+    /// The reasons that occurred, with their counts.
+    pub fn nonzero(&self) -> impl Iterator<Item = (RejectReason, u64)> + '_ {
+        RejectReason::ALL
+            .iter()
+            .zip(self.0)
+            .filter(|(_, count)| *count > 0)
+            .map(|(reason, count)| (*reason, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_has_its_own_slot() {
+        let mut counts = RejectionCounts::default();
+        for (position, reason) in RejectReason::ALL.iter().enumerate() {
+            assert_eq!(*reason as usize, position, "ALL is in declaration order");
+            counts.add(*reason);
+        }
+        counts.add(RejectReason::NulCharacter);
+        let seen: Vec<_> = counts.nonzero().collect();
+        assert_eq!(seen.len(), RejectReason::ALL.len());
+        assert!(seen.contains(&(RejectReason::NulCharacter, 2)));
+    }
+}

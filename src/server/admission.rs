@@ -8,6 +8,7 @@ use tonic::{Response, Status};
 
 use crate::auth::Tenant;
 use crate::error::{CallFailure, IngestError};
+use crate::model::reject::RejectionCounts;
 use crate::record::Record;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
@@ -24,6 +25,14 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
                 retry_after,
             })
         }
+    }
+}
+
+/// Counts a message's rejected records in `loghaul_records_rejected_total{reason,tenant}`.
+pub fn count_rejections(tenant: &Tenant, counts: &RejectionCounts) {
+    for (reason, count) in counts.nonzero() {
+        counter!("loghaul_records_rejected_total", "reason" => reason.as_str(), "tenant" => tenant.name().to_string())
+            .increment(count);
     }
 }
 

@@ -22,13 +22,14 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::Status;
 
-use super::admission::{admit, respond};
+use super::admission::{admit, count_rejections, respond};
 use super::fields::{fields, repeated, Value};
 use super::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
+use crate::model::reject::RejectionCounts;
 use crate::pipeline::ack::{AckReceiver, AckResult};
 use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
 use crate::proto::v1::{LogRecord, PushResponse};
@@ -234,6 +235,7 @@ impl IngestService {
         let now = Utc::now();
         let mut records = Vec::with_capacity(count);
         let mut invalid = Vec::new();
+        let mut rejections = RejectionCounts::default();
         let (mut producer_id, mut sequence) = (None, None);
         let mut position = 0;
         for field in fields(&message) {
@@ -250,8 +252,7 @@ impl IngestService {
                             records.push(record);
                         }
                         Err(rejected) => {
-                            counter!("loghaul_records_rejected_total", "reason" => rejected.reason.as_str(), "tenant" => tenant.name().to_string())
-                                .increment(1);
+                            rejections.add(rejected.reason);
                             invalid.push((position, rejected.to_reason()));
                         }
                     }
@@ -267,6 +268,7 @@ impl IngestService {
         }
         counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
             .increment(position as u64);
+        count_rejections(tenant, &rejections);
         let key = chunk_key(producer_id, sequence)?;
         Ok((records, invalid, key))
     }

@@ -23,9 +23,10 @@ use tonic::Status;
 use super::mapping::{self, Shared};
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
+use crate::model::reject::RejectionCounts;
 use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
-use crate::server::admission::{admit, respond};
+use crate::server::admission::{admit, count_rejections, respond};
 use crate::server::fields::{last, repeated};
 use crate::server::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader};
 use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
@@ -93,10 +94,11 @@ impl OtlpLogsService {
         let message = reader.read_message(prefix, &mut meter).await?;
         let wire_bytes = message.len();
         let mut tally = Tally::default();
-        let (records, queued_at) = self.decode(tenant, message, &mut meter, &mut tally).await?;
+        let (records, queued_at) = self.decode(message, &mut meter, &mut tally).await?;
         meter.release(wire_bytes);
         counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
             .increment(tally.received);
+        count_rejections(tenant, &tally.by_reason);
         if !records.is_empty() {
             let bytes = admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
@@ -132,7 +134,6 @@ impl OtlpLogsService {
     /// the request index of each.
     async fn decode(
         &self,
-        tenant: &Tenant,
         message: Bytes,
         meter: &mut Meter<'_>,
         tally: &mut Tally,
@@ -173,8 +174,7 @@ impl OtlpLogsService {
                             queued_at.push(index);
                         }
                         Err(invalid) => {
-                            counter!("loghaul_records_rejected_total", "reason" => invalid.reason.as_str(), "tenant" => tenant.name().to_string())
-                                .increment(1);
+                            tally.by_reason.add(invalid.reason);
                             tally.reject(index, invalid.to_reason());
                         }
                     }
@@ -206,6 +206,8 @@ struct Tally {
     rejected: u64,
     /// The first rejections found, `(request index, reason)`.
     listed: Vec<(u64, String)>,
+    /// Validation rejections by reason, for the metric.
+    by_reason: RejectionCounts,
 }
 
 impl Tally {
