@@ -36,23 +36,7 @@ async fn sighup_reloads_the_keys_file_and_a_bad_file_changes_nothing() {
     let keys = dir.path().join("keys.toml");
     std::fs::write(&keys, "[keys]\nkey-one = \"team-a\"\n").unwrap();
     // Only the signal reloads here; a change of the file alone is the next test's.
-    let mut server = Process::serve(
-        &db.url,
-        &[
-            "--api-keys-file",
-            keys.to_str().unwrap(),
-            "--api-keys-reload-interval",
-            "0s",
-        ],
-    );
-    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
-        .await
-        .unwrap();
-    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
-    assert_eq!(
-        push_code(&mut client, "key-two").await,
-        Code::Unauthenticated
-    );
+    let (mut server, mut client) = serve_with_key_one(&db, &keys, "0s").await;
 
     // Rotate: key-two in, key-one out.
     std::fs::write(&keys, "[keys]\nkey-two = \"team-a\"\n").unwrap();
@@ -121,6 +105,33 @@ impl SecretVolume {
     }
 }
 
+/// A server whose keys file (holding `key-one` only) is checked every `reload_interval`, and a
+/// client for it, after checking that `key-one` is served and `key-two` is not.
+async fn serve_with_key_one(
+    db: &TestDb,
+    keys_file: &std::path::Path,
+    reload_interval: &str,
+) -> (Process, LogIngestClient<tonic::transport::Channel>) {
+    let server = Process::serve(
+        &db.url,
+        &[
+            "--api-keys-file",
+            keys_file.to_str().unwrap(),
+            "--api-keys-reload-interval",
+            reload_interval,
+        ],
+    );
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
+    assert_eq!(
+        push_code(&mut client, "key-two").await,
+        Code::Unauthenticated
+    );
+    (server, client)
+}
+
 /// Waits up to 20 s for a push with `key` to end with `code`.
 async fn wait_for_code(
     client: &mut LogIngestClient<tonic::transport::Channel>,
@@ -149,23 +160,7 @@ async fn a_rotated_keys_file_is_reloaded_without_a_signal_or_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut volume = SecretVolume::create(dir.path(), "[keys]\nkey-one = \"team-a\"\n");
     let path = volume.path();
-    let mut server = Process::serve(
-        &db.url,
-        &[
-            "--api-keys-file",
-            path.to_str().unwrap(),
-            "--api-keys-reload-interval",
-            "100ms",
-        ],
-    );
-    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
-        .await
-        .unwrap();
-    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
-    assert_eq!(
-        push_code(&mut client, "key-two").await,
-        Code::Unauthenticated
-    );
+    let (mut server, mut client) = serve_with_key_one(&db, &path, "100ms").await;
 
     // Rotate: key-two in, key-one out.
     volume.update("[keys]\nkey-two = \"team-a\"\n");

@@ -258,12 +258,7 @@ async fn a_tail_that_does_not_read_is_dropped_as_too_slow(db: &TestDb) {
     let mut settings = config(db);
     settings.tail_poll_interval = "20ms".parse().unwrap();
     let server = TestServer::start(settings).await;
-    let mut query = server.query_client().await;
-    let mut tail = query
-        .tail(TailRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let mut tail = server.tail_everything().await;
     let mut ingest = server.client().await;
     // Large messages, so the transport's buffers fill well before the subscriber's does.
     let big = "x".repeat(2000);

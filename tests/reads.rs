@@ -101,12 +101,7 @@ async fn tail_messages_are_bounded_in_bytes(db: &TestDb) {
     let mut settings = config(db);
     settings.tail_poll_interval = "20ms".parse().unwrap();
     let server = TestServer::start(settings).await;
-    let mut query = server.query_client().await;
-    let mut tail = query
-        .tail(TailRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let mut tail = server.tail_everything().await;
     let mut ingest = server.client().await;
     // Committed in one stream, so one poll finds them all.
     push(&mut ingest, big_records(100, 60_000)).await.unwrap();

@@ -320,6 +320,16 @@ impl TestServer {
             .unwrap()
     }
 
+    /// A tail of every record of the default tenant, on a fresh connection, started.
+    pub async fn tail_everything(&self) -> tonic::Streaming<loghaul::proto::v1::TailResponse> {
+        self.query_client()
+            .await
+            .tail(loghaul::proto::v1::TailRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// The Prometheus text of /metrics.
     pub async fn metrics(&self) -> String {
         http_get(self.http, "/metrics").await.unwrap().1
