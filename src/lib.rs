@@ -19,8 +19,10 @@
 //! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
 //!   a listener of its own.
-//! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.
-//! - [`serve_http`]: the accept loop both HTTP listeners share (header deadline, connection cap).
+//! - [`observability`]: every metric series (typed handles, declared once), readiness, and tracing
+//!   set-up.
+//! - [`web`]: the HTTP listeners' shared accept loop (header deadline, connection cap) and the
+//!   metrics and probes port.
 //! - [`config`]: every knob, its default, and how flags, environment and file combine.
 //! - [`error`]: the errors a call can end with, and the one place they become gRPC statuses.
 //! - [`client`]: the Rust client, the `loghaul-client` crate: a [`client::Shipper`] that batches,
@@ -52,7 +54,7 @@ pub mod ratelimit;
 pub mod record;
 pub mod retention;
 pub mod send;
-pub mod serve_http;
 pub mod server;
 pub mod storage;
 pub mod tls;
+pub mod web;

@@ -18,6 +18,7 @@ pub mod store;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::observability::metrics::{metrics, TenantMetrics};
 use crate::ratelimit::RateLimiter;
 
 pub use layer::AuthLayer;
@@ -34,12 +35,23 @@ pub use crate::proto::api_key::{request_with_key, InvalidApiKey, API_KEY_HEADER}
 pub struct Tenant {
     name: Arc<str>,
     limiter: Option<Arc<RateLimiter>>,
+    metrics: Arc<TenantMetrics>,
 }
 
 impl Tenant {
     /// A tenant with an optional rate limiter.
     pub fn new(name: Arc<str>, limiter: Option<Arc<RateLimiter>>) -> Self {
-        Tenant { name, limiter }
+        let metrics = metrics().tenant(&name);
+        Tenant {
+            name,
+            limiter,
+            metrics,
+        }
+    }
+
+    /// The series counting the tenant's records.
+    pub fn metrics(&self) -> &Arc<TenantMetrics> {
+        &self.metrics
     }
 
     /// The tenant's name, as stored with its records.

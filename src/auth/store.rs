@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::observability::metrics::metrics;
 use arc_swap::ArcSwap;
-use metrics::{counter, gauge};
 
 use super::keys::{KeyRing, KeySources, KeysError};
 use super::{AuthFailure, OpenAccess, Tenant};
@@ -25,7 +25,7 @@ impl KeyStore {
     /// Loads the keys for the first time.
     pub fn load(sources: KeySources, open_access: OpenAccess) -> Result<KeyStore, KeysError> {
         let ring = KeyRing::load(&sources, None)?;
-        gauge!("loghaul_api_keys").set(ring.key_count() as f64);
+        metrics().api_keys.set(ring.key_count() as f64);
         Ok(KeyStore {
             current: ArcSwap::from_pointee(ring),
             sources,
@@ -39,7 +39,7 @@ impl KeyStore {
     pub fn reload(&self) -> Result<Arc<KeyRing>, KeysError> {
         let outcome = self.try_reload();
         let label = if outcome.is_ok() { "ok" } else { "failed" };
-        counter!("loghaul_api_keys_reloads_total", "outcome" => label).increment(1);
+        metrics().api_keys_reloads.increment_static([label], 1);
         outcome
     }
 
@@ -49,7 +49,7 @@ impl KeyStore {
         if ring.is_open() && !previous.is_open() {
             return Err(KeysError::WouldOpen);
         }
-        gauge!("loghaul_api_keys").set(ring.key_count() as f64);
+        metrics().api_keys.set(ring.key_count() as f64);
         let ring = Arc::new(ring);
         self.current.store(Arc::clone(&ring));
         Ok(ring)
@@ -84,7 +84,9 @@ impl KeyStore {
             ring.authenticate(presented)
         };
         if let Err(failure) = &outcome {
-            counter!("loghaul_auth_failures_total", "reason" => failure.as_str()).increment(1);
+            metrics()
+                .auth_failures
+                .increment_static([failure.as_str()], 1);
         }
         outcome
     }

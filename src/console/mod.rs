@@ -24,12 +24,12 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use metrics::counter;
 use tokio::net::TcpListener;
 
 use crate::auth::KeyStore;
+use crate::observability::metrics::metrics;
 use crate::query::Reads;
-use crate::serve_http::{serve_http, HttpLimits};
+use crate::web::listener::{serve_http, HttpLimits};
 use health::HealthSource;
 
 /// What the console's handlers share.
@@ -84,8 +84,7 @@ async fn count(request: Request, next: Next) -> Response {
     };
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    counter!("loghaul_console_requests_total", "endpoint" => endpoint, "status" => status)
-        .increment(1);
+    metrics().console_requests.increment([endpoint, &status], 1);
     response
 }
 

@@ -1,6 +1,6 @@
-//! How operators see the service: Prometheus metrics, HTTP probes, and the service's own logs.
+//! How operators see the service: Prometheus metrics, readiness, and the service's own logs (the
+//! HTTP port that serves them is [`crate::web::probes`]).
 
-pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod readiness;

@@ -23,7 +23,9 @@ impl Readiness {
     pub fn set_store_up(&self, up: bool) {
         let was = self.store_up.swap(up, Ordering::Relaxed);
         if was != up {
-            metrics::gauge!("loghaul_store_up").set(if up { 1.0 } else { 0.0 });
+            super::metrics::metrics()
+                .store_up
+                .set(if up { 1.0 } else { 0.0 });
             if up {
                 tracing::info!("the store answers again");
             } else {

@@ -2,9 +2,9 @@
 //! buffer holds `max_rows` rows or `max_bytes` bytes or its oldest row is `linger` old (a timer armed
 //! by the first row, never a poll loop), and resolves every chunk's acknowledgement after the commit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, histogram};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,7 @@ use super::writer::{Span, Writer, Written};
 use super::Chunk;
 use crate::client::deadline::sleep_until_some;
 use crate::model::reject::RejectReason;
+use crate::observability::metrics::{metrics, ShardMetrics};
 use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.
@@ -87,8 +88,10 @@ impl<T> Batch<T> {
 
 /// A shard's batching task.
 pub struct Batcher {
-    /// Shard number, the `shard` label of its metrics.
+    /// Shard number, named in its log lines.
     pub shard: usize,
+    /// The shard's series.
+    pub series: Arc<ShardMetrics>,
     /// The shard's queue.
     pub queue: mpsc::Receiver<Chunk>,
     /// Where batches go.
@@ -102,7 +105,6 @@ pub struct Batcher {
 impl Batcher {
     /// Runs until shutdown, then flushes everything queued regardless of linger.
     pub async fn run(mut self) {
-        let shard_label = self.shard.to_string();
         let mut batch: Batch<Chunk> = Batch::default();
         let mut closed = false;
         loop {
@@ -119,18 +121,19 @@ impl Batcher {
                     let Some(chunk) = received else { break };
                     let (rows, bytes, arrived) = (chunk.records.len(), chunk.bytes, chunk.enqueued_at);
                     if batch.push(chunk, rows, bytes, arrived, &self.limits) {
-                        self.flush(&mut batch, &shard_label, "full").await;
+                        self.flush(&mut batch, "full").await;
                     }
                 }
                 _ = sleep_until_some(linger) => {
-                    self.flush(&mut batch, &shard_label, "linger").await;
+                    self.flush(&mut batch, "linger").await;
                 }
             }
         }
-        self.flush(&mut batch, &shard_label, "shutdown").await;
+        self.flush(&mut batch, "shutdown").await;
     }
 
-    async fn flush(&self, batch: &mut Batch<Chunk>, shard: &str, trigger: &'static str) {
+    async fn flush(&self, batch: &mut Batch<Chunk>, trigger: &'static str) {
+        let shard = self.shard;
         if batch.is_empty() {
             return;
         }
@@ -168,16 +171,15 @@ impl Batcher {
         drop(spans);
         drop(rows);
 
-        let shard_label = shard.to_owned();
-        histogram!("loghaul_flush_duration_seconds", "shard" => shard_label.clone())
+        let series = &self.series;
+        series
+            .flush_duration
             .record(started.elapsed().as_secs_f64());
-        histogram!("loghaul_batch_rows", "shard" => shard_label.clone()).record(row_count as f64);
+        series.batch_rows.record(row_count as f64);
         if let Some(oldest) = oldest {
-            histogram!("loghaul_batch_age_seconds", "shard" => shard_label.clone())
-                .record((started - oldest).as_secs_f64());
+            series.batch_age.record((started - oldest).as_secs_f64());
         }
-        counter!("loghaul_batches_total", "shard" => shard_label, "trigger" => trigger)
-            .increment(1);
+        series.batch_flushed(trigger);
 
         match outcome {
             Ok(written) => {
@@ -189,8 +191,8 @@ impl Batcher {
                         (count + 1, rows + chunk.records.len())
                     });
                 if duplicate_chunks > 0 {
-                    counter!("loghaul_duplicate_chunks_total").increment(duplicate_chunks);
-                    counter!("loghaul_duplicate_records_total").increment(duplicate_rows as u64);
+                    metrics().duplicate_chunks.increment(duplicate_chunks);
+                    metrics().duplicate_records.increment(duplicate_rows as u64);
                 }
                 if let Some((_, first)) = written.refused.first() {
                     // One line per batch, not per row: a stream of refused rows must not flood
@@ -202,7 +204,10 @@ impl Batcher {
             Err(err) => {
                 tracing::error!(shard, rows = row_count, error = %err, "batch not stored; its streams get UNAVAILABLE");
                 for chunk in chunks {
-                    counter!("loghaul_records_failed_total", "tenant" => chunk.source.tenant.to_string())
+                    chunk
+                        .source
+                        .counts
+                        .failed
                         .increment(chunk.records.len() as u64);
                     // A closed receiver means the client left; nobody is waiting for this answer.
                     let _ = chunk.ack.send(Err(err.clone()));
@@ -228,15 +233,14 @@ fn resolve(chunks: Vec<Chunk>, written: Written) {
         }
         offset = end;
         // Counted per chunk, by tenant, so that the console can show each tenant its own.
-        let tenant = chunk.source.tenant.to_string();
-        if !mine.is_empty() {
-            counter!("loghaul_records_rejected_total", "reason" => RejectReason::StorageRefused.as_str(), "tenant" => tenant.clone())
-                .increment(mine.len() as u64);
-        }
+        let counts = &chunk.source.counts;
+        counts
+            .rejected(RejectReason::StorageRefused)
+            .increment(mine.len() as u64);
         if !duplicate {
-            let committed = chunk.records.len() - mine.len();
-            counter!("loghaul_records_committed_total", "tenant" => tenant)
-                .increment(committed as u64);
+            counts
+                .committed
+                .increment((chunk.records.len() - mine.len()) as u64);
         }
         let _ = chunk.ack.send(Ok(Stored {
             refused: mine,

@@ -14,13 +14,13 @@ pub mod writer;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Gauge, Histogram};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::IngestError;
+use crate::observability::metrics::{metrics, ShardMetrics, TenantMetrics};
 use crate::observability::readiness::Readiness;
 use crate::record::Record;
 use crate::storage::Store;
@@ -42,6 +42,8 @@ pub struct ProducerSequence {
 pub struct ChunkSource {
     /// Tenant that sent it.
     pub tenant: Arc<str>,
+    /// The tenant's series, where the batcher counts what became of the records.
+    pub counts: Arc<TenantMetrics>,
     /// Set when the chunk is stored at most once per (tenant, producer, sequence).
     pub key: Option<ProducerSequence>,
 }
@@ -96,11 +98,12 @@ impl Pipeline {
         let mut batchers = Vec::with_capacity(config.shards);
         for shard in 0..config.shards {
             let (sender, queue) = mpsc::channel(config.queue_capacity);
-            gauge!("loghaul_queue_capacity", "shard" => shard.to_string())
-                .set(config.queue_capacity as f64);
+            let series = metrics().shard(shard);
+            series.queue_capacity.set(config.queue_capacity as f64);
             queues.push(sender);
             let batcher = Batcher {
                 shard,
+                series,
                 queue,
                 writer: writer.clone(),
                 limits: config.limits,
@@ -110,13 +113,11 @@ impl Pipeline {
         }
         // The semaphore counts bytes; tokio caps permits per acquire at u32::MAX, config checks that.
         let budget_total = u32::try_from(config.max_buffered_bytes).unwrap_or(u32::MAX);
-        gauge!("loghaul_buffered_bytes_limit").set(f64::from(budget_total));
+        metrics().buffered_bytes_limit.set(f64::from(budget_total));
         let ingress = Ingress {
-            depth_gauges: (0..config.shards)
-                .map(|shard| gauge!("loghaul_queue_depth", "shard" => shard.to_string()))
+            shard_series: (0..config.shards)
+                .map(|shard| metrics().shard(shard))
                 .collect(),
-            buffered_gauge: gauge!("loghaul_buffered_bytes"),
-            wait_histogram: histogram!("loghaul_backpressure_wait_seconds"),
             queues: queues.into(),
             budget: Arc::new(Semaphore::new(budget_total as usize)),
             budget_total,
@@ -223,9 +224,7 @@ impl Meter<'_> {
 #[derive(Clone, Debug)]
 pub struct Ingress {
     queues: Arc<[mpsc::Sender<Chunk>]>,
-    depth_gauges: Arc<[Gauge]>,
-    buffered_gauge: Gauge,
-    wait_histogram: Histogram,
+    shard_series: Arc<[Arc<ShardMetrics>]>,
     budget: Arc<Semaphore>,
     budget_total: u32,
     enqueue_timeout: Duration,
@@ -238,11 +237,18 @@ impl Ingress {
     /// Sets the queue-depth and buffered-bytes gauges from the live values. Called when metrics are
     /// scraped, so the hot path never touches a gauge.
     pub fn sample_gauges(&self) {
-        for (queue, gauge) in self.queues.iter().zip(self.depth_gauges.iter()) {
-            gauge.set((queue.max_capacity() - queue.capacity()) as f64);
+        for (queue, series) in self.queues.iter().zip(self.shard_series.iter()) {
+            series
+                .queue_depth
+                .set((queue.max_capacity() - queue.capacity()) as f64);
         }
         let in_use = self.budget_total as usize - self.budget.available_permits();
-        self.buffered_gauge.set(in_use as f64);
+        metrics().buffered_bytes.set(in_use as f64);
+    }
+
+    /// The series of each shard, in shard order.
+    pub fn shard_series(&self) -> &[Arc<ShardMetrics>] {
+        &self.shard_series
     }
 
     /// The shard a new stream is pinned to.
@@ -332,7 +338,9 @@ impl Ingress {
             .await
             .map_err(|_| self.backpressure("shard queue", started))?
             .map_err(|_| IngestError::ShuttingDown)?;
-        self.wait_histogram.record(started.elapsed().as_secs_f64());
+        metrics()
+            .backpressure_wait
+            .record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
         slot.send(Chunk {
             source,
@@ -359,8 +367,10 @@ impl Ingress {
 
     fn backpressure(&self, resource: &'static str, started: Instant) -> IngestError {
         let waited = started.elapsed();
-        self.wait_histogram.record(waited.as_secs_f64());
-        counter!("loghaul_backpressure_timeouts_total", "resource" => resource).increment(1);
+        metrics().backpressure_wait.record(waited.as_secs_f64());
+        metrics()
+            .backpressure_timeouts
+            .increment_static([resource], 1);
         IngestError::Backpressure {
             resource,
             waited,

@@ -11,9 +11,9 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::counter;
 use tokio::time::Instant;
 
+use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::storage::{ChunkKey, Claim, Row, Store, StoreError};
 
@@ -205,7 +205,7 @@ impl Writer {
                 }
                 Err(err) => err,
             };
-            counter!("loghaul_insert_errors_total", "kind" => err.kind()).increment(1);
+            metrics().insert_errors.increment_static([err.kind()], 1);
             let StoreError::Unavailable(reason) = &err else {
                 return Err(err);
             };

@@ -12,10 +12,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use metrics::counter;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::QueryError;
+use crate::observability::metrics::metrics;
 
 /// How long a read beyond its tenant's limit waits for one of the tenant's reads to finish before
 /// it is refused: enough to smooth a burst of quick reads, not to queue slow ones.
@@ -104,8 +104,7 @@ impl Admission {
     /// has as many as it may: a tail lasts until its client leaves, so waiting would not help.
     pub fn tail(&self, tenant: &Arc<str>) -> Result<TailSlot, QueryError> {
         let refuse = |reason: &'static str, err: QueryError| {
-            counter!("loghaul_reads_refused_total", "reason" => reason, "tenant" => tenant.to_string())
-                .increment(1);
+            metrics().reads_refused.increment([reason, tenant], 1);
             Err(err)
         };
         let Ok(own) =
@@ -146,8 +145,9 @@ impl TenantReads {
         if let Ok(Some(permit)) = waited {
             return Ok(permit);
         }
-        counter!("loghaul_reads_refused_total", "reason" => "tenant_reads", "tenant" => self.tenant.to_string())
-            .increment(1);
+        metrics()
+            .reads_refused
+            .increment(["tenant_reads", &self.tenant], 1);
         Err(QueryError::TooManyReads {
             tenant: Arc::clone(&self.tenant),
             limit: self.limit,

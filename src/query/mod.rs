@@ -23,10 +23,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use metrics::{counter, histogram};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::QueryError;
+use crate::observability::metrics::metrics;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::reader::{Reader, StoredRow};
 use admission::{Admission, AdmissionLimits};
@@ -94,12 +94,14 @@ pub async fn search(
 ) -> Result<QueryResponse, QueryError> {
     let started = Instant::now();
     let outcome = page(reads, tenant, request).await;
-    histogram!("loghaul_query_duration_seconds").record(started.elapsed().as_secs_f64());
+    metrics()
+        .query_duration
+        .record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(_) => "ok",
         Err(err) => err.kind(),
     };
-    counter!("loghaul_queries_total", "outcome" => label).increment(1);
+    metrics().queries.increment_static([label], 1);
     outcome
 }
 

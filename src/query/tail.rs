@@ -11,7 +11,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -21,6 +20,7 @@ use super::cursor::Cursor;
 use super::filter::Filter;
 use super::{to_wire, Reads};
 use crate::error::QueryError;
+use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
 use crate::storage::reader::TailState;
 
@@ -93,15 +93,15 @@ fn follow(
     // One slot more than the data may use, so the final status always fits.
     let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
-        gauge!("loghaul_tail_subscribers").increment(1.0);
+        metrics().tail_subscribers.add(1.0);
         let end = run(&reads, &slots, &filter, state, &sender).await;
-        gauge!("loghaul_tail_subscribers").decrement(1.0);
+        metrics().tail_subscribers.add(-1.0);
         drop(place);
         let label = match &end {
             None => "client_gone",
             Some(err) => err.kind(),
         };
-        counter!("loghaul_tails_ended_total", "reason" => label).increment(1);
+        metrics().tails_ended.increment_static([label], 1);
         if let Some(err) = end {
             tracing::debug!(error = %err, "tail ended");
             let _ = sender.try_send(Err(err.into()));

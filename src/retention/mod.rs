@@ -19,9 +19,9 @@ pub mod sqlite;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
-use metrics::{counter, gauge, histogram};
 use tokio_util::sync::CancellationToken;
 
+use crate::observability::metrics::metrics;
 use crate::storage::{Store, StoreError};
 
 pub use crate::storage::chunked_delete::{delete_in_chunks, CHUNK_PAUSE, DELETE_CHUNK};
@@ -135,21 +135,31 @@ pub async fn run_once(
         }
         Err(err) => Err(err),
     };
-    histogram!("loghaul_retention_run_duration_seconds").record(started.elapsed().as_secs_f64());
+    let series = metrics();
+    series
+        .retention_run_duration
+        .record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(report) if report.ran => "ok",
         Ok(_) => "skipped_locked",
         Err(_) => "failed",
     };
-    counter!("loghaul_retention_runs_total", "outcome" => label).increment(1);
+    series.retention_runs.increment_static([label], 1);
     if let Ok(report) = &outcome {
-        counter!("loghaul_retention_partitions_created_total").increment(report.partitions_created);
-        counter!("loghaul_retention_partitions_dropped_total").increment(report.partitions_dropped);
-        counter!("loghaul_retention_rows_deleted_total").increment(report.rows_deleted);
-        counter!("loghaul_brin_ranges_summarized_total").increment(report.ranges_summarized);
-        counter!("loghaul_chunk_keys_pruned_total").increment(report.chunk_keys_pruned);
+        series
+            .partitions_created
+            .increment(report.partitions_created);
+        series
+            .partitions_dropped
+            .increment(report.partitions_dropped);
+        series.rows_deleted.increment(report.rows_deleted);
+        series
+            .brin_ranges_summarized
+            .increment(report.ranges_summarized);
+        series.chunk_keys_pruned.increment(report.chunk_keys_pruned);
         if report.ran {
-            gauge!("loghaul_retention_last_run_timestamp_seconds")
+            series
+                .retention_last_run
                 .set(Utc::now().timestamp_millis() as f64 / 1000.0);
         }
     }

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use metrics::counter;
 use tonic::{Response, Status};
 
 use crate::auth::Tenant;
 use crate::error::{CallFailure, IngestError};
 use crate::model::reject::RejectionCounts;
+use crate::observability::metrics::CounterVec;
 use crate::record::Record;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
@@ -18,8 +18,7 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
     match tenant.admit(records.len() as u64, bytes as u64) {
         Ok(()) => Ok(bytes),
         Err(retry_after) => {
-            counter!("loghaul_rate_limited_total", "tenant" => tenant.name().to_string())
-                .increment(1);
+            tenant.metrics().rate_limited.increment(1);
             Err(IngestError::RateLimited {
                 tenant: Arc::clone(tenant.name()),
                 retry_after,
@@ -28,26 +27,27 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
     }
 }
 
-/// Counts a message's rejected records in `loghaul_records_rejected_total{reason,tenant}`.
-pub fn count_rejections(tenant: &Tenant, counts: &RejectionCounts) {
-    for (reason, count) in counts.nonzero() {
-        counter!("loghaul_records_rejected_total", "reason" => reason.as_str(), "tenant" => tenant.name().to_string())
-            .increment(count);
+/// Counts a message's records: all of them received, and the rejected ones by reason.
+pub fn count_received(tenant: &Tenant, received: u64, rejections: &RejectionCounts) {
+    let counts = tenant.metrics();
+    counts.received.increment(received);
+    for (reason, count) in rejections.nonzero() {
+        counts.rejected(reason).increment(count);
     }
 }
 
-/// Counts the call in `metric{outcome}` and turns the outcome into the gRPC answer.
+/// Counts the call in `calls` by outcome and turns the outcome into the gRPC answer.
 pub fn respond<T, E: CallFailure>(
     outcome: Result<T, E>,
-    metric: &'static str,
+    calls: &CounterVec<1>,
 ) -> Result<Response<T>, Status> {
     let label = match &outcome {
         Ok(_) => "ok",
         Err(err) => {
-            tracing::debug!(error = %err, metric, "ingest call failed");
+            tracing::debug!(error = %err, "ingest call failed");
             err.kind()
         }
     };
-    counter!(metric, "outcome" => label).increment(1);
+    calls.increment_static([label], 1);
     outcome.map(Response::new).map_err(Into::into)
 }

@@ -14,7 +14,6 @@ use bytes::Bytes;
 use chrono::Utc;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use metrics::{counter, gauge};
 use prost::Message;
 use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
@@ -22,7 +21,7 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::Status;
 
-use super::admission::{admit, count_rejections, respond};
+use super::admission::{admit, count_received, respond};
 use super::fields::{fields, repeated, Value};
 use super::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
@@ -30,6 +29,7 @@ use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
 use crate::model::reject::RejectionCounts;
+use crate::observability::metrics::metrics;
 use crate::pipeline::ack::{AckReceiver, AckResult};
 use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
 use crate::proto::v1::{LogRecord, PushResponse};
@@ -113,7 +113,7 @@ impl IngestService {
         let max_message = usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX);
         let reader = MessageReader::new(request.into_body(), encoding, max_message);
         let outcome = self.ingest(&tenant, reader).await;
-        answer(respond(outcome, "loghaul_streams_total").map(tonic::Response::into_inner))
+        answer(respond(outcome, &metrics().streams_ended).map(tonic::Response::into_inner))
     }
 
     /// Reads the stream to its end and answers with what was stored; or, when something stops
@@ -161,40 +161,43 @@ impl IngestService {
         run: &mut StreamRun,
     ) -> Result<(), (IngestError, u64)> {
         let idle = self.idle_timeout.unwrap_or(Duration::MAX);
-        let went_idle = || IngestError::StreamIdle(idle);
         loop {
             let message = run.next_message;
-            // Between messages the stream holds no budget: it waits for the next prefix (and
-            // settles acknowledgements as they come) with nothing reserved.
-            let prefix = {
-                let next = reader.next_prefix();
-                tokio::pin!(next);
-                let silent = tokio::time::sleep(idle);
-                tokio::pin!(silent);
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some((outcome, queued)) = run.in_flight.next() => {
-                            run.tally.settle(outcome, queued).map_err(|err| (err, message))?;
-                        }
-                        () = &mut silent, if self.idle_timeout.is_some() => {
-                            return Err((went_idle(), message));
-                        }
-                        prefix = &mut next => break prefix,
-                    }
-                }
-            };
-            let prefix = match prefix.map_err(|err| (err, message))? {
-                Some(prefix) => prefix,
-                None => return Ok(()),
+            let at = |err| (err, message);
+            let Some(prefix) = self.next_prefix(reader, run, idle).await.map_err(at)? else {
+                return Ok(());
             };
             let deadline = Instant::now() + self.ingress.enqueue_timeout();
             let read = self.read_and_queue(tenant, reader, prefix, deadline, run);
             match tokio::time::timeout(idle, read).await {
-                Ok(queued) => queued.map_err(|err| (err, message))?,
-                Err(_) => return Err((went_idle(), message)),
+                Ok(queued) => queued.map_err(at)?,
+                Err(_) => return Err(at(IngestError::StreamIdle(idle))),
             }
             run.next_message += 1;
+        }
+    }
+
+    /// Waits for the next message's prefix (`None` at the end of the stream), settling
+    /// acknowledgements as they come. Between messages the stream holds no budget.
+    async fn next_prefix(
+        &self,
+        reader: &mut MessageReader,
+        run: &mut StreamRun,
+        idle: Duration,
+    ) -> Result<Option<Prefix>, IngestError> {
+        let next = reader.next_prefix();
+        tokio::pin!(next);
+        let silent = tokio::time::sleep(idle);
+        tokio::pin!(silent);
+        loop {
+            tokio::select! {
+                biased;
+                Some((outcome, queued)) = run.in_flight.next() => run.tally.settle(outcome, queued)?,
+                () = &mut silent, if self.idle_timeout.is_some() => {
+                    return Err(IngestError::StreamIdle(idle));
+                }
+                prefix = &mut next => return prefix,
+            }
         }
     }
 
@@ -266,9 +269,7 @@ impl IngestService {
                 _ => {}
             }
         }
-        counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
-            .increment(position as u64);
-        count_rejections(tenant, &rejections);
+        count_received(tenant, position as u64, &rejections);
         let key = chunk_key(producer_id, sequence)?;
         Ok((records, invalid, key))
     }
@@ -305,6 +306,7 @@ impl IngestService {
                 run.shard,
                 ChunkSource {
                     tenant: Arc::clone(tenant.name()),
+                    counts: Arc::clone(tenant.metrics()),
                     key,
                 },
                 records,
@@ -347,14 +349,14 @@ struct OpenStream;
 
 impl OpenStream {
     fn start() -> Self {
-        gauge!("loghaul_active_streams").increment(1.0);
+        metrics().active_streams.add(1.0);
         OpenStream
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        gauge!("loghaul_active_streams").decrement(1.0);
+        metrics().active_streams.add(-1.0);
     }
 }
 

@@ -17,7 +17,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use metrics::counter;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
@@ -25,23 +24,24 @@ use tonic::{Code, Status};
 use tower::Service;
 
 use crate::error::IngestError;
+use crate::observability::metrics::CounterVec;
 
 /// A gRPC service whose "too large" and "cannot decode" answers are rewritten; see the module docs.
 #[derive(Clone, Debug)]
 pub struct ExplainRefusal<S> {
     inner: S,
     max_request_bytes: u64,
-    metric: &'static str,
+    calls: &'static CounterVec<1>,
 }
 
 impl<S> ExplainRefusal<S> {
     /// Wraps `inner`, whose decoding limit is `max_request_bytes`; a rewritten answer is counted
-    /// in the service's own outcome counter `metric`.
-    pub fn new(inner: S, max_request_bytes: u64, metric: &'static str) -> Self {
+    /// in the service's own outcome counter `calls`.
+    pub fn new(inner: S, max_request_bytes: u64, calls: &'static CounterVec<1>) -> Self {
         ExplainRefusal {
             inner,
             max_request_bytes,
-            metric,
+            calls,
         }
     }
 }
@@ -65,8 +65,8 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let answer = self.inner.call(request);
-        let (limit, metric) = (self.max_request_bytes, self.metric);
-        Box::pin(async move { Ok(explain(answer.await?, limit, metric)) })
+        let (limit, calls) = (self.max_request_bytes, self.calls);
+        Box::pin(async move { Ok(explain(answer.await?, limit, calls)) })
     }
 }
 
@@ -74,7 +74,7 @@ where
 fn explain(
     response: http::Response<Body>,
     limit: u64,
-    metric: &'static str,
+    calls: &CounterVec<1>,
 ) -> http::Response<Body> {
     // A successful answer carries its status in the trailers, so only errors match here.
     let Some(status) = Status::from_header_map(response.headers()) else {
@@ -85,7 +85,7 @@ fn explain(
     }
     match IngestError::from_stream(status, limit) {
         refusal @ (IngestError::RequestTooLarge { .. } | IngestError::Malformed(_)) => {
-            counter!(metric, "outcome" => refusal.kind()).increment(1);
+            calls.increment_static([refusal.kind()], 1);
             Status::from(refusal).into_http()
         }
         _ => response,
@@ -95,6 +95,7 @@ fn explain(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::metrics;
 
     fn status_of(response: &http::Response<Body>) -> Status {
         Status::from_header_map(response.headers()).unwrap()
@@ -110,7 +111,7 @@ mod tests {
                 "Error decompressing: size limit, of 65536 bytes, exceeded while decompressing message",
             ),
         ] {
-            let explained = status_of(&explain(tonic_says.into_http(), 65536, "loghaul_otlp_exports_total"));
+            let explained = status_of(&explain(tonic_says.into_http(), 65536, &metrics().otlp_exports));
             assert_eq!(explained.code(), Code::ResourceExhausted);
             assert!(
                 explained.message().contains("--max-request-bytes"),
@@ -129,7 +130,7 @@ mod tests {
         let explained = status_of(&explain(
             tonic_says.into_http(),
             65536,
-            "loghaul_otlp_exports_total",
+            &metrics().otlp_exports,
         ));
         assert_eq!(explained.code(), Code::InvalidArgument);
         assert!(
@@ -143,13 +144,13 @@ mod tests {
     fn other_answers_pass_untouched() {
         let invalid = Status::invalid_argument("nope").into_http();
         assert_eq!(
-            status_of(&explain(invalid, 1, "loghaul_otlp_exports_total")).message(),
+            status_of(&explain(invalid, 1, &metrics().otlp_exports)).message(),
             "nope"
         );
         let success = http::Response::new(Body::empty());
-        assert!(Status::from_header_map(
-            explain(success, 1, "loghaul_otlp_exports_total").headers()
-        )
-        .is_none());
+        assert!(
+            Status::from_header_map(explain(success, 1, &metrics().otlp_exports).headers())
+                .is_none()
+        );
     }
 }

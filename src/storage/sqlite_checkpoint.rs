@@ -18,12 +18,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use metrics::{counter, histogram};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::{RwLock, RwLockReadGuard};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::observability::metrics::metrics;
 
 /// How often the WAL is copied. At the benchmark's write rate (about 45 MB of WAL a second) a pass
 /// copies a few MiB, so the RESTART that rewinds the WAL has little left to copy while it holds
@@ -137,7 +138,7 @@ async fn run(mut connection: SqliteConnection, turns: Arc<RwLock<()>>, stop: Can
         if let Err(err) = pass(&mut connection, &turns, &mut rewinds).await {
             // The writer reports a broken database itself; here it only means the WAL grows until
             // a later pass gets through.
-            counter!("loghaul_sqlite_checkpoint_errors_total").increment(1);
+            metrics().sqlite_checkpoint_errors.increment(1);
             tracing::warn!(error = %err, "SQLite checkpoint failed; retrying");
         }
     }
@@ -163,8 +164,9 @@ async fn pass(
         .await?;
     rewinds.record(frames, blocked != 0);
     let outcome = if blocked == 0 { "rewound" } else { "busy" };
-    histogram!("loghaul_sqlite_checkpoint_seconds", "outcome" => outcome)
-        .record(started.elapsed().as_secs_f64());
+    metrics()
+        .sqlite_checkpoint
+        .record([outcome], started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::Utc;
-use metrics::counter;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
@@ -24,9 +23,10 @@ use super::mapping::{self, Shared};
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
 use crate::model::reject::RejectionCounts;
+use crate::observability::metrics::metrics;
 use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
-use crate::server::admission::{admit, count_rejections, respond};
+use crate::server::admission::{admit, count_received, respond};
 use crate::server::fields::{last, repeated};
 use crate::server::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader};
 use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
@@ -75,7 +75,7 @@ impl OtlpLogsService {
         };
         let mut reader = MessageReader::new(request.into_body(), encoding, self.max_request_bytes);
         let outcome = self.store(&tenant, &mut reader).await;
-        answer(respond(outcome, "loghaul_otlp_exports_total").map(tonic::Response::into_inner))
+        answer(respond(outcome, &metrics().otlp_exports).map(tonic::Response::into_inner))
     }
 
     async fn store(
@@ -96,9 +96,7 @@ impl OtlpLogsService {
         let mut tally = Tally::default();
         let (records, queued_at) = self.decode(message, &mut meter, &mut tally).await?;
         meter.release(wire_bytes);
-        counter!("loghaul_records_received_total", "tenant" => tenant.name().to_string())
-            .increment(tally.received);
-        count_rejections(tenant, &tally.by_reason);
+        count_received(tenant, tally.received, &tally.by_reason);
         if !records.is_empty() {
             let bytes = admit(tenant, &records)?;
             let shard = self.ingress.assign_shard();
@@ -108,6 +106,7 @@ impl OtlpLogsService {
                     shard,
                     ChunkSource {
                         tenant: Arc::clone(tenant.name()),
+                        counts: Arc::clone(tenant.metrics()),
                         key: None,
                     },
                     records,

@@ -12,8 +12,8 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
-use super::readiness::Readiness;
-use crate::serve_http::{serve_http, HttpLimits};
+use super::listener::{serve_http, HttpLimits};
+use crate::observability::readiness::Readiness;
 
 #[derive(Clone)]
 struct Probes {
@@ -68,7 +68,9 @@ pub async fn serve(
 async fn render_metrics(State(probes): State<Probes>) -> String {
     (probes.sample)();
     let ready = probes.readiness.is_ready();
-    metrics::gauge!("loghaul_ready").set(if ready { 1.0 } else { 0.0 });
+    crate::observability::metrics::metrics()
+        .ready
+        .set(if ready { 1.0 } else { 0.0 });
     probes.metrics.render()
 }
 

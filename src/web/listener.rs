@@ -15,13 +15,13 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use metrics::{counter, gauge};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::config::ServeConfig;
+use crate::observability::metrics::metrics;
 
 /// What one HTTP listener tolerates from its clients.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +75,9 @@ pub async fn serve_http(
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             // Dropping the stream closes it: a client over the limit learns at once, instead of
             // waiting in a queue that would itself be unbounded.
-            counter!("loghaul_http_connections_refused_total", "listener" => name).increment(1);
+            metrics()
+                .http_connections_refused
+                .increment_static([name], 1);
             continue;
         };
         tokio::spawn(serve_connection(
@@ -107,8 +109,8 @@ async fn serve_connection(
     _slot: OwnedSemaphorePermit,
     name: &'static str,
 ) {
-    let open = gauge!("loghaul_http_connections", "listener" => name);
-    open.increment(1.0);
+    let open = metrics().http_connections.handle(name);
+    open.add(1.0);
     let service = app.map_request(move |mut request: hyper::Request<Incoming>| {
         request.extensions_mut().insert(ConnectInfo(peer));
         request
@@ -125,12 +127,12 @@ async fn serve_connection(
     };
     if let Err(err) = outcome {
         if err.is_timeout() {
-            counter!("loghaul_http_header_timeouts_total", "listener" => name).increment(1);
+            metrics().http_header_timeouts.increment_static([name], 1);
         } else {
             tracing::debug!(listener = name, error = %err, "HTTP connection ended with an error");
         }
     }
-    open.decrement(1.0);
+    open.add(-1.0);
 }
 
 /// Per-connection failures (the peer gave up before it was accepted) are not the listener's;

@@ -1,0 +1,190 @@
+//! The second step of `serve`: the tasks beside the gRPC port (key reloads, retention, the store
+//! probe) and the two HTTP listeners (metrics and probes, the console).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use super::build::Core;
+use super::grpc::set_health;
+use super::ServeError;
+use crate::config::ServeConfig;
+use crate::console::health::HealthSource;
+use crate::console::ConsoleState;
+use crate::observability::metrics;
+use crate::observability::readiness::Readiness;
+use crate::storage::reader::Reader;
+use crate::web::listener::HttpLimits;
+use crate::web::probes;
+
+/// How often the store is probed for readiness.
+const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// How long the exit waits for a console connection a browser holds open.
+const CONSOLE_EXIT_WAIT: Duration = Duration::from_secs(5);
+
+type Listener = JoinHandle<Result<(), std::io::Error>>;
+
+/// The running background tasks and HTTP listeners.
+pub(super) struct Background {
+    reload: JoinHandle<()>,
+    retention: JoinHandle<()>,
+    probe: JoinHandle<()>,
+    http: Listener,
+    /// The metrics listener's address.
+    pub http_addr: SocketAddr,
+    console: Option<(SocketAddr, Listener)>,
+}
+
+impl Background {
+    /// Starts every task; they stop when `core.stopping` is cancelled (the console already with the
+    /// drain).
+    pub fn start(
+        core: &Core,
+        config: &ServeConfig,
+        http_listener: TcpListener,
+        console_listener: Option<TcpListener>,
+    ) -> Result<Background, ServeError> {
+        let stopping = &core.stopping;
+        let reload = tokio::spawn(crate::auth::store::reload_keys(
+            Arc::clone(&core.keys),
+            config.api_keys_reload_interval.0,
+            stopping.clone(),
+        ));
+        let retention = tokio::spawn(crate::retention::run(
+            core.store.clone(),
+            core.retention.clone(),
+            stopping.clone(),
+        ));
+        let probe = tokio::spawn(probe_store(
+            core.reader.clone(),
+            Arc::clone(&core.readiness),
+            core.health.clone(),
+            stopping.clone(),
+        ));
+        let console = match console_listener {
+            Some(listener) => Some((
+                listener.local_addr()?,
+                serve_console(core, config, listener),
+            )),
+            None => None,
+        };
+        let http_addr = http_listener.local_addr()?;
+        let ingress = core.pipeline.ingress();
+        let http = tokio::spawn(probes::serve(
+            http_listener,
+            metrics::handle(),
+            Arc::clone(&core.readiness),
+            Arc::new(move || ingress.sample_gauges()),
+            core.store.backend(),
+            HttpLimits::from_config(config),
+            stopping.clone().cancelled_owned(),
+        ));
+        Ok(Background {
+            reload,
+            retention,
+            probe,
+            http,
+            http_addr,
+            console,
+        })
+    }
+
+    /// The console's address, or `off`.
+    pub fn console_addr(&self) -> String {
+        self.console
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string())
+    }
+
+    /// Waits for the tasks that use the pools, once `stopping` is cancelled.
+    pub async fn join_tasks(&mut self) {
+        let _ = (&mut self.retention).await;
+        let _ = (&mut self.reload).await;
+        let _ = (&mut self.probe).await;
+    }
+
+    /// Waits for the HTTP listeners to close.
+    pub async fn join_listeners(self) {
+        if let Some((_, mut task)) = self.console {
+            // Its tails ended with the drain; a browser holding a connection open must not hold
+            // up the exit.
+            match tokio::time::timeout(CONSOLE_EXIT_WAIT, &mut task).await {
+                Ok(Ok(Err(err))) => tracing::warn!(error = %err, "console listener failed"),
+                Ok(Err(err)) => tracing::warn!(error = %err, "console listener panicked"),
+                Ok(Ok(Ok(()))) => {}
+                Err(_) => task.abort(),
+            }
+        }
+        match self.http.await {
+            Ok(Err(err)) => tracing::warn!(error = %err, "metrics listener failed"),
+            Err(err) => tracing::warn!(error = %err, "metrics listener panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+}
+
+/// Serves the console until the drain starts, or until the rest stops when the gRPC server failed
+/// without one.
+fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Listener {
+    let state = ConsoleState::new(
+        Arc::clone(&core.keys),
+        core.reads.clone(),
+        HealthSource {
+            readiness: Arc::clone(&core.readiness),
+            ingress: core.pipeline.ingress(),
+            backend: core.store.backend(),
+        },
+    );
+    let (drain, stop) = (core.draining.clone(), core.stopping.clone());
+    let shutdown = async move {
+        tokio::select! {
+            () = drain.cancelled() => {}
+            () = stop.cancelled() => {}
+        }
+    };
+    tokio::spawn(crate::console::serve(
+        listener,
+        state,
+        HttpLimits::from_config(config),
+        shutdown,
+    ))
+}
+
+/// Probes the store so readiness reflects it even when no writes are flowing. Through the read
+/// pool, never the writers' connections: a probe that waits behind a long write (SQLite has one
+/// writer) would take a healthy replica out of its Service.
+async fn probe_store(
+    reader: Reader,
+    readiness: Arc<Readiness>,
+    health: HealthReporter,
+    stopping: CancellationToken,
+) {
+    let mut every = tokio::time::interval(STORE_PROBE_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stopping.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let up = matches!(
+            tokio::time::timeout(STORE_PROBE_INTERVAL, reader.ping()).await,
+            Ok(Ok(()))
+        );
+        readiness.set_store_up(up);
+        if readiness.draining() {
+            continue;
+        }
+        let status = if up {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        set_health(&health, status).await;
+    }
+}

@@ -1,0 +1,5 @@
+//! The service's HTTP listeners: the accept loop they share ([`listener`]) and the metrics and
+//! probes port ([`probes`]); the console's routes are in [`crate::console`].
+
+pub mod listener;
+pub mod probes;
