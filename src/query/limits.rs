@@ -7,8 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::filter::Filter;
 use crate::error::QueryError;
-use crate::storage::reader::Budget;
-use crate::storage::StoreError;
+use crate::storage::{Budget, StoreError};
 
 /// Bytes of a Query or Tail answer besides its records: the next cursor, the bound of the
 /// default range and the answer's own framing.

@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::QueryError;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
-use crate::storage::reader::{Reader, StoredRow};
+use crate::storage::reader::Reader;
+use crate::storage::StoredRow;
 use admission::{Admission, AdmissionLimits};
 use cursor::Cursor;
 use filter::{page_size, Filter};
@@ -171,7 +172,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::storage::reader::Budget;
+    use crate::storage::Budget;
 
     fn row(attributes: String, message: String) -> StoredRow {
         StoredRow {

@@ -10,7 +10,9 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
 
-use super::{claimed_in_order, classify, kept_rows, Claim, PoolOptions, Row, StoreError};
+use super::connect::{redact_url, PoolOptions};
+use super::error::{classify, StoreError};
+use super::row::{claimed_in_order, kept_rows, Claim, Row};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -115,10 +117,7 @@ impl PostgresStore {
             .connect(url)
             .await
             .map_err(|err| {
-                StoreError::Unavailable(format!(
-                    "cannot connect to {}: {err}",
-                    super::redact_url(url)
-                ))
+                StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)))
             })?;
         Ok(PostgresStore { pool })
     }

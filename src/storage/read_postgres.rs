@@ -33,8 +33,9 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
 
-use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
-use super::StoreError;
+use super::connect::redact_url;
+use super::error::{unavailable, StoreError};
+use super::stored::{from_micros, Batch, Budget, Collector, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 
@@ -125,10 +126,6 @@ fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
     })
 }
 
-fn unavailable(err: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(err.to_string())
-}
-
 /// A read's connection. Dropped before [`ReadConnection::finish`], it is closed rather than
 /// returned: a statement may still be running on it, and a returned connection would keep it
 /// running (and the connection busy) until it ended.
@@ -182,7 +179,7 @@ impl PgReader {
     ) -> Result<Self, StoreError> {
         let statement_timeout = (timeout + STATEMENT_TIMEOUT_MARGIN).as_millis().to_string();
         let options = PgConnectOptions::from_str(url)
-            .map_err(|err| StoreError::Url(format!("{}: {err}", super::redact_url(url))))?
+            .map_err(|err| StoreError::Url(format!("{}: {err}", redact_url(url))))?
             .application_name(APPLICATION_NAME)
             // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves,
             // and the planner's estimates over unsummarized BRIN ranges would switch it on.
@@ -213,10 +210,7 @@ impl PgReader {
             .connect_with(options)
             .await
             .map_err(|err| {
-                StoreError::Unavailable(format!(
-                    "cannot connect to {}: {err}",
-                    super::redact_url(url)
-                ))
+                StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)))
             })?;
         Ok(PgReader { pool })
     }

@@ -24,8 +24,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
-use super::StoreError;
+use super::error::{unavailable, StoreError};
+use super::stored::{from_micros, Batch, Budget, Collector, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 
@@ -126,10 +126,6 @@ fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
         trace_id: row.try_get("trace_id")?,
         span_id: row.try_get("span_id")?,
     })
-}
-
-fn unavailable(err: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(err.to_string())
 }
 
 impl SqliteReader {

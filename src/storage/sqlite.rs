@@ -11,8 +11,9 @@ use sqlx::sqlite::{
 
 use chrono::{DateTime, Utc};
 
+use super::error::{classify, StoreError};
+use super::row::{claimed_in_order, kept_rows, Claim, Row};
 use super::sqlite_checkpoint::Checkpointer;
-use super::{claimed_in_order, classify, kept_rows, Claim, Row, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 

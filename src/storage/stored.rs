@@ -1,0 +1,190 @@
+//! What a read returns and how much it may: a stored record as read back, the row and byte budget
+//! of one read, and the collector both backends fill while they stream rows.
+
+use chrono::{DateTime, Utc};
+
+use crate::model::cursor::Cursor;
+
+/// A stored record as read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRow {
+    /// Unique id (not commit-ordered on PostgreSQL; see `postgres::tail`).
+    pub id: i64,
+    /// The record's timestamp.
+    pub ts: DateTime<Utc>,
+    /// When the database received it.
+    pub received_at: DateTime<Utc>,
+    /// Severity number.
+    pub severity: i16,
+    /// Emitting service.
+    pub service: String,
+    /// The log line.
+    pub message: String,
+    /// Attributes as a JSON object.
+    pub attributes: String,
+    /// Trace id, lowercase hex.
+    pub trace_id: Option<String>,
+    /// Span id, lowercase hex.
+    pub span_id: Option<String>,
+}
+
+/// Bytes of a `StoredRecord` on the wire that do not depend on its text: its framing in the
+/// answer, the cursor, two timestamps, the severity, and the tags and lengths of the strings.
+const FIXED_WIRE_BYTES: usize = 128;
+
+impl StoredRow {
+    /// The row's position, for cursors.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            ts_micros: self.ts.timestamp_micros(),
+            id: self.id,
+            received_micros: self.received_at.timestamp_micros(),
+        }
+    }
+
+    /// At least the bytes the row takes as a `StoredRecord` in a Query or Tail answer, so that
+    /// answers sized by it stay within their limit. Attributes are JSON here and a map on the
+    /// wire: an entry's tags and lengths take at most 6 bytes more than its quotes, colon and
+    /// comma, and an entry takes at least 6 bytes of JSON, so twice the JSON bounds the map.
+    pub fn wire_bytes(&self) -> usize {
+        FIXED_WIRE_BYTES
+            + self.service.len()
+            + self.message.len()
+            + 2 * self.attributes.len()
+            + self.trace_id.as_ref().map_or(0, String::len)
+            + self.span_id.as_ref().map_or(0, String::len)
+    }
+}
+
+/// How much one read may return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Rows at most.
+    pub rows: usize,
+    /// Bytes at most, counted by [`StoredRow::wire_bytes`]; the first row is returned whatever
+    /// its size, so a record larger than the budget is still readable, alone.
+    pub bytes: usize,
+}
+
+/// The rows one read returned.
+#[derive(Debug, Default, PartialEq)]
+pub struct Batch {
+    /// In the read's order.
+    pub rows: Vec<StoredRow>,
+    /// True when a matching row was left out because it would have gone past the byte budget:
+    /// there is more to read after the last row.
+    pub cut_short: bool,
+}
+
+/// Gathers streamed rows until a budget is spent; the backends stop reading when it says so.
+#[derive(Debug)]
+pub(in crate::storage) struct Collector {
+    budget: Budget,
+    bytes: usize,
+    batch: Batch,
+}
+
+impl Collector {
+    pub(in crate::storage) fn new(budget: Budget) -> Self {
+        Collector {
+            budget,
+            bytes: 0,
+            batch: Batch::default(),
+        }
+    }
+
+    /// Takes `row` if it fits; false once the budget is spent and reading should stop.
+    pub(in crate::storage) fn offer(&mut self, row: StoredRow) -> bool {
+        let size = row.wire_bytes();
+        if !self.batch.rows.is_empty() && self.bytes + size > self.budget.bytes {
+            self.batch.cut_short = true;
+            return false;
+        }
+        self.bytes += size;
+        self.batch.rows.push(row);
+        !self.is_done()
+    }
+
+    /// True when no more rows may be taken.
+    pub(in crate::storage) fn is_done(&self) -> bool {
+        self.batch.cut_short || self.batch.rows.len() >= self.budget.rows
+    }
+
+    /// Rows that may still be taken.
+    pub(in crate::storage) fn rows_left(&self) -> usize {
+        self.budget.rows.saturating_sub(self.batch.rows.len())
+    }
+
+    pub(in crate::storage) fn finish(self) -> Batch {
+        self.batch
+    }
+}
+
+/// A microsecond count as a time (saturating at the representable range).
+pub(in crate::storage) fn from_micros(micros: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, message_bytes: usize) -> StoredRow {
+        StoredRow {
+            id,
+            ts: from_micros(1_795_946_400_000_000),
+            received_at: from_micros(1_795_946_400_000_000),
+            severity: 9,
+            service: "api".into(),
+            message: "m".repeat(message_bytes),
+            attributes: "{}".into(),
+            trace_id: None,
+            span_id: None,
+        }
+    }
+
+    #[test]
+    fn a_collector_stops_before_the_row_that_would_not_fit() {
+        let budget = Budget {
+            rows: 10,
+            bytes: 3 * row(0, 1000).wire_bytes(),
+        };
+        let mut collector = Collector::new(budget);
+        assert!(collector.offer(row(1, 1000)));
+        assert!(collector.offer(row(2, 1000)));
+        assert!(collector.offer(row(3, 1000)));
+        assert!(!collector.offer(row(4, 1000)), "the fourth does not fit");
+        let batch = collector.finish();
+        assert!(batch.cut_short);
+        assert_eq!(
+            batch.rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn a_row_larger_than_the_budget_goes_alone_and_the_row_limit_holds() {
+        let mut collector = Collector::new(Budget {
+            rows: 10,
+            bytes: 100,
+        });
+        assert!(
+            collector.offer(row(1, 5000)),
+            "the first row is taken whatever its size"
+        );
+        assert!(!collector.offer(row(2, 1)));
+        let batch = collector.finish();
+        assert_eq!(batch.rows.len(), 1);
+        assert!(batch.cut_short);
+
+        let mut collector = Collector::new(Budget {
+            rows: 2,
+            bytes: usize::MAX,
+        });
+        assert!(collector.offer(row(1, 1)));
+        assert!(!collector.offer(row(2, 1)), "full at two rows");
+        let batch = collector.finish();
+        assert_eq!(batch.rows.len(), 2);
+        assert!(!batch.cut_short, "full by rows is not cut short");
+    }
+}
