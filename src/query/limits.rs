@@ -61,7 +61,7 @@ impl ReadLimits {
     }
 
     /// Runs `read` within the timeout. Past it the read's future is dropped, which is what stops
-    /// its work in the database (see `storage::reader`).
+    /// its work in the database (see `storage`).
     pub async fn within_timeout<T>(
         &self,
         read: impl Future<Output = Result<T, StoreError>>,

@@ -34,8 +34,7 @@ use crate::query::service::QueryService;
 use crate::query::Reads;
 use crate::retention::RetentionConfig;
 use crate::serve_http::HttpLimits;
-use crate::storage::reader::Reader;
-use crate::storage::{redact_url, PoolOptions, Store, StoreError};
+use crate::storage::{redact_url, PoolOptions, Reader, Store, StoreError};
 use ingest::IngestService;
 use refusal::ExplainRefusal;
 use tonic::codec::CompressionEncoding;
@@ -194,12 +193,9 @@ pub async fn run(
             tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
         }
     }
-    let reader = Reader::connect(
-        &config.database_url,
-        config.read_max_connections,
-        config.query_timeout.0,
-    )
-    .await?;
+    let reader = store
+        .reader(config.read_max_connections, config.query_timeout.0)
+        .await?;
 
     let readiness = Arc::new(Readiness::default());
     let pipeline = Pipeline::start(

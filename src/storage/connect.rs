@@ -1,6 +1,7 @@
 //! What a connection needs to know: which backend a URL names, how large a pool may grow, and
 //! the URL as it may be logged.
 
+use std::fmt;
 use std::time::Duration;
 
 use super::error::StoreError;
@@ -41,6 +42,27 @@ impl Backend {
     /// True when `url` names a PostgreSQL database.
     pub fn is_postgres(url: &str) -> bool {
         matches!(Backend::of(url), Ok(Backend::Postgres))
+    }
+}
+
+/// A database URL kept to open more connections later; its Debug output hides the password, so a
+/// handle holding it can be logged.
+#[derive(Clone)]
+pub(in crate::storage) struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub(in crate::storage) fn new(url: &str) -> Self {
+        DatabaseUrl(url.to_owned())
+    }
+
+    pub(in crate::storage) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact_url(&self.0))
     }
 }
 
