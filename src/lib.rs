@@ -16,7 +16,8 @@
 //!   ingest rate limits ([`ratelimit`]).
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
 //!   through [`storage::Reader`] on connections separate from ingest.
-//! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
+//! - [`retention`]: when it runs and what the window keeps; the store drops daily partitions whole
+//!   (PostgreSQL) or deletes in chunks (SQLite).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
 //!   a listener of its own.
 //! - [`observability`]: Prometheus metrics, the HTTP probes, and tracing set-up.

@@ -12,7 +12,7 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use crate::model::filter::Filter;
 use crate::query::limits::ReadLimits;
-use crate::retention::postgres::create_partitions;
+use crate::storage::postgres::create_partitions;
 use crate::storage::{PoolOptions, Reader, Store};
 
 /// Options of `loghaul bench-query`.

@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 
 use super::connect::{Backend, PoolOptions};
 use super::error::StoreError;
-use super::postgres::{PgReader, PgTail, PostgresStore};
+use super::postgres::{PgReader, PgRetention, PgTail, PostgresStore};
 use super::row::{Claim, Row};
-use super::sqlite::{SqliteReader, SqliteStore, SqliteTail};
+use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
 use super::stored::{Batch, Budget, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
@@ -60,6 +60,12 @@ impl Store {
         timeout: Duration,
     ) -> Result<Reader, StoreError> {
         Ok(dispatch!(self, store => into Reader(store.reader(max_connections, timeout).await?)))
+    }
+
+    /// Opens a session for one retention run: a connection of its own on PostgreSQL, the writer
+    /// on SQLite.
+    pub async fn retention(&self) -> Result<RetentionSession, StoreError> {
+        Ok(dispatch!(self, store => into RetentionSession(store.retention().await?)))
     }
 
     /// Applies pending migrations (PostgreSQL: under an advisory lock, so replicas can start together).
@@ -177,5 +183,63 @@ impl Tail {
     /// Ids remembered for de-duplication (0 on SQLite), which the caller caps.
     pub fn remembered(&self) -> usize {
         dispatch!(self, tail => tail.remembered())
+    }
+}
+
+/// The operations of one retention run, which `retention` puts in order and decides the days of.
+/// What a backend does not have (SQLite: partitions, BRIN indexes, other replicas) it skips,
+/// reporting nothing done.
+#[derive(Debug)]
+pub enum RetentionSession {
+    /// PostgreSQL: partitions, BRIN summaries, the default partition, an advisory lock.
+    Postgres(PgRetention),
+    /// SQLite: chunked deletes on the writer.
+    Sqlite(SqliteRetention),
+}
+
+impl RetentionSession {
+    /// Takes the retention lock unless another replica holds it; false when it does.
+    pub async fn try_lock(&mut self) -> Result<bool, StoreError> {
+        dispatch!(self, session => session.try_lock().await)
+    }
+
+    /// Releases the retention lock (closing the session releases it too).
+    pub async fn unlock(&mut self) {
+        dispatch!(self, session => session.unlock().await)
+    }
+
+    /// Creates the daily partitions of `first..=last` that do not exist; returns how many.
+    pub async fn create_partitions(
+        &mut self,
+        first: NaiveDate,
+        last: NaiveDate,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, session => session.create_partitions(first, last).await)
+    }
+
+    /// Summarizes the BRIN ranges that filled since the last summary in the partitions of `now`'s
+    /// day, the day before and the default one; returns how many. Failures are logged, not
+    /// returned: the next run tries again.
+    pub async fn summarize_recent(&mut self, now: DateTime<Utc>) -> u64 {
+        dispatch!(self, session => session.summarize_recent(now).await)
+    }
+
+    /// Drops every daily partition whose day ends at or before `cutoff`; returns how many.
+    pub async fn drop_partitions_ending_by(
+        &mut self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, session => session.drop_partitions_ending_by(cutoff).await)
+    }
+
+    /// Deletes the rows older than `horizon` that no dropped partition took with it, in chunks
+    /// that let ingest in between; returns how many.
+    pub async fn delete_before(&mut self, horizon: DateTime<Utc>) -> Result<u64, StoreError> {
+        dispatch!(self, session => session.delete_before(horizon).await)
+    }
+
+    /// Ends the session.
+    pub async fn close(self) -> Result<(), StoreError> {
+        dispatch!(self, session => session.close().await)
     }
 }

@@ -1,6 +1,7 @@
 //! Where batches land and where reads come from: one module per backend ([`postgres`],
-//! [`sqlite`]) with its writes, reads and tails, behind the handles callers hold ([`Store`],
-//! [`Reader`], [`Tail`]), whose methods are the one place that tells the backends apart.
+//! [`sqlite`]) with its writes, reads, tails and retention, behind the handles callers hold
+//! ([`Store`], [`Reader`], [`Tail`], [`RetentionSession`]), whose methods are the one place that
+//! tells the backends apart.
 //!
 //! sqlx's `Any` driver is not used on purpose: it has no timestamptz, arrays or jsonb, and its
 //! placeholders do not suit PostgreSQL. Each backend writes a batch as one statement (PostgreSQL)
@@ -29,7 +30,7 @@ pub mod sqlite;
 mod stored;
 
 pub use connect::{redact_url, Backend, PoolOptions};
-pub use dispatch::{Reader, Store, Tail};
+pub use dispatch::{Reader, RetentionSession, Store, Tail};
 pub use error::StoreError;
 pub use row::{ChunkKey, Claim, Row};
 pub use stored::{Batch, Budget, StoredRow};

@@ -1,7 +1,9 @@
 //! PostgreSQL, the production backend: a batch is one statement (`write.rs`), reads run on a pool
-//! of their own (`read.rs`, and `tail.rs` for live follows).
+//! of their own (`read.rs`, and `tail.rs` for live follows), and retention drops daily partitions
+//! whole (`retention.rs`).
 
 mod read;
+mod retention;
 mod tail;
 mod write;
 
@@ -10,6 +12,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 pub use read::{PgReader, APPLICATION_NAME};
+pub use retention::{
+    create_partitions, partition_day, partition_name, partitions, PgRetention, RETENTION_LOCK_KEY,
+};
 pub use tail::{PgTail, TAIL_OVERLAP};
 
 use crate::storage::connect::{redact_url, DatabaseUrl, PoolOptions};
@@ -21,7 +26,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
-    /// For the connections opened beside the pool: the read pool.
+    /// For the connections opened beside the pool: the read pool, retention sessions.
     url: DatabaseUrl,
 }
 

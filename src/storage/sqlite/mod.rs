@@ -1,10 +1,12 @@
 //! SQLite, the embedded default: one writer connection in WAL mode (SQLite allows one writer at a
 //! time; more would only wait on its lock), whose batches are one statement each (`write.rs`);
-//! the WAL is checkpointed beside it (`checkpoint.rs`), and reads run on read-only connections of
-//! their own (`read.rs`, and `tail.rs` for live follows).
+//! the WAL is checkpointed beside it (`checkpoint.rs`), reads run on read-only connections of
+//! their own (`read.rs`, and `tail.rs` for live follows), and retention deletes old rows in
+//! chunks (`retention.rs`).
 
 mod checkpoint;
 mod read;
+mod retention;
 mod tail;
 mod write;
 
@@ -17,6 +19,7 @@ use sqlx::sqlite::{
 };
 
 pub use read::SqliteReader;
+pub use retention::SqliteRetention;
 pub use tail::SqliteTail;
 
 use crate::storage::connect::DatabaseUrl;
@@ -111,7 +114,7 @@ impl SqliteStore {
 
     /// A writer's turn: held for each write transaction so that the checkpointer can rewind the
     /// WAL between two of them.
-    pub(crate) async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+    async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
         match &self.checkpointer {
             Some(checkpointer) => Some(checkpointer.turn().await),
             None => None,
