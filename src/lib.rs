@@ -15,8 +15,9 @@
 //! - [`auth`]: API keys → tenants, checked by a tower layer in front of every service; per-tenant
 //!   ingest rate limits ([`ratelimit`]).
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
-//!   through [`storage::reader`] on connections separate from ingest.
-//! - [`retention`]: daily partitions dropped whole (PostgreSQL) or chunked deletes (SQLite).
+//!   through [`storage::Reader`] on connections separate from ingest.
+//! - [`retention`]: when it runs and what the window keeps; the store drops daily partitions whole
+//!   (PostgreSQL) or deletes in chunks (SQLite).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
 //!   a listener of its own.
 //! - [`observability`]: every metric series (typed handles, declared once), readiness, and tracing

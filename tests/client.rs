@@ -491,7 +491,6 @@ async fn beyond_the_window(db: &TestDb) {
         keep: None,
         interval: Duration::from_secs(60),
         dedup_window: window,
-        database_url: db.url.clone(),
     };
     let chunk = || vec![keyed(b"window", 1, records("w", 10))];
     push_requests(&mut client, chunk()).await.unwrap();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{Days, TimeDelta, Utc};
 use common::{config, push, record, record_at, Backend, TestDb, TestServer};
-use loghaul::retention::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
 use loghaul::retention::{run_once, RetentionConfig};
+use loghaul::storage::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
 use loghaul::storage::{PoolOptions, Store};
 use sqlx::{Connection, PgConnection, SqliteConnection};
 use tokio_util::sync::CancellationToken;
@@ -201,12 +201,11 @@ fn metric(text: &str, name: &str) -> f64 {
 }
 
 /// Retention keeping two days, for tests that call `run_once` themselves.
-fn keep_two_days(db: &TestDb) -> RetentionConfig {
+fn keep_two_days() -> RetentionConfig {
     RetentionConfig {
         keep: Some(TimeDelta::days(2)),
         interval: Duration::from_secs(60),
         dedup_window: Duration::from_secs(86400),
-        database_url: db.url.clone(),
     }
 }
 
@@ -216,7 +215,7 @@ async fn one_replica_at_a_time_runs_retention() {
         return;
     };
     let store = migrated(&db).await;
-    let config = keep_two_days(&db);
+    let config = keep_two_days();
     let mut other_replica = PgConnection::connect(&db.url).await.unwrap();
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(RETENTION_LOCK_KEY)
@@ -306,7 +305,7 @@ async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
         return;
     };
     let store = migrated(&db).await;
-    let config = keep_two_days(&db);
+    let config = keep_two_days();
     run_once(&store, &config).await.unwrap();
     // Rows written after the index exists leave their BRIN ranges unsummarized: enough of them
     // for the run to summarize in several paced steps (16 ranges, 2,048 blocks each).
@@ -318,7 +317,7 @@ async fn a_run_summarizes_the_brin_ranges_of_recent_partitions() {
     .execute(store_pool(&store))
     .await
     .unwrap();
-    let today = loghaul::retention::postgres::partition_name(Utc::now().date_naive());
+    let today = loghaul::storage::postgres::partition_name(Utc::now().date_naive());
     let blocks: i64 = sqlx::query_scalar(&format!(
         "SELECT pg_relation_size('{today}') / current_setting('block_size')::bigint"
     ))

@@ -12,9 +12,8 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use crate::model::filter::Filter;
 use crate::query::limits::ReadLimits;
-use crate::retention::postgres::create_partitions;
-use crate::storage::reader::Reader;
-use crate::storage::{PoolOptions, Store};
+use crate::storage::postgres::create_partitions;
+use crate::storage::{PoolOptions, Reader, Store};
 
 /// Options of `loghaul bench-query`.
 #[derive(Clone, Debug, clap::Args)]
@@ -88,6 +87,7 @@ pub async fn run(args: BenchQueryArgs) -> Result<(), BenchError> {
     )
     .await?;
     store.migrate().await?;
+    let reader = store.reader(1, ReadLimits::default().timeout).await?;
     store.close().await;
     let options = PgConnectOptions::from_str(&args.database_url)?.disable_statement_logging();
     let mut conn = PgConnection::connect_with(&options).await?;
@@ -138,7 +138,7 @@ pub async fn run(args: BenchQueryArgs) -> Result<(), BenchError> {
         args.days, args.tenants
     );
     conn.close().await?;
-    query(&args, start).await
+    query(&reader, &args, start).await
 }
 
 async fn load(
@@ -258,8 +258,11 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     sorted[index]
 }
 
-async fn query(args: &BenchQueryArgs, start: DateTime<Utc>) -> Result<(), BenchError> {
-    let reader = Reader::connect(&args.database_url, 1, ReadLimits::default().timeout).await?;
+async fn query(
+    reader: &Reader,
+    args: &BenchQueryArgs,
+    start: DateTime<Utc>,
+) -> Result<(), BenchError> {
     let now = Utc::now();
     let mut rng = fastrand::Rng::with_seed(7);
     println!(

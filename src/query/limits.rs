@@ -7,8 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::filter::Filter;
 use crate::error::QueryError;
-use crate::storage::reader::Budget;
-use crate::storage::StoreError;
+use crate::storage::{Budget, StoreError};
 
 /// Bytes of a Query or Tail answer besides its records: the next cursor, the bound of the
 /// default range and the answer's own framing.
@@ -62,7 +61,7 @@ impl ReadLimits {
     }
 
     /// Runs `read` within the timeout. Past it the read's future is dropped, which is what stops
-    /// its work in the database (see `storage::reader`).
+    /// its work in the database (see `storage`).
     pub async fn within_timeout<T>(
         &self,
         read: impl Future<Output = Result<T, StoreError>>,

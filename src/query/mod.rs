@@ -10,7 +10,8 @@
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
 //!   replica show up), bounded buffer, dropped when too slow.
 //!
-//! The SQL lives with the other storage code, in `storage::reader`.
+//! The SQL lives with the other storage code, in each backend's `read.rs` and `tail.rs` under
+//! `storage/`.
 
 pub mod admission;
 pub use crate::model::{cursor, filter};
@@ -28,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
-use crate::storage::reader::{Reader, StoredRow};
+use crate::storage::{Reader, StoredRow};
 use admission::{Admission, AdmissionLimits};
 use cursor::Cursor;
 use filter::{page_size, Filter};
@@ -173,7 +174,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::storage::reader::Budget;
+    use crate::storage::Budget;
 
     fn row(attributes: String, message: String) -> StoredRow {
         StoredRow {

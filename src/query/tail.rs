@@ -22,7 +22,7 @@ use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::reader::TailState;
+use crate::storage::Tail;
 
 /// How a tail polls and buffers.
 #[derive(Clone, Copy, Debug)]
@@ -70,12 +70,12 @@ pub async fn start(
     let place = reads.admission.tail(tenant)?;
     let slots = reads.admission.tenant(tenant);
     let slot = slots.admit().await?;
-    let state = reads
+    let tail = reads
         .limits
-        .within_timeout(reads.reader.tail_start(after))
+        .within_timeout(reads.reader.tail(after))
         .await?;
     drop(slot);
-    Ok(follow(reads.clone(), place, slots, filter, state))
+    Ok(follow(reads.clone(), place, slots, filter, tail))
 }
 
 /// Consecutive failed polls (the database unavailable, or a poll past `--query-timeout`) before
@@ -88,13 +88,13 @@ fn follow(
     place: TailSlot,
     slots: TenantReads,
     filter: Filter,
-    state: TailState,
+    tail: Tail,
 ) -> ReceiverStream<Result<TailResponse, Status>> {
     // One slot more than the data may use, so the final status always fits.
     let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
         metrics().tail_subscribers.add(1.0);
-        let end = run(&reads, &slots, &filter, state, &sender).await;
+        let end = run(&reads, &slots, &filter, tail, &sender).await;
         metrics().tail_subscribers.add(-1.0);
         drop(place);
         let label = match &end {
@@ -115,7 +115,7 @@ async fn run(
     reads: &Reads,
     slots: &TenantReads,
     filter: &Filter,
-    mut state: TailState,
+    mut tail: Tail,
     sender: &mpsc::Sender<Result<TailResponse, Status>>,
 ) -> Option<QueryError> {
     let config = reads.tail;
@@ -130,16 +130,13 @@ async fn run(
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
-        // A poll dropped part-way leaves `state` as it was: it changes only once the rows are read.
+        // A poll dropped part-way leaves `tail` as it was: it changes only once the rows are read.
         // It takes one of its tenant's read slots, waiting its turn behind the tenant's other
         // reads, never the other tenants'.
         let poll = async {
             let _slot = slots.wait().await;
             let tenant = slots.name();
-            reads
-                .reader
-                .tail_poll(tenant, filter, &mut state, budget)
-                .await
+            tail.poll(tenant, filter, budget).await
         };
         let (rows, waiting) = match reads.limits.within_timeout(poll).await {
             Ok(polled) => {
@@ -156,7 +153,7 @@ async fn run(
             }
         };
         more = waiting;
-        if state.remembered() > config.max_remembered {
+        if tail.remembered() > config.max_remembered {
             return Some(QueryError::SubscriberTooSlow(
                 "more matching records per second than a tail can follow",
             ));

@@ -1,20 +1,23 @@
-//! Retention that leaves nothing behind, run in the background.
+//! Retention that leaves nothing behind, run in the background. This module is the policy: when a
+//! run happens, which days the window keeps, a run skipped while another replica holds the lock,
+//! and what a run reports; the store does the work ([`RetentionSession`]).
 //!
-//! - PostgreSQL ([`postgres`]): `logs` is partitioned by day on `ts`. Partitions are created ahead
-//!   of time, and a partition whose whole day is older than the retention window is dropped whole,
-//!   its indexes with it. Old rows in the default partition are deleted in small chunks. One
-//!   replica at a time does this, under a PostgreSQL advisory lock.
-//! - SQLite ([`sqlite`]): old rows are deleted through the `(tenant, ts)` index in transactions of
+//! - PostgreSQL: `logs` is partitioned by day on `ts`. Partitions are created ahead of time, and a
+//!   partition whose whole day is older than the retention window is dropped whole, its indexes
+//!   with it. Old rows in the default partition are deleted in small chunks. One replica at a
+//!   time does this, under a PostgreSQL advisory lock.
+//! - SQLite: old rows are deleted through the `(tenant, ts)` index in transactions of
 //!   [`DELETE_CHUNK`] rows, yielding to ingest between chunks.
 //!
 //! The PostgreSQL run also summarizes the BRIN ranges of the newest partitions, which keeps reads
-//! fast when autovacuum falls behind (see `postgres::summarize_recent`).
+//! fast when autovacuum falls behind (see `storage/postgres/retention.rs`).
 //!
 //! Ingest refuses records already older than the window (`timestamp_too_old`), so nothing is
 //! written only to be deleted at the next run.
+//!
+//! [`DELETE_CHUNK`]: crate::storage::chunked_delete::DELETE_CHUNK
 
-pub mod postgres;
-pub mod sqlite;
+mod window;
 
 use std::time::{Duration, Instant};
 
@@ -22,9 +25,9 @@ use chrono::{TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::observability::metrics::metrics;
-use crate::storage::{Store, StoreError};
-
-pub use crate::storage::chunked_delete::{delete_in_chunks, CHUNK_PAUSE, DELETE_CHUNK};
+use crate::storage::{RetentionSession, Store, StoreError};
+use window::needed_days;
+pub use window::{DAYS_AHEAD, DROP_GRACE};
 
 /// What retention keeps and how often it looks.
 #[derive(Clone, Debug)]
@@ -35,8 +38,6 @@ pub struct RetentionConfig {
     pub interval: Duration,
     /// Chunk keys older than this are deleted (the dedup window).
     pub dedup_window: Duration,
-    /// The database URL (PostgreSQL runs on a connection of its own, with a short lock timeout).
-    pub database_url: String,
 }
 
 /// What one run did.
@@ -59,9 +60,6 @@ pub struct RunReport {
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
-    /// The database failed.
-    #[error("retention: {0}")]
-    Database(#[from] sqlx::Error),
     /// The store failed.
     #[error("retention: {0}")]
     Store(#[from] StoreError),
@@ -75,7 +73,6 @@ impl RetentionConfig {
                 .then(|| TimeDelta::from_std(config.retention.0).unwrap_or(TimeDelta::MAX)),
             interval: config.retention_interval.0,
             dedup_window: config.dedup_window.0,
-            database_url: config.database_url.clone(),
         }
     }
 
@@ -87,12 +84,14 @@ impl RetentionConfig {
 
 /// Prepares the store before serving: on PostgreSQL, creates the daily partitions the window
 /// needs (from the horizon to a few days ahead), so records land in their own partition from the
-/// first one on.
+/// first one on. Without the retention lock: creation is idempotent, and a replica racing another
+/// may fail one statement, which the next run repairs.
 pub async fn prepare(store: &Store, config: &RetentionConfig) -> Result<u64, RetentionError> {
-    match store {
-        Store::Postgres(_) => postgres::ensure_partitions(&config.database_url, config.keep).await,
-        Store::Sqlite(_) => Ok(0),
-    }
+    let mut session = store.retention().await?;
+    let (first, last) = needed_days(config.keep, Utc::now());
+    let created = session.create_partitions(first, last).await?;
+    session.close().await?;
+    Ok(created)
 }
 
 /// One run: create partitions ahead, drop or delete what is older than the window.
@@ -101,23 +100,7 @@ pub async fn run_once(
     config: &RetentionConfig,
 ) -> Result<RunReport, RetentionError> {
     let started = Instant::now();
-    let outcome = match store {
-        Store::Postgres(_) => postgres::run_once(&config.database_url, config.keep).await,
-        Store::Sqlite(sqlite) => match config.horizon() {
-            Some(horizon) => sqlite::delete_before(sqlite, horizon)
-                .await
-                .map_err(RetentionError::from)
-                .map(|rows_deleted| RunReport {
-                    ran: true,
-                    rows_deleted,
-                    ..RunReport::default()
-                }),
-            None => Ok(RunReport {
-                ran: true,
-                ..RunReport::default()
-            }),
-        },
-    };
+    let outcome = apply(store, config.keep).await;
     // Every replica prunes: the delete is idempotent and cheap when another replica already did it.
     let outcome = match outcome {
         Ok(mut report) => {
@@ -164,6 +147,44 @@ pub async fn run_once(
         }
     }
     outcome
+}
+
+/// One run's work under the retention lock; nothing (`ran` false) while another replica holds it.
+async fn apply(store: &Store, keep: Option<TimeDelta>) -> Result<RunReport, RetentionError> {
+    let mut session = store.retention().await?;
+    if !session.try_lock().await? {
+        session.close().await?;
+        return Ok(RunReport::default());
+    }
+    let outcome = locked_run(&mut session, keep).await;
+    session.unlock().await;
+    let _ = session.close().await;
+    outcome
+}
+
+/// Creates the partitions ahead and summarizes the recent BRIN ranges; then, with a window, drops
+/// the days past it whole and deletes the older rows left elsewhere.
+async fn locked_run(
+    session: &mut RetentionSession,
+    keep: Option<TimeDelta>,
+) -> Result<RunReport, RetentionError> {
+    let now = Utc::now();
+    let (first, last) = needed_days(keep, now);
+    let mut report = RunReport {
+        ran: true,
+        partitions_created: session.create_partitions(first, last).await?,
+        ..RunReport::default()
+    };
+    report.ranges_summarized = session.summarize_recent(now).await;
+    let Some(keep) = keep else {
+        return Ok(report);
+    };
+    let horizon = now - keep;
+    report.partitions_dropped = session
+        .drop_partitions_ending_by(horizon - DROP_GRACE)
+        .await?;
+    report.rows_deleted = session.delete_before(horizon).await?;
+    Ok(report)
 }
 
 /// How long after start-up the first run waits (one interval, if that is shorter). A restart is

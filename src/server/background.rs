@@ -19,7 +19,7 @@ use crate::console::health::HealthSource;
 use crate::console::ConsoleState;
 use crate::observability::metrics;
 use crate::observability::readiness::Readiness;
-use crate::storage::reader::Reader;
+use crate::storage::Reader;
 use crate::web::listener::HttpLimits;
 use crate::web::probes;
 

@@ -18,8 +18,7 @@ use crate::pipeline::batcher::BatchLimits;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::query::Reads;
 use crate::retention::RetentionConfig;
-use crate::storage::reader::Reader;
-use crate::storage::{redact_url, PoolOptions, Store};
+use crate::storage::{redact_url, PoolOptions, Reader, Store};
 
 /// What every listener and background task shares.
 pub(super) struct Core {
@@ -88,12 +87,9 @@ impl Core {
                 tracing::warn!(error = %err, "could not create partitions ahead; the retention task retries")
             }
         }
-        let reader = Reader::connect(
-            &config.database_url,
-            config.read_max_connections,
-            config.query_timeout.0,
-        )
-        .await?;
+        let reader = store
+            .reader(config.read_max_connections, config.query_timeout.0)
+            .await?;
         let readiness = Arc::new(Readiness::default());
         let pipeline = Pipeline::start(
             PipelineConfig {

@@ -1,4 +1,4 @@
-//! PostgreSQL reads.
+//! PostgreSQL reads: the read pool, and pages.
 //!
 //! **Pages.** `logs` has only BRIN indexes (on `ts` and `received_at`), which prune block ranges but
 //! give no order; "the newest 100" over a whole table would read and sort every row. So a page is
@@ -6,37 +6,27 @@
 //! few days, everything down to `from`. Each window is a BRIN-pruned scan plus a top-N sort, and
 //! the work done is at most a few times what the page needs (measured: `docs/api.md`, "Reading logs").
 //!
-//! **Tail.** Ids come from a sequence with `CACHE 1000`, so each connection hands out its own block
-//! of ids: they are not commit-ordered, and an id watermark would skip rows committed late by
-//! another connection or replica. `received_at` (the inserting transaction's start time) is not
-//! commit-ordered either, but it trails the commit by at most the length of the insert
-//! transaction. So each poll re-reads a window of `TAIL_OVERLAP` before the newest `received_at`
-//! already sent and drops ids it already sent: a row is missed only if its insert transaction took
-//! longer than `TAIL_OVERLAP` from start to commit (inserts are single statements of one batch;
-//! retention DDL waits at most its `lock_timeout`, 1 s, so ingest never queues longer than that
-//! behind it). Memory per subscriber is the ids sent within the overlap window, capped.
-//!
 //! **Stopping.** Sessions run with `statement_timeout` a little above the service's read timeout
 //! and, on PostgreSQL 14 and later, `client_connection_check_interval`. A read whose future is
 //! dropped (its deadline passed, its client went away) closes its connection instead of returning
 //! it to the pool, and the server stops the statement when it next checks the connection; the
 //! statement timeout ends whatever the service lost track of, on any version.
 
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{TimeDelta, Utc};
 use futures::TryStreamExt;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, QueryBuilder, Row};
 
-use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
-use super::StoreError;
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
+use crate::storage::connect::redact_url;
+use crate::storage::error::{unavailable, StoreError};
+use crate::storage::stored::{from_micros, Batch, Budget, Collector, StoredRow};
 
 /// First window a page is looked for in.
 const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
@@ -44,8 +34,6 @@ const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
 const WINDOW_GROWTH: i32 = 8;
 /// Past this window, the rest of the range is read in one go.
 const MAX_WINDOW: TimeDelta = TimeDelta::days(4);
-/// How far behind the newest `received_at` sent a tail poll looks again; see the module docs.
-pub const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
 
 /// How far past the read timeout the server cancels a statement itself.
 const STATEMENT_TIMEOUT_MARGIN: Duration = Duration::from_secs(1);
@@ -57,7 +45,7 @@ const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
 pub const APPLICATION_NAME: &str = "loghaul-reads";
 
-const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
+pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
 /// A PostgreSQL read pool.
 #[derive(Clone, Debug)]
@@ -65,20 +53,7 @@ pub struct PgReader {
     pool: PgPool,
 }
 
-/// A PostgreSQL tail position.
-#[derive(Debug)]
-pub struct PgTail {
-    /// Nothing at or before (received_at, id) = floor is ever sent.
-    floor: (i64, i64),
-    /// The newest received_at sent (or the floor).
-    high: i64,
-    /// Ids sent within the overlap window, with their received_at.
-    seen: HashMap<i64, i64>,
-    /// Where to continue when the last poll hit its limit.
-    resume: Option<(i64, i64)>,
-}
-
-fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str, filter: &Filter) {
+pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str, filter: &Filter) {
     builder.push_bind(tenant.to_owned());
     if let Some(from) = filter.from {
         builder.push(" AND ts >= ").push_bind(from);
@@ -125,21 +100,17 @@ fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
     })
 }
 
-fn unavailable(err: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(err.to_string())
-}
-
 /// A read's connection. Dropped before [`ReadConnection::finish`], it is closed rather than
 /// returned: a statement may still be running on it, and a returned connection would keep it
 /// running (and the connection busy) until it ended.
-struct ReadConnection {
+pub(super) struct ReadConnection {
     conn: PoolConnection<Postgres>,
     finished: bool,
 }
 
 impl ReadConnection {
     /// Returns the connection to the pool; nothing is left running on it.
-    fn finish(mut self) {
+    pub(super) fn finish(mut self) {
         self.finished = true;
     }
 }
@@ -166,23 +137,16 @@ impl DerefMut for ReadConnection {
     }
 }
 
-impl PgTail {
-    /// Ids remembered for de-duplication: the records sent within the overlap window.
-    pub fn remembered(&self) -> usize {
-        self.seen.len()
-    }
-}
-
 impl PgReader {
     /// Opens the read pool; `timeout` is the service's limit on one read.
-    pub async fn connect(
+    pub(super) async fn connect(
         url: &str,
         max_connections: u32,
         timeout: Duration,
     ) -> Result<Self, StoreError> {
         let statement_timeout = (timeout + STATEMENT_TIMEOUT_MARGIN).as_millis().to_string();
         let options = PgConnectOptions::from_str(url)
-            .map_err(|err| StoreError::Url(format!("{}: {err}", super::redact_url(url))))?
+            .map_err(|err| StoreError::Url(format!("{}: {err}", redact_url(url))))?
             .application_name(APPLICATION_NAME)
             // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves,
             // and the planner's estimates over unsummarized BRIN ranges would switch it on.
@@ -213,15 +177,12 @@ impl PgReader {
             .connect_with(options)
             .await
             .map_err(|err| {
-                StoreError::Unavailable(format!(
-                    "cannot connect to {}: {err}",
-                    super::redact_url(url)
-                ))
+                StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)))
             })?;
         Ok(PgReader { pool })
     }
 
-    async fn acquire(&self) -> Result<ReadConnection, StoreError> {
+    pub(super) async fn acquire(&self) -> Result<ReadConnection, StoreError> {
         let conn = self.pool.acquire().await.map_err(unavailable)?;
         Ok(ReadConnection {
             conn,
@@ -232,14 +193,14 @@ impl PgReader {
     /// Gives `conn` back after a read that returned `batch`: closed when the batch was cut short,
     /// since rows it will not send may still be on their way, and closing stops the server from
     /// sending them (draining them could move hundreds of megabytes for nothing).
-    fn release(conn: ReadConnection, batch: &Batch) {
+    pub(super) fn release(conn: ReadConnection, batch: &Batch) {
         if !batch.cut_short {
             conn.finish();
         }
     }
 
     /// Streams the query's rows into `collector` until it is full.
-    async fn collect(
+    pub(super) async fn collect(
         conn: &mut PgConnection,
         mut builder: QueryBuilder<'_, Postgres>,
         collector: &mut Collector,
@@ -253,7 +214,7 @@ impl PgReader {
         Ok(())
     }
 
-    pub(super) async fn page(
+    pub(in crate::storage) async fn page(
         &self,
         tenant: &str,
         filter: &Filter,
@@ -312,94 +273,7 @@ impl PgReader {
         }
     }
 
-    /// The database's clock, which stamps received_at, not ours.
-    async fn db_now(conn: &mut PgConnection) -> Result<DateTime<Utc>, StoreError> {
-        sqlx::query_scalar("SELECT now()")
-            .fetch_one(conn)
-            .await
-            .map_err(unavailable)
-    }
-
-    pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<PgTail, StoreError> {
-        let floor = match after {
-            Some(cursor) => (cursor.received_micros, cursor.id),
-            None => {
-                let mut conn = self.acquire().await?;
-                let now = Self::db_now(&mut conn).await?;
-                conn.finish();
-                (now.timestamp_micros(), i64::MAX)
-            }
-        };
-        Ok(PgTail {
-            floor,
-            high: floor.0,
-            seen: HashMap::new(),
-            resume: None,
-        })
-    }
-
-    pub(super) async fn tail_poll(
-        &self,
-        tenant: &str,
-        filter: &Filter,
-        state: &mut PgTail,
-        budget: Budget,
-    ) -> Result<(Vec<StoredRow>, bool), StoreError> {
-        let overlap = TAIL_OVERLAP.num_microseconds().expect("a few seconds");
-        // The database's time before a fresh scan: once the scan has read everything, the
-        // watermark may move up to it even when nothing matched, so polls do not rescan more and
-        // more of the table.
-        let mut conn = self.acquire().await?;
-        let scan_started = match state.resume {
-            Some(_) => None,
-            None => Some(Self::db_now(&mut conn).await?.timestamp_micros()),
-        };
-        let (from_received, from_id) = state.resume.unwrap_or_else(|| {
-            let lower = state.high - overlap;
-            if lower <= state.floor.0 {
-                state.floor
-            } else {
-                (lower, i64::MIN)
-            }
-        });
-        let mut builder = QueryBuilder::new(COLUMNS);
-        push_filter(&mut builder, tenant, filter);
-        let from_time = from_micros(from_received);
-        builder.push(" AND received_at >= ").push_bind(from_time);
-        builder
-            .push(" AND (received_at, id) > (")
-            .push_bind(from_time)
-            .push(", ")
-            .push_bind(from_id)
-            .push(") ORDER BY received_at, id LIMIT ")
-            .push_bind(budget.rows as i64);
-        let mut collector = Collector::new(budget);
-        Self::collect(&mut conn, builder, &mut collector).await?;
-        let more = collector.is_done();
-        let batch = collector.finish();
-        Self::release(conn, &batch);
-        let rows = batch.rows;
-        state.resume = rows
-            .last()
-            .filter(|_| more)
-            .map(|row| (row.received_at.timestamp_micros(), row.id));
-        let mut fresh = Vec::with_capacity(rows.len());
-        for row in rows {
-            let received = row.received_at.timestamp_micros();
-            if state.seen.insert(row.id, received).is_none() {
-                state.high = state.high.max(received);
-                fresh.push(row);
-            }
-        }
-        if let (Some(started), false) = (scan_started, more) {
-            state.high = state.high.max(started);
-        }
-        let keep_from = state.high - overlap;
-        state.seen.retain(|_, received| *received >= keep_from);
-        Ok((fresh, more))
-    }
-
-    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await
@@ -407,7 +281,7 @@ impl PgReader {
             .map_err(|err| StoreError::Unavailable(err.to_string()))
     }
 
-    pub(super) async fn close(&self) {
+    pub(in crate::storage) async fn close(&self) {
         self.pool.close().await;
     }
 }

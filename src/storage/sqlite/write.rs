@@ -1,20 +1,12 @@
-//! SQLite: multi-row `INSERT … VALUES` statements of a fixed size inside one transaction, through a
-//! single writer connection (SQLite allows one writer at a time; more would only wait on its lock).
-
-use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+//! Writing to SQLite: one statement per batch, inside one transaction when chunk keys are claimed
+//! with it, each write in a writer's turn (see `checkpoint.rs`).
 
 use chrono::{DateTime, Utc};
 
-use super::sqlite_checkpoint::Checkpointer;
-use super::{claimed_in_order, classify, kept_rows, Claim, Row, StoreError};
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+use super::SqliteStore;
+use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
+use crate::storage::error::{classify, StoreError};
+use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
 
 /// One statement per batch whatever its size, so it is prepared once. Multi-row `INSERT … VALUES`
 /// of 1,000 rows binds 9 parameters a row; in a one-off A/B of the store alone (200,000 rows, not
@@ -77,112 +69,14 @@ fn batch_json<'r>(rows: &[Row<'r>]) -> String {
     String::from_utf8(json).expect("serde_json writes UTF-8")
 }
 
-/// A SQLite database in WAL mode with one writer connection.
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pool: SqlitePool,
-    checkpointer: Option<Arc<Checkpointer>>,
-}
-
 /// Primary result codes that blame the data: TOOBIG, CONSTRAINT, MISMATCH, RANGE.
 fn is_data_error(code: &str) -> bool {
     code.parse::<i32>()
         .is_ok_and(|extended| matches!(extended & 0xff, 18 | 19 | 20 | 25))
 }
 
-/// The file path of a `sqlite://` URL, without its query.
-fn options_path(url: &str) -> Option<std::path::PathBuf> {
-    let path = url.strip_prefix("sqlite://")?;
-    let path = path.split('?').next()?;
-    (!path.is_empty() && path != ":memory:").then(|| path.into())
-}
-
-/// SQLite says only "unable to open database file" when the directory is the problem; say which.
-fn directory_hint(path: Option<&std::path::Path>) -> String {
-    let Some(parent) = path.and_then(std::path::Path::parent) else {
-        return String::new();
-    };
-    if parent.as_os_str().is_empty() {
-        return String::new();
-    }
-    let mut ancestor = Some(parent);
-    while let Some(dir) = ancestor {
-        match std::fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() => break,
-            Ok(_) => return format!(" ({} is not a directory)", dir.display()),
-            Err(_) => ancestor = dir.parent(),
-        }
-    }
-    if parent.is_dir() {
-        String::new()
-    } else {
-        format!(" (directory {} does not exist)", parent.display())
-    }
-}
-
 impl SqliteStore {
-    /// Opens (creating if missing) the database file named by a `sqlite://` URL.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|err| StoreError::Url(format!("{url}: {err}")))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // FULL syncs the WAL at every commit: an acknowledged batch survives a power cut.
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5))
-            // The writer spent much of its time in pread/pwrite of 4 KiB pages (perf): a 64 MiB
-            // page cache (default 2 MiB) keeps the hot pages in memory, and 64 KiB pages (taken
-            // when the file is created) cut the per-page work; together with 20,000-row batches
-            // they moved the embedded benchmark from about 55k to 125k records/s.
-            .pragma("cache_size", "-65536")
-            .page_size(65536)
-            // The writer never checkpoints: a commit that did would hold its batch's acks while it
-            // copies the WAL into the database file. The checkpointer does it beside the writer.
-            .pragma("wal_autocheckpoint", "0");
-        let cannot_open = |err| {
-            StoreError::Unavailable(format!(
-                "cannot open {url}: {err}{}",
-                directory_hint(options_path(url).as_deref())
-            ))
-        };
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options.clone())
-            .await
-            .map_err(cannot_open)?;
-        // An in-memory database has no WAL to checkpoint.
-        let checkpointer = match options_path(url) {
-            Some(_) => Some(Arc::new(
-                Checkpointer::start(&options).await.map_err(cannot_open)?,
-            )),
-            None => None,
-        };
-        Ok(SqliteStore { pool, checkpointer })
-    }
-
-    /// A writer's turn: held for each write transaction so that the checkpointer can rewind the
-    /// WAL between two of them.
-    pub(crate) async fn turn(&self) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
-        match &self.checkpointer {
-            Some(checkpointer) => Some(checkpointer.turn().await),
-            None => None,
-        }
-    }
-
-    /// The underlying pool, for tests and tools that read back what was written.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
-    }
-
-    pub(super) async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|err| StoreError::Migrate(err.to_string()))
-    }
-
-    pub(super) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
@@ -197,7 +91,7 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) async fn insert_claimed(
+    pub(in crate::storage) async fn insert_claimed(
         &self,
         rows: &[Row<'_>],
         claims: &[Claim<'_>],
@@ -226,7 +120,7 @@ impl SqliteStore {
         Ok(claimed)
     }
 
-    pub(super) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
         let mut tx = self.pool.begin().await.map_err(fail)?;
@@ -239,27 +133,22 @@ impl SqliteStore {
         tx.rollback().await.map_err(fail)
     }
 
-    pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+    pub(in crate::storage) async fn prune_chunk_keys(
+        &self,
+        before: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
         let before = before.timestamp_micros();
-        super::chunked_delete::delete_in_chunks(move || async move {
+        delete_in_chunks(move || async move {
             let _turn = self.turn().await;
             sqlx::query(PRUNE_SQL)
                 .bind(before)
-                .bind(super::chunked_delete::DELETE_CHUNK)
+                .bind(DELETE_CHUNK)
                 .execute(&self.pool)
                 .await
                 .map(|done| done.rows_affected())
                 .map_err(|err| StoreError::Unavailable(err.to_string()))
         })
         .await
-    }
-
-    pub(super) async fn close(&self) {
-        self.pool.close().await;
-        // Last, so that its connection is the last one closed and SQLite folds the WAL back in.
-        if let Some(checkpointer) = &self.checkpointer {
-            checkpointer.stop().await;
-        }
     }
 }
 

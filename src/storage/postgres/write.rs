@@ -4,15 +4,14 @@
 //! the arrays travel in binary, which skips the text parsing that `COPY … FROM STDIN` pays for.
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgPoolOptions};
-
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
 
-use super::{claimed_in_order, classify, kept_rows, Claim, PoolOptions, Row, StoreError};
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+use super::PostgresStore;
+use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
+use crate::storage::error::{classify, StoreError};
+use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
 
 const INSERT_SQL: &str =
     "INSERT INTO logs (tenant, ts, severity, service, message, attributes, trace_id, span_id) \
@@ -65,79 +64,14 @@ fn insert_query<'q>(
         .bind(span_ids)
 }
 
-/// A PostgreSQL connection pool that writes batches.
-#[derive(Clone, Debug)]
-pub struct PostgresStore {
-    pool: PgPool,
-}
-
 /// SQLSTATE classes that blame the data, not the database: 22 data exception, 23 integrity
 /// constraint violation, 54 program limit exceeded (a value too large for an index, say).
 fn is_data_error(code: &str) -> bool {
     code.starts_with("22") || code.starts_with("23") || code.starts_with("54")
 }
 
-/// Sets up a writer session: durable commits whatever the server's or the database's default,
-/// and early writeback of the pages it dirties.
-async fn prepare_writer_session(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    // An acknowledgement promises the records survive a crash of the database server; with
-    // `synchronous_commit = off` (a setting some servers run with for speed) a commit returns
-    // before its WAL is on disk, so a crash could lose acknowledged records.
-    sqlx::query("SET synchronous_commit = on")
-        .execute(&mut *connection)
-        .await?;
-    ask_for_early_writeback(connection).await;
-    Ok(())
-}
-
-/// Asks the server to start writing this session's dirty pages to disk as it evicts them.
-///
-/// With the default shared buffers our sessions write nearly all of the table's new pages
-/// themselves; left in the page cache, they are flushed in one go by the checkpoint's sync, which
-/// stalls the WAL syncs of every commit behind it. It changes nothing about durability. Servers
-/// without `sync_file_range` refuse it; they work as before.
-async fn ask_for_early_writeback(connection: &mut sqlx::PgConnection) {
-    if let Err(err) = sqlx::query("SET backend_flush_after = '2MB'")
-        .execute(connection)
-        .await
-    {
-        tracing::debug!(error = %err, "the server keeps its default backend_flush_after");
-    }
-}
-
 impl PostgresStore {
-    /// Opens the pool and checks that the database answers.
-    pub async fn connect(url: &str, options: PoolOptions) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .after_connect(|connection, _| Box::pin(prepare_writer_session(connection)))
-            .connect(url)
-            .await
-            .map_err(|err| {
-                StoreError::Unavailable(format!(
-                    "cannot connect to {}: {err}",
-                    super::redact_url(url)
-                ))
-            })?;
-        Ok(PostgresStore { pool })
-    }
-
-    /// The underlying pool, for tests and tools that read back what was written.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub(super) async fn migrate(&self) -> Result<(), StoreError> {
-        // sqlx's migrator holds a PostgreSQL advisory lock while it runs, so replicas that start
-        // together apply each migration exactly once.
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|err| StoreError::Migrate(err.to_string()))
-    }
-
-    pub(super) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         insert_query(rows.iter())
             .execute(&self.pool)
             .await
@@ -145,7 +79,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub(super) async fn insert_claimed(
+    pub(in crate::storage) async fn insert_claimed(
         &self,
         rows: &[Row<'_>],
         claims: &[Claim<'_>],
@@ -186,7 +120,7 @@ impl PostgresStore {
         Ok(claimed)
     }
 
-    pub(super) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
         let mut tx = self.pool.begin().await.map_err(fail)?;
         insert_query(rows.iter())
@@ -196,21 +130,20 @@ impl PostgresStore {
         tx.rollback().await.map_err(fail)
     }
 
-    pub(super) async fn prune_chunk_keys(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+    pub(in crate::storage) async fn prune_chunk_keys(
+        &self,
+        before: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
         let pool = &self.pool;
-        super::chunked_delete::delete_in_chunks(move || async move {
+        delete_in_chunks(move || async move {
             sqlx::query(PRUNE_SQL)
                 .bind(before)
-                .bind(super::chunked_delete::DELETE_CHUNK)
+                .bind(DELETE_CHUNK)
                 .execute(pool)
                 .await
                 .map(|done| done.rows_affected())
                 .map_err(|err| StoreError::Unavailable(err.to_string()))
         })
         .await
-    }
-
-    pub(super) async fn close(&self) {
-        self.pool.close().await;
     }
 }

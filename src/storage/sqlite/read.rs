@@ -2,8 +2,7 @@
 //! snapshot while the single writer connection keeps writing.
 //!
 //! Pages walk the `(tenant, ts)` index backwards (the rowid id is the last key of every index
-//! entry, so `ORDER BY ts DESC, id DESC` needs no sort). A tail follows ids: with one writer
-//! connection, and `AUTOINCREMENT` so ids are never reused, ids are assigned in commit order.
+//! entry, so `ORDER BY ts DESC, id DESC` needs no sort).
 //!
 //! **Stopping.** sqlx runs a statement on a thread of its own and, when the future is dropped,
 //! goes on stepping it until it has a row to hand over: a scan that matches nothing would run to
@@ -24,10 +23,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-use super::reader::{from_micros, Batch, Budget, Collector, StoredRow};
-use super::StoreError;
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
+use crate::storage::error::{unavailable, StoreError};
+use crate::storage::stored::{from_micros, Batch, Budget, Collector, StoredRow};
 
 /// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
 /// many steps take well under a millisecond.
@@ -35,7 +34,7 @@ const PROGRESS_STEPS: i32 = 1000;
 /// Longest wait for a lock; a read waiting longer than its deadline is stopped anyway.
 const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes, trace_id, span_id FROM logs WHERE tenant = ";
+pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
 /// A pool of read-only SQLite connections.
 #[derive(Clone, Debug)]
@@ -43,13 +42,7 @@ pub struct SqliteReader {
     pool: SqlitePool,
 }
 
-/// A SQLite tail position: the last id sent.
-#[derive(Debug)]
-pub struct SqliteTail {
-    after_id: i64,
-}
-
-fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, filter: &Filter) {
+pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, filter: &Filter) {
     builder.push_bind(tenant.to_owned());
     if let Some(from) = filter.from {
         builder
@@ -89,7 +82,7 @@ fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, filter: &Fi
 }
 
 /// A read's connection; dropping it interrupts whatever statement still runs on it.
-struct ReadConnection {
+pub(super) struct ReadConnection {
     conn: PoolConnection<Sqlite>,
     stop: Arc<AtomicBool>,
 }
@@ -128,14 +121,10 @@ fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
     })
 }
 
-fn unavailable(err: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(err.to_string())
-}
-
 impl SqliteReader {
     /// Opens read-only connections to an existing database; `timeout` is the service's limit on
     /// one read.
-    pub async fn connect(
+    pub(super) async fn connect(
         url: &str,
         max_connections: u32,
         timeout: Duration,
@@ -155,7 +144,7 @@ impl SqliteReader {
 
     /// A connection whose statements stop when it is dropped. The handler is installed on every
     /// acquisition, with a flag of its own, so a connection never carries an earlier read's.
-    async fn acquire(&self) -> Result<ReadConnection, StoreError> {
+    pub(super) async fn acquire(&self) -> Result<ReadConnection, StoreError> {
         let mut conn = self.pool.acquire().await.map_err(unavailable)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -167,7 +156,7 @@ impl SqliteReader {
     }
 
     /// Streams the query's rows within `budget`; dropping the stream stops the statement.
-    async fn collect(
+    pub(super) async fn collect(
         conn: &mut SqliteConnection,
         mut builder: QueryBuilder<'_, Sqlite>,
         budget: Budget,
@@ -182,7 +171,7 @@ impl SqliteReader {
         Ok(collector.finish())
     }
 
-    pub(super) async fn page(
+    pub(in crate::storage) async fn page(
         &self,
         tenant: &str,
         filter: &Filter,
@@ -207,51 +196,7 @@ impl SqliteReader {
         Self::collect(&mut *self.acquire().await?, builder, budget).await
     }
 
-    pub(super) async fn tail_start(&self, after: Option<Cursor>) -> Result<SqliteTail, StoreError> {
-        let after_id = match after {
-            Some(cursor) => cursor.id,
-            None => sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
-                .fetch_one(&mut *self.acquire().await?)
-                .await
-                .map_err(unavailable)?,
-        };
-        Ok(SqliteTail { after_id })
-    }
-
-    pub(super) async fn tail_poll(
-        &self,
-        tenant: &str,
-        filter: &Filter,
-        state: &mut SqliteTail,
-        budget: Budget,
-    ) -> Result<(Vec<StoredRow>, bool), StoreError> {
-        // The newest id now, read first: every row up to it is committed and visible to the scan
-        // below, so the watermark can move past rows that do not match the filter.
-        let mut conn = self.acquire().await?;
-        let newest: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM logs")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        let mut builder = QueryBuilder::new(COLUMNS);
-        push_filter(&mut builder, tenant, filter);
-        builder
-            .push(" AND id > ")
-            .push_bind(state.after_id)
-            .push(" AND id <= ")
-            .push_bind(newest)
-            .push(" ORDER BY id LIMIT ")
-            .push_bind(budget.rows as i64);
-        let batch = Self::collect(&mut conn, builder, budget).await?;
-        let more = batch.cut_short || batch.rows.len() >= budget.rows;
-        let rows = batch.rows;
-        state.after_id = match rows.last() {
-            Some(last) if more => last.id,
-            _ => newest.max(state.after_id),
-        };
-        Ok((rows, more))
-    }
-
-    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+    pub(in crate::storage) async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
             .await
@@ -259,7 +204,7 @@ impl SqliteReader {
             .map_err(unavailable)
     }
 
-    pub(super) async fn close(&self) {
+    pub(in crate::storage) async fn close(&self) {
         self.pool.close().await;
     }
 }

@@ -1,23 +1,23 @@
-//! PostgreSQL retention: daily partitions of `logs` created ahead and dropped whole.
+//! PostgreSQL retention: daily partitions of `logs` created ahead and dropped whole, old rows of
+//! the default partition deleted in chunks, and the BRIN ranges of recent days summarized.
 //!
-//! Partitions are named `logs_pYYYYMMDD` and cover one UTC day. Runs take a session advisory lock
-//! with `pg_try_advisory_lock`, so among replicas sharing the database one works and the others
-//! skip. DDL on a partition briefly needs a strong lock on `logs`; every statement here runs with
-//! a short `lock_timeout`, so ingest never queues behind it for longer than that (a run that
-//! cannot get its lock fails and the next one tries again).
+//! Partitions are named `logs_pYYYYMMDD` and cover one UTC day. A run holds a session advisory
+//! lock taken with `pg_try_advisory_lock`, so among replicas sharing the database one works and
+//! the others skip. The session is a connection of its own, not one of the writer's pool, which
+//! it would take from ingest for as long as the run lasts. DDL on a partition briefly needs a
+//! strong lock on `logs`; every statement of the session runs with a short `lock_timeout`, so
+//! ingest never queues behind it for longer than that (a run that cannot get its lock fails and
+//! the next one tries again).
 
-use chrono::{DateTime, Days, NaiveDate, TimeDelta, Utc};
+use chrono::{DateTime, Days, NaiveDate, Utc};
 use sqlx::{Connection, PgConnection};
 
-use super::{RetentionError, RunReport, CHUNK_PAUSE, DELETE_CHUNK};
+use super::PostgresStore;
+use crate::storage::chunked_delete::{CHUNK_PAUSE, DELETE_CHUNK};
+use crate::storage::error::{unavailable, StoreError};
 
 /// The advisory lock key that elects the replica doing retention ("loghaul\0" in ASCII).
 pub const RETENTION_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c00;
-/// Days of partitions created ahead of today.
-pub const DAYS_AHEAD: u64 = 3;
-/// A partition is dropped only once its whole day is older than the window by this much more,
-/// so a record validated just inside the window and still in flight never loses its partition.
-pub const DROP_GRACE: TimeDelta = TimeDelta::hours(1);
 /// How long DDL waits for its lock on `logs` (and so how long inserts can queue behind it).
 const LOCK_TIMEOUT: &str = "1s";
 /// SQLSTATE when a new partition's range holds rows already stored in the default partition.
@@ -32,14 +32,6 @@ pub fn partition_name(day: NaiveDate) -> String {
 pub fn partition_day(name: &str) -> Option<NaiveDate> {
     let digits = name.strip_prefix("logs_p")?;
     NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
-}
-
-async fn connect(url: &str) -> Result<PgConnection, RetentionError> {
-    let mut conn = PgConnection::connect(url).await?;
-    sqlx::query(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
-        .execute(&mut conn)
-        .await?;
-    Ok(conn)
 }
 
 /// The names of every partition of `logs`, from the catalog.
@@ -87,99 +79,112 @@ pub async fn create_partitions(
     Ok(created)
 }
 
-/// The days a window needs: from the horizon's day (or yesterday, with no window) to a few ahead.
-fn needed_days(keep: Option<TimeDelta>, now: DateTime<Utc>) -> (NaiveDate, NaiveDate) {
-    let today = now.date_naive();
-    let first = match keep {
-        Some(keep) => (now - keep).date_naive(),
-        None => today - Days::new(1),
-    };
-    (first.min(today), today + Days::new(DAYS_AHEAD))
+/// A retention run's session: a connection of its own whose DDL waits at most `LOCK_TIMEOUT`.
+#[derive(Debug)]
+pub struct PgRetention {
+    conn: PgConnection,
 }
 
-/// Creates the partitions the window needs, without taking the retention lock (creation is
-/// idempotent; a replica racing another may fail one statement, and the next run repairs).
-pub async fn ensure_partitions(url: &str, keep: Option<TimeDelta>) -> Result<u64, RetentionError> {
-    let mut conn = connect(url).await?;
-    let (first, last) = needed_days(keep, Utc::now());
-    let created = create_partitions(&mut conn, first, last).await?;
-    conn.close().await?;
-    Ok(created)
-}
-
-/// One run under the advisory lock: create ahead, drop whole days past the window, delete old
-/// rows of the default partition in chunks.
-pub async fn run_once(url: &str, keep: Option<TimeDelta>) -> Result<RunReport, RetentionError> {
-    let mut conn = connect(url).await?;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(RETENTION_LOCK_KEY)
-        .fetch_one(&mut conn)
-        .await?;
-    if !locked {
-        conn.close().await?;
-        return Ok(RunReport::default());
+impl PostgresStore {
+    pub(in crate::storage) async fn retention(&self) -> Result<PgRetention, StoreError> {
+        let mut conn = PgConnection::connect(self.url.as_str())
+            .await
+            .map_err(unavailable)?;
+        sqlx::query(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
+            .execute(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(PgRetention { conn })
     }
-    let outcome = locked_run(&mut conn, keep).await;
-    // Closing the session releases the lock even if the unlock fails.
-    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(RETENTION_LOCK_KEY)
-        .execute(&mut conn)
-        .await;
-    let _ = conn.close().await;
-    outcome
 }
 
-async fn locked_run(
-    conn: &mut PgConnection,
-    keep: Option<TimeDelta>,
-) -> Result<RunReport, RetentionError> {
-    let now = Utc::now();
-    let (first, last) = needed_days(keep, now);
-    let mut report = RunReport {
-        ran: true,
-        partitions_created: create_partitions(conn, first, last).await?,
-        ..RunReport::default()
-    };
-    report.ranges_summarized = summarize_recent(conn, now).await;
-    let Some(keep) = keep else {
-        return Ok(report);
-    };
-    let horizon = now - keep;
-    let drop_before = horizon - DROP_GRACE;
-    for name in partitions(conn).await? {
-        let Some(day) = partition_day(&name) else {
-            continue;
-        };
-        let end = (day + Days::new(1))
-            .and_hms_opt(0, 0, 0)
-            .expect("midnight exists")
-            .and_utc();
-        if end <= drop_before {
-            // Dropping a partition removes its rows and its index entries at once.
-            sqlx::query(&format!("DROP TABLE IF EXISTS {name}"))
-                .execute(&mut *conn)
-                .await?;
-            report.partitions_dropped += 1;
-            tracing::info!(partition = %name, "dropped a partition older than the retention window");
+impl PgRetention {
+    pub(in crate::storage) async fn try_lock(&mut self) -> Result<bool, StoreError> {
+        sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(RETENTION_LOCK_KEY)
+            .fetch_one(&mut self.conn)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Errors are ignored: closing the session releases the lock anyway.
+    pub(in crate::storage) async fn unlock(&mut self) {
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(RETENTION_LOCK_KEY)
+            .execute(&mut self.conn)
+            .await;
+    }
+
+    pub(in crate::storage) async fn create_partitions(
+        &mut self,
+        first: NaiveDate,
+        last: NaiveDate,
+    ) -> Result<u64, StoreError> {
+        create_partitions(&mut self.conn, first, last)
+            .await
+            .map_err(unavailable)
+    }
+
+    pub(in crate::storage) async fn summarize_recent(&mut self, now: DateTime<Utc>) -> u64 {
+        summarize_recent(&mut self.conn, now).await
+    }
+
+    /// Drops every daily partition whose day ends at or before `cutoff`; returns how many.
+    pub(in crate::storage) async fn drop_partitions_ending_by(
+        &mut self,
+        cutoff: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut dropped = 0;
+        for name in partitions(&mut self.conn).await.map_err(unavailable)? {
+            let Some(day) = partition_day(&name) else {
+                continue;
+            };
+            let end = (day + Days::new(1))
+                .and_hms_opt(0, 0, 0)
+                .expect("midnight exists")
+                .and_utc();
+            if end <= cutoff {
+                // Dropping a partition removes its rows and its index entries at once.
+                sqlx::query(&format!("DROP TABLE IF EXISTS {name}"))
+                    .execute(&mut self.conn)
+                    .await
+                    .map_err(unavailable)?;
+                dropped += 1;
+                tracing::info!(partition = %name, "dropped a partition older than the retention window");
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// Deletes the rows of the default partition older than `horizon`, in chunks; returns how
+    /// many. Rows of a day with a partition go with their partition.
+    pub(in crate::storage) async fn delete_before(
+        &mut self,
+        horizon: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        loop {
+            let chunk = sqlx::query(
+                "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
+                   SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
+            )
+            .bind(horizon)
+            .bind(DELETE_CHUNK)
+            .execute(&mut self.conn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+            deleted += chunk;
+            if chunk < DELETE_CHUNK as u64 {
+                return Ok(deleted);
+            }
+            tokio::time::sleep(CHUNK_PAUSE).await;
         }
     }
-    loop {
-        let chunk = sqlx::query(
-            "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
-               SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
-        )
-        .bind(horizon)
-        .bind(DELETE_CHUNK)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-        report.rows_deleted += chunk;
-        if chunk < DELETE_CHUNK as u64 {
-            break;
-        }
-        tokio::time::sleep(CHUNK_PAUSE).await;
+
+    pub(in crate::storage) async fn close(self) -> Result<(), StoreError> {
+        self.conn.close().await.map_err(unavailable)
     }
-    Ok(report)
 }
 
 /// BRIN ranges summarized per statement: 16 of the default 128 pages, 16 MiB of heap.
@@ -277,17 +282,5 @@ mod tests {
         assert_eq!(partition_day("logs_p20261129"), Some(day));
         assert_eq!(partition_day("logs_default"), None);
         assert_eq!(partition_day("logs_p2026"), None);
-    }
-
-    #[test]
-    fn the_window_needs_days_from_its_horizon_to_a_few_ahead() {
-        let now = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
-            .unwrap()
-            .to_utc();
-        let (first, last) = needed_days(Some(TimeDelta::days(7)), now);
-        assert_eq!(first.to_string(), "2026-11-22");
-        assert_eq!(last.to_string(), "2026-12-02");
-        let (first, _) = needed_days(None, now);
-        assert_eq!(first.to_string(), "2026-11-28");
     }
 }

@@ -1,28 +1,14 @@
-//! Reading records back, on connections of their own so reads never wait behind ingest: a small
-//! PostgreSQL pool, or read-only SQLite connections (WAL lets them read while the single writer
-//! writes).
-//!
-//! Every read is bounded in rows and in bytes ([`Budget`]): rows are streamed from the database
-//! and the read stops at the first row that would not fit, so neither an answer nor the memory
-//! behind it grows with the size of the records.
-//!
-//! Dropping a read's future stops its work in the database, not only in the service: SQLite
-//! statements are interrupted, and a PostgreSQL connection with a statement running is closed,
-//! which the server acts on (see each backend's module docs). Callers bound reads in time by
-//! dropping them at their deadline.
-
-use std::time::Duration;
+//! What a read returns and how much it may: a stored record as read back, the row and byte budget
+//! of one read, and the collector both backends fill while they stream rows.
 
 use chrono::{DateTime, Utc};
 
-use super::{read_postgres, read_sqlite, StoreError};
 use crate::model::cursor::Cursor;
-use crate::model::filter::Filter;
 
 /// A stored record as read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredRow {
-    /// Unique id (not commit-ordered on PostgreSQL; see `read_postgres`).
+    /// Unique id (not commit-ordered on PostgreSQL; see `postgres::tail`).
     pub id: i64,
     /// The record's timestamp.
     pub ts: DateTime<Utc>,
@@ -92,14 +78,14 @@ pub struct Batch {
 
 /// Gathers streamed rows until a budget is spent; the backends stop reading when it says so.
 #[derive(Debug)]
-pub(super) struct Collector {
+pub(in crate::storage) struct Collector {
     budget: Budget,
     bytes: usize,
     batch: Batch,
 }
 
 impl Collector {
-    pub(super) fn new(budget: Budget) -> Self {
+    pub(in crate::storage) fn new(budget: Budget) -> Self {
         Collector {
             budget,
             bytes: 0,
@@ -108,7 +94,7 @@ impl Collector {
     }
 
     /// Takes `row` if it fits; false once the budget is spent and reading should stop.
-    pub(super) fn offer(&mut self, row: StoredRow) -> bool {
+    pub(in crate::storage) fn offer(&mut self, row: StoredRow) -> bool {
         let size = row.wire_bytes();
         if !self.batch.rows.is_empty() && self.bytes + size > self.budget.bytes {
             self.batch.cut_short = true;
@@ -120,134 +106,22 @@ impl Collector {
     }
 
     /// True when no more rows may be taken.
-    pub(super) fn is_done(&self) -> bool {
+    pub(in crate::storage) fn is_done(&self) -> bool {
         self.batch.cut_short || self.batch.rows.len() >= self.budget.rows
     }
 
     /// Rows that may still be taken.
-    pub(super) fn rows_left(&self) -> usize {
+    pub(in crate::storage) fn rows_left(&self) -> usize {
         self.budget.rows.saturating_sub(self.batch.rows.len())
     }
 
-    pub(super) fn finish(self) -> Batch {
+    pub(in crate::storage) fn finish(self) -> Batch {
         self.batch
     }
 }
 
-/// Where a tail stands; each backend keeps its own watermark.
-#[derive(Debug)]
-pub enum TailState {
-    /// PostgreSQL: a received_at watermark with an overlap window.
-    Postgres(read_postgres::PgTail),
-    /// SQLite: the last id seen (ids are commit-ordered with one writer).
-    Sqlite(read_sqlite::SqliteTail),
-}
-
-impl TailState {
-    /// Ids remembered for de-duplication (0 on SQLite), which the caller caps.
-    pub fn remembered(&self) -> usize {
-        match self {
-            TailState::Postgres(state) => state.remembered(),
-            TailState::Sqlite(_) => 0,
-        }
-    }
-}
-
-/// A connected reader.
-#[derive(Clone, Debug)]
-pub enum Reader {
-    /// PostgreSQL reads.
-    Postgres(read_postgres::PgReader),
-    /// SQLite reads.
-    Sqlite(read_sqlite::SqliteReader),
-}
-
-impl Reader {
-    /// Opens a read pool of `max_connections` on the database the URL names, for reads that are
-    /// stopped after `timeout`. The database must exist and be migrated (the writer does both
-    /// first).
-    pub async fn connect(
-        url: &str,
-        max_connections: u32,
-        timeout: Duration,
-    ) -> Result<Reader, StoreError> {
-        match super::Backend::of(url)? {
-            super::Backend::Postgres => {
-                read_postgres::PgReader::connect(url, max_connections, timeout)
-                    .await
-                    .map(Reader::Postgres)
-            }
-            super::Backend::Sqlite => {
-                read_sqlite::SqliteReader::connect(url, max_connections, timeout)
-                    .await
-                    .map(Reader::Sqlite)
-            }
-        }
-    }
-
-    /// The tenant's records matching `filter` within `budget`, newest first (by timestamp, then
-    /// id), strictly after `after` in that order.
-    pub async fn page(
-        &self,
-        tenant: &str,
-        filter: &Filter,
-        after: Option<Cursor>,
-        budget: Budget,
-    ) -> Result<Batch, StoreError> {
-        match self {
-            Reader::Postgres(reader) => reader.page(tenant, filter, after, budget).await,
-            Reader::Sqlite(reader) => reader.page(tenant, filter, after, budget).await,
-        }
-    }
-
-    /// A tail position: after the cursor's record, or from now.
-    pub async fn tail_start(&self, after: Option<Cursor>) -> Result<TailState, StoreError> {
-        match self {
-            Reader::Postgres(reader) => reader.tail_start(after).await.map(TailState::Postgres),
-            Reader::Sqlite(reader) => reader.tail_start(after).await.map(TailState::Sqlite),
-        }
-    }
-
-    /// Records committed since the last poll, oldest first, within `budget`; the flag says
-    /// whether more are waiting (poll again at once).
-    pub async fn tail_poll(
-        &self,
-        tenant: &str,
-        filter: &Filter,
-        state: &mut TailState,
-        budget: Budget,
-    ) -> Result<(Vec<StoredRow>, bool), StoreError> {
-        match (self, state) {
-            (Reader::Postgres(reader), TailState::Postgres(state)) => {
-                reader.tail_poll(tenant, filter, state, budget).await
-            }
-            (Reader::Sqlite(reader), TailState::Sqlite(state)) => {
-                reader.tail_poll(tenant, filter, state, budget).await
-            }
-            _ => unreachable!("a tail state comes from the same reader"),
-        }
-    }
-
-    /// A cheap round trip, for readiness. On a connection of the read pool: SQLite has a single
-    /// writer connection, and a probe queued behind a long write would call the store down.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Reader::Postgres(reader) => reader.ping().await,
-            Reader::Sqlite(reader) => reader.ping().await,
-        }
-    }
-
-    /// Closes the pool.
-    pub async fn close(&self) {
-        match self {
-            Reader::Postgres(reader) => reader.close().await,
-            Reader::Sqlite(reader) => reader.close().await,
-        }
-    }
-}
-
 /// A microsecond count as a time (saturating at the representable range).
-pub(super) fn from_micros(micros: i64) -> DateTime<Utc> {
+pub(in crate::storage) fn from_micros(micros: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
