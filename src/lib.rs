@@ -36,7 +36,28 @@
 //!   shipper) and `loghaul chaos` (a load-and-faults soak that counts lost and duplicated records).
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
-//! same function with listeners on ephemeral ports.
+//! same function with listeners on ephemeral ports. The public modules are what the binary, the
+//! tests and the fuzz targets use; the pipeline, queries, console, metrics and HTTP listeners are
+//! internal. Running the service inside another program:
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use loghaul::config::ServeConfig;
+//! use loghaul::server::{run, Listeners};
+//!
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     serve: ServeConfig,
+//! }
+//!
+//! # async fn example() -> Result<(), loghaul::server::ServeError> {
+//! let config = Args::parse_from(["serve", "--database-url", "sqlite://logs.db"]).serve;
+//! let listeners = Listeners::bind(&config).await?;
+//! // Runs until the future completes, then drains: every acknowledged record is committed.
+//! run(config, listeners, std::future::pending()).await
+//! # }
+//! ```
 
 pub use loghaul_client as client;
 pub use loghaul_proto as proto;
@@ -45,17 +66,17 @@ pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod console;
+pub(crate) mod console;
 pub mod error;
-pub mod model;
+pub(crate) mod model;
 pub mod observability;
-pub mod pipeline;
-pub mod query;
-pub mod ratelimit;
+pub(crate) mod pipeline;
+pub(crate) mod query;
+pub(crate) mod ratelimit;
 pub mod record;
 pub mod retention;
 pub mod send;
 pub mod server;
 pub mod storage;
 pub mod tls;
-pub mod web;
+pub(crate) mod web;

@@ -7,12 +7,12 @@
 //! which times Query pages on a large table.
 
 pub mod chaos;
-pub mod copy_ceiling;
-pub mod load;
+pub(crate) mod copy_ceiling;
+pub(crate) mod load;
 pub mod query;
-pub mod server_process;
+pub(crate) mod server_process;
 pub mod shipper;
-pub mod workload;
+pub(crate) mod workload;
 
 use std::io::Write;
 use std::sync::atomic::Ordering;

@@ -94,8 +94,6 @@ pub struct Workload {
     pub encoded: Vec<Bytes>,
     /// The records of every chunk, in order.
     pub records: Vec<LogRecord>,
-    /// Records per chunk.
-    pub records_per_chunk: usize,
 }
 
 /// Builds the pool. Deterministic for a given shape, so runs are comparable.
@@ -119,11 +117,7 @@ pub fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
         encoded.push(Bytes::from(bytes));
         records.extend(chunk);
     }
-    Workload {
-        encoded,
-        records,
-        records_per_chunk: shape.records_per_chunk,
-    }
+    Workload { encoded, records }
 }
 
 /// The same records as an OTLP export: one ResourceLogs per service, as an SDK would send them.

@@ -2,5 +2,5 @@
 //! HTTP port that serves them is [`crate::web::probes`]).
 
 pub mod logging;
-pub mod metrics;
-pub mod readiness;
+pub(crate) mod metrics;
+pub(crate) mod readiness;

@@ -3,16 +3,16 @@
 //! every listener shares, start the `background` tasks and HTTP listeners, serve the `grpc`
 //! port until shutdown, then drain.
 
-pub mod admission;
+pub(crate) mod admission;
 mod background;
 mod build;
-pub mod fields;
+pub(crate) mod fields;
 mod grpc;
-pub mod grpc_body;
-pub mod ingest;
+pub(crate) mod grpc_body;
+pub(crate) mod ingest;
 pub mod otlp;
-pub mod refusal;
-pub mod settlement;
+pub(crate) mod refusal;
+pub(crate) mod settlement;
 pub mod validate;
 
 use std::future::Future;

@@ -20,13 +20,13 @@
 //! [`chunked_delete`]), never the handles, so within storage too the dependencies run one way:
 //! handles → backends → shared types.
 
-pub mod chunked_delete;
+pub(crate) mod chunked_delete;
 mod connect;
 mod dispatch;
 mod error;
 pub mod postgres;
 mod row;
-pub mod sqlite;
+pub(crate) mod sqlite;
 mod stored;
 
 pub use connect::{redact_url, Backend, PoolOptions};

@@ -248,17 +248,6 @@ impl<const N: usize> CounterVec<N> {
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
-
-    /// A readable handle of one series, for a caller that keeps it.
-    pub fn handle(&self, values: [&str; N]) -> Counter {
-        let labels = self
-            .labels
-            .iter()
-            .zip(values)
-            .map(|(key, value)| Label::new(*key, value.to_owned()))
-            .collect();
-        Counter::register(self.series, labels)
-    }
 }
 
 /// A gauge family with one label, whose handles are taken once by their owner.

@@ -6,7 +6,7 @@
 //!   record by record, enqueues, and answers after the commit with OTLP's partial success.
 
 pub mod mapping;
-pub mod service;
+pub(crate) mod service;
 
 use std::collections::HashSet;
 
