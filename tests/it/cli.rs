@@ -1,13 +1,11 @@
 //! The real binary: API keys reloaded on SIGHUP and when the keys file changes, `loghaul query` /
 //! `loghaul tail` output, and `loghaul bench`'s paced runs.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::{assert_success, Process, BINARY};
-use common::{push_as, record, Backend, TestDb};
+use crate::common::process::{assert_success, Process, BINARY};
+use crate::common::{push_as, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tonic::Code;
 

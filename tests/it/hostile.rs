@@ -4,15 +4,14 @@
 //! Each gets a precise status or a per-record rejection, and a metric; none crashes the server or
 //! makes it allocate what the input asks for.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::common;
+use crate::common::process::Process;
+use crate::common::raw_grpc::{call, field, frame, varint};
+use crate::common::{chunk, http_get, open_push, push, record, Backend, TestDb};
 use bytes::Bytes;
-use common::process::Process;
-use common::raw_grpc::{call, field, frame, varint};
-use common::{chunk, http_get, open_push, push, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;

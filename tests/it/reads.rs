@@ -3,15 +3,15 @@
 //! without `from` bounded in time, a tenant's concurrent reads capped without touching the
 //! other tenants', and open tails capped per tenant and overall.
 
-mod common;
-
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
-use common::http::get;
-use common::slow_read::{wait_for_waiting_reads, SlowRead};
-use common::{config, push, push_as, record, record_at, with_key, Backend, TestDb, TestServer};
+use crate::common::http::get;
+use crate::common::slow_read::{wait_for_waiting_reads, SlowRead};
+use crate::common::{
+    config, push, push_as, record, record_at, with_key, Backend, TestDb, TestServer,
+};
 use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use prost::Message;
 use sqlx::{ConnectOptions, Row};

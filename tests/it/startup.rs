@@ -1,13 +1,11 @@
 //! Start-up failures of the real binary: each exits non-zero within seconds with one line that
 //! names the cause, and never panics. (An unreachable PostgreSQL is covered in `process.rs`.)
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::process::{serve_command, serve_command_at};
-use common::{Backend, TestDb};
+use crate::common::process::{serve_command, serve_command_at};
+use crate::common::{Backend, TestDb};
 
 /// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
 /// checking that it failed quickly and did not panic.

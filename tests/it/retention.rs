@@ -1,12 +1,10 @@
 //! Retention end to end: old data goes while ingest continues, and nothing is left behind —
 //! no partition (PostgreSQL), no row in any table.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::{config, push, record, record_at, Backend, TestDb, TestServer};
 use chrono::{Days, TimeDelta, Utc};
-use common::{config, push, record, record_at, Backend, TestDb, TestServer};
 use loghaul::retention::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
 use loghaul::retention::{run_once, RetentionConfig};
 use loghaul::storage::{PoolOptions, Store};

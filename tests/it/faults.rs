@@ -2,16 +2,15 @@
 //! store that vanishes and comes back, database backends terminated under load. The promise under
 //! test: a record whose stream was acknowledged is stored.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::process::Process;
-use common::proxy::Proxy;
-use common::{http_get, push, record, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::process::Process;
+use crate::common::proxy::Proxy;
+use crate::common::{http_get, push, record, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use sqlx::Connection;
 use tonic::Code;

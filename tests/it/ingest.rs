@@ -1,13 +1,12 @@
 //! The ingest path end to end: a real server on ephemeral ports, real gRPC, a real database, the
 //! same suite on SQLite and PostgreSQL.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::held_lock::HeldLock;
-use common::{chunk, config, open_push, push, record, TestDb, TestServer};
+use crate::common;
+use crate::common::held_lock::HeldLock;
+use crate::common::{chunk, config, open_push, push, record, TestDb, TestServer};
 use loghaul::proto::v1::{LogRecord, PushRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

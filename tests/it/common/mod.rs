@@ -5,8 +5,6 @@
 //! PostgreSQL answers they print a loud SKIPPED line, unless `LOGHAUL_REQUIRE_POSTGRES=1` (CI sets
 //! it), in which case they fail.
 
-#![allow(dead_code)]
-
 pub mod held_lock;
 pub mod http;
 pub mod process;
@@ -265,14 +263,9 @@ pub struct TestServer {
 impl TestServer {
     /// Starts `loghaul::server::run` on ephemeral loopback ports and waits until it answers.
     pub async fn start(config: ServeConfig) -> TestServer {
-        TestServer::start_on(config, std::net::Ipv4Addr::LOCALHOST.into()).await
-    }
-
-    /// Like [`TestServer::start`], with gRPC and the console on `ip` (metrics stay on loopback).
-    pub async fn start_on(config: ServeConfig, ip: std::net::IpAddr) -> TestServer {
-        let grpc_listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let console_listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let console_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
         let console = console_listener.local_addr().unwrap();
@@ -495,8 +488,8 @@ pub fn record_at(message: impl Into<String>, age: Duration) -> LogRecord {
     record
 }
 
-/// Runs a test body on SQLite and, when reachable, PostgreSQL.
-#[macro_export]
+/// Runs a test body on SQLite and, when reachable, PostgreSQL: a module `$name` with the tests
+/// `sqlite` and `postgres`.
 macro_rules! on_both_backends {
     ($name:ident, $body:ident) => {
         mod $name {
@@ -504,8 +497,11 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                if let Some(db) =
-                    common::TestDb::create(common::Backend::Sqlite, stringify!($name)).await
+                if let Some(db) = $crate::common::TestDb::create(
+                    $crate::common::Backend::Sqlite,
+                    stringify!($name),
+                )
+                .await
                 {
                     $body(&db).await;
                 }
@@ -513,8 +509,11 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if let Some(db) =
-                    common::TestDb::create(common::Backend::Postgres, stringify!($name)).await
+                if let Some(db) = $crate::common::TestDb::create(
+                    $crate::common::Backend::Postgres,
+                    stringify!($name),
+                )
+                .await
                 {
                     $body(&db).await;
                 }

@@ -1,13 +1,12 @@
 //! The console's JSON API end to end: a real server, records pushed over gRPC, read back over
 //! HTTP with the same tenancy, filters, cursors and errors as `LogQuery`.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::http::{get, EventStream};
-use common::{config, push_as, record, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::http::{get, EventStream};
+use crate::common::{config, push_as, record, Backend, TestDb, TestServer};
 
 const KEY_A: &str = "console-key-alpha";
 const KEY_B: &str = "console-key-beta";

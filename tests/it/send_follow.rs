@@ -2,14 +2,13 @@
 //! rename-and-recreate rotation and a truncation, each line exactly once; SIGTERM flushes and
 //! prints the summary.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{assert_success, Process, BINARY};
-use common::{Backend, TestDb};
+use crate::common;
+use crate::common::process::{assert_success, Process, BINARY};
+use crate::common::{Backend, TestDb};
 
 fn append(path: &std::path::Path, lines: std::ops::Range<usize>) {
     let mut file = std::fs::OpenOptions::new()

@@ -1,12 +1,10 @@
 //! What operators and tools see: /metrics, /healthz, /readyz, gRPC health and reflection.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::http::{get, kept_alive, read_until_closed};
-use common::{config, http_get, push, record, Backend, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::http::{get, kept_alive, read_until_closed};
+use crate::common::{config, http_get, push, record, Backend, TestDb, TestServer};
 use tokio::io::AsyncWriteExt;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;

@@ -2,13 +2,11 @@
 //! delay; memory stays within the budget whatever the number of streams; nothing acknowledged is
 //! lost; throughput comes back when the database does.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::process::Process;
-use common::{chunk, config, http_get, open_push, Backend, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::process::Process;
+use crate::common::{chunk, config, http_get, open_push, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
 use tonic::Code;

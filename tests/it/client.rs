@@ -2,16 +2,15 @@
 //! out, a full buffer that drops without blocking, the tracing layer's example application, and
 //! the server's deduplication of chunks named by producer id and sequence.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::process::{assert_success, Process};
-use common::{free_address, record, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::held_lock::HeldLock;
+use crate::common::process::{assert_success, Process};
+use crate::common::{free_address, record, Backend, TestDb, TestServer};
 use loghaul::client::{Client, FullPolicy, Shipper, ShipperConfig};
 use loghaul::error::IngestError;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;

@@ -1,13 +1,11 @@
 //! OTLP logs end to end: a real server on ephemeral ports, the tonic client that
 //! opentelemetry-proto generates, a real database, the same suite on SQLite and PostgreSQL.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::held_lock::HeldLock;
-use common::{config, http_get, push, record, Backend, StoredRow, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::{config, http_get, push, record, Backend, StoredRow, TestDb, TestServer};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;

@@ -1,12 +1,10 @@
 //! The real binary as an operator runs it: SIGTERM under load, `loghaul migrate`, start-up errors.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{assert_success, serve_command, Process, BINARY};
-use common::{chunk, open_push, Backend, TestDb};
+use crate::common::process::{assert_success, serve_command, Process, BINARY};
+use crate::common::{chunk, open_push, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 
 async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {

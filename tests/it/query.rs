@@ -1,12 +1,13 @@
 //! Reading back end to end: filters, newest-first keyset pages that stay exact while inserts go
 //! on, invalid requests, and Tail (including a record committed by another server process).
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{config, push, query_all, record, record_at, with_key, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::{
+    config, push, query_all, record, record_at, with_key, Backend, TestDb, TestServer,
+};
 use loghaul::proto::v1::{Filter, QueryRequest, StoredRecord, TailRequest};
 use tonic::Code;
 
