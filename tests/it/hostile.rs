@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::common;
 use crate::common::process::Process;
 use crate::common::raw_grpc::{call, field, frame, varint};
-use crate::common::{chunk, http_get, open_push, push, record, Backend, TestDb};
+use crate::common::{chunk, metric, open_push, push, record, Backend, TestDb};
 use bytes::Bytes;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
@@ -27,19 +27,6 @@ const MIB: usize = 1 << 20;
 const OK: i32 = 0;
 const INVALID_ARGUMENT: i32 = 3;
 const RESOURCE_EXHAUSTED: i32 = 8;
-
-/// The value of one series in Prometheus text, 0 when absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0.0)
-}
-
-async fn metrics(server: &Process) -> String {
-    http_get(server.http, "/metrics").await.unwrap().1
-}
 
 /// The encoded PushRequest of one record whose message is `size` bytes of 'a', streamed into
 /// `out` without ever holding the message: the prefix, then the bytes in 1 MiB pieces.
@@ -140,7 +127,7 @@ async fn oversized_and_bomb_messages_are_refused_without_allocating_their_size()
         "peak RSS grew by {} MiB for bombs of up to 1 GiB",
         grown >> 20
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -339,7 +326,7 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
         ]
     );
 
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -434,7 +421,7 @@ async fn a_million_attributes_reject_the_record_not_the_server() {
         "{}",
         partial.error_message
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -580,7 +567,7 @@ async fn a_client_that_never_reads_its_answer_holds_nothing() {
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let text = metrics(&server).await;
+        let text = server.metrics().await;
         let done = metric(&text, "loghaul_streams_total{outcome=\"ok\"}");
         if done == 20.0 && metric(&text, "loghaul_active_streams") == 0.0 {
             break;
@@ -652,7 +639,7 @@ async fn an_idle_stream_is_ended_after_its_records_are_committed() {
     assert_eq!(status.metadata().get("loghaul-accepted").unwrap(), "30");
     assert_eq!(db.count().await, 30);
     drop(chunks);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "loghaul_streams_total{outcome=\"idle_timeout\"}"),
         1.0
@@ -692,7 +679,7 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
     // Wait until the server holds them all.
     let mut peak_rss = 0;
     loop {
-        let active = metric(&metrics(&server).await, "loghaul_active_streams");
+        let active = metric(&server.metrics().await, "loghaul_active_streams");
         peak_rss = peak_rss.max(server.rss().0);
         if active as usize == STREAMS {
             break;
@@ -733,7 +720,7 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
         .into(),
     );
     assert!(opened.elapsed() >= idle);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(metric(&text, "loghaul_active_streams"), 0.0);
     assert_eq!(
         metric(&text, "loghaul_streams_total{outcome=\"idle_timeout\"}"),
@@ -824,7 +811,7 @@ async fn requests_that_expand_in_memory_are_charged_for_what_they_become() {
     .await;
     assert_eq!(answer.code, OK, "{answer:?}");
     assert_eq!(db.count().await, 3);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,

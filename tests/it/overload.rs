@@ -6,24 +6,34 @@ use std::time::{Duration, Instant};
 
 use crate::common::held_lock::HeldLock;
 use crate::common::process::Process;
-use crate::common::{chunk, config, http_get, open_push, Backend, TestDb, TestServer};
+use crate::common::{chunk, config, http_get, metric, open_push, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
 use tonic::Code;
 
 async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers(db: &TestDb) {
-    let mut settings = config(db);
-    settings.shards = 1;
-    settings.queue_capacity = 1;
-    settings.batch_max_rows = 100;
-    settings.enqueue_timeout = "1s".parse().unwrap();
-    settings.store_retry_timeout = "120s".parse().unwrap();
-    let server = TestServer::start(settings).await;
+    // A process of its own, so that the queue depth below is this server's.
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--shards",
+            "1",
+            "--queue-capacity",
+            "1",
+            "--batch-max-rows",
+            "100",
+            "--enqueue-timeout",
+            "1s",
+            "--store-retry-timeout",
+            "120s",
+        ],
+    );
+    let endpoint = format!("http://{}", server.grpc);
     let lock = HeldLock::take(db).await;
 
     let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
     for stream in 0..4 {
-        let mut client = server.client().await;
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
         let chunks: Vec<PushRequest> = (0..20)
             .map(|n| chunk(&format!("{stream}-{n}"), 100))
             .collect();
@@ -54,13 +64,14 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
         told_to_back_off(outcome);
     }
 
-    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("loghaul_backpressure_timeouts_total{resource="),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("loghaul_queue_depth{shard=\"0\"} 1"),
+    assert_eq!(
+        metric(&metrics, "loghaul_queue_depth{shard=\"0\"}"),
+        1.0,
         "the queue is full: {metrics}"
     );
     if db.backend == Backend::Postgres {
@@ -74,7 +85,7 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
         told_to_back_off(outcome);
     }
     let started = Instant::now();
-    let mut client = server.client().await;
+    let mut client = LogIngestClient::connect(endpoint).await.unwrap();
     let response = loop {
         match client
             .push(tokio_stream::iter(vec![chunk("after", 50)]))
@@ -97,7 +108,8 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
         .query_scalar("SELECT count(*) FROM logs WHERE message LIKE 'after-%'")
         .await;
     assert_eq!(stored, 50, "every acknowledged record is in the table");
-    server.stop().await;
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
 }
 on_both_backends!(
     backpressure,
@@ -150,12 +162,7 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
     }
     tokio::time::sleep(Duration::from_secs(8)).await;
     let (during, peak) = server.rss();
-    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
-    let buffered: f64 = metrics
-        .lines()
-        .find(|line| line.starts_with("loghaul_buffered_bytes "))
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-        .unwrap();
+    let buffered = metric(&server.metrics().await, "loghaul_buffered_bytes");
     assert!(
         buffered > (BUDGET / 2) as f64,
         "the budget is what fills up: {buffered}"

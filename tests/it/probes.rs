@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::held_lock::HeldLock;
 use crate::common::http::{get, kept_alive, read_until_closed};
+use crate::common::process::Process;
 use crate::common::{config, http_get, push, record, Backend, TestDb, TestServer};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tokio::io::AsyncWriteExt;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -18,13 +20,15 @@ async fn channel(server: &TestServer) -> tonic::transport::Channel {
         .unwrap()
 }
 
+/// A process of its own: the gauges below (queue capacities, readiness) would be any in-process
+/// server's, since they all share one metrics recorder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_queues_batches_and_records() {
     let db = TestDb::create(Backend::Sqlite, "metrics").await.unwrap();
-    let mut settings = config(&db);
-    settings.shards = 3;
-    let server = TestServer::start(settings).await;
-    let mut client = server.client().await;
+    let server = Process::serve(&db.url, &["--shards", "3"]);
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
     let mut bad = record("bad");
     bad.severity = 99;
     push(&mut client, vec![vec![record("a"), record("b"), bad]])
@@ -52,7 +56,6 @@ async fn metrics_show_queues_batches_and_records() {
     assert_eq!(http_get(server.http, "/healthz").await.unwrap().0, 200);
     let (status, body) = http_get(server.http, "/readyz").await.unwrap();
     assert_eq!((status, body.trim()), (200, "ready: sqlite store answers"));
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{config, push, record, record_at, Backend, TestDb, TestServer};
+use crate::common::process::Process;
+use crate::common::{config, metric, push, record, record_at, Backend, TestDb, TestServer};
 use chrono::{Days, TimeDelta, Utc};
 use loghaul::retention::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
 use loghaul::retention::{run_once, RetentionConfig};
@@ -26,7 +27,7 @@ async fn migrated(db: &TestDb) -> Store {
 }
 
 /// Pushes small chunks until cancelled; returns how many records were accepted.
-fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
+fn keep_ingesting(server: &Process, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
     let grpc = server.grpc;
     tokio::spawn(async move {
         let mut client = loghaul::proto::v1::log_ingest_client::LogIngestClient::connect(format!(
@@ -49,17 +50,18 @@ fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::
 
 /// Starts a server keeping `(retention, interval)` while streams keep pushing, waits until
 /// `old_rows` counts none, lets ingest go on for `after`, and returns the server with how many
-/// records the streams had acknowledged (at least one).
+/// records the streams had acknowledged (at least one). The server is a process of its own, so
+/// that its retention metrics count its work alone.
 async fn retain_while_ingesting(
     db: &TestDb,
     (retention, interval): (&str, &str),
     old_rows: &str,
     after: Duration,
-) -> (TestServer, u64) {
-    let mut settings = config(db);
-    settings.retention = retention.parse().unwrap();
-    settings.retention_interval = interval.parse().unwrap();
-    let server = TestServer::start(settings).await;
+) -> (Process, u64) {
+    let server = Process::serve(
+        &db.url,
+        &["--retention", retention, "--retention-interval", interval],
+    );
     let stop = CancellationToken::new();
     let ingest = keep_ingesting(&server, stop.clone());
     wait_for("old rows to go", async || {
@@ -184,18 +186,18 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
     let metrics = server.metrics().await;
     let dropped = metric(&metrics, "loghaul_retention_partitions_dropped_total");
     assert!(dropped >= 3.0, "{dropped}");
-    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
+    assert_eq!(
+        metric(&metrics, "loghaul_retention_rows_deleted_total"),
+        12000.0
+    );
     assert!(metric(&metrics, "loghaul_retention_last_run_timestamp_seconds") > 0.0);
-    server.stop().await;
+    stop(server);
 }
 
-/// The value of an unlabelled metric (summed over processes' servers in this test binary).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in metrics"))
+/// SIGTERM, and a clean exit.
+fn stop(mut server: Process) {
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
 }
 
 /// Retention keeping two days, for tests that call `run_once` themselves.
@@ -261,8 +263,11 @@ async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
         "every live record stayed"
     );
     let metrics = server.metrics().await;
-    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
-    server.stop().await;
+    assert_eq!(
+        metric(&metrics, "loghaul_retention_rows_deleted_total"),
+        12000.0
+    );
+    stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

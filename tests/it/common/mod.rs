@@ -323,7 +323,9 @@ impl TestServer {
             .into_inner()
     }
 
-    /// The Prometheus text of /metrics.
+    /// The Prometheus text of /metrics. The metrics recorder is one per process, so this shows
+    /// the sums over every server that the tests of this binary run: a number that must be this
+    /// server's alone is read from a [`process::Process`], or from a series only its test touches.
     pub async fn metrics(&self) -> String {
         http_get(self.http, "/metrics").await.unwrap().1
     }
@@ -344,6 +346,16 @@ impl TestServer {
             .expect("the server task does not panic")
             .expect("the server stops cleanly");
     }
+}
+
+/// The value of one series (name and labels exactly as rendered) in Prometheus text; 0 when the
+/// series is absent, as Prometheus reads a counter never incremented.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// A minimal HTTP/1.0 GET, enough for the probes and /metrics.

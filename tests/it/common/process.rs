@@ -1,4 +1,5 @@
-//! The real binary as a child process, for tests that signal it or measure its memory.
+//! The real binary as a child process, for tests that signal it, measure its memory or read
+//! metrics of its own.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -51,7 +52,8 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
+    /// Starts `loghaul serve` on `database_url` with `extra` flags, and two shards unless `extra`
+    /// says how many.
     pub fn serve(database_url: &str, extra: &[&str]) -> Process {
         Process::spawn(EPHEMERAL, database_url, extra, &[])
     }
@@ -67,15 +69,14 @@ impl Process {
     }
 
     fn spawn(listen: &str, database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
+        let shards: &[&str] = if extra.contains(&"--shards") {
+            &[]
+        } else {
+            &["--shards", "2"]
+        };
         let mut child = serve_command_at(listen, EPHEMERAL)
-            .args([
-                "--database-url",
-                database_url,
-                "--shards",
-                "2",
-                "--log-format",
-                "json",
-            ])
+            .args(["--database-url", database_url, "--log-format", "json"])
+            .args(shards)
             .args(extra)
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
@@ -120,6 +121,12 @@ impl Process {
                 return event;
             }
         }
+    }
+
+    /// The Prometheus text of this process's /metrics: numbers of its own, where an in-process
+    /// [`TestServer`](super::TestServer) shows those of every server of the test binary.
+    pub async fn metrics(&self) -> String {
+        super::http_get(self.http, "/metrics").await.unwrap().1
     }
 
     /// Sends a signal by name (TERM, KILL…).
