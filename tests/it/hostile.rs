@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use crate::common;
 use crate::common::process::Process;
 use crate::common::raw_grpc::{call, field, frame, varint};
-use crate::common::{chunk, metric, open_push, push, record, Backend, TestDb};
+use crate::common::{
+    chunk, metric, open_push, push, record, wait_until, Backend, TestDb, DEADLINE,
+};
 use bytes::Bytes;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
@@ -565,16 +567,16 @@ async fn a_client_that_never_reads_its_answer_holds_nothing() {
         // The socket is kept open and never read.
         sockets.push(socket);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = server.metrics().await;
-        let done = metric(&text, "loghaul_streams_total{outcome=\"ok\"}");
-        if done == 20.0 && metric(&text, "loghaul_active_streams") == 0.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "streams still open: {done} done");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the 20 streams to be answered and closed",
+        DEADLINE,
+        async || {
+            let text = server.metrics().await;
+            metric(&text, "loghaul_streams_total{outcome=\"ok\"}") == 20.0
+                && metric(&text, "loghaul_active_streams") == 0.0
+        },
+    )
+    .await;
     assert_eq!(db.count().await, 20 * 50);
     drop(sockets);
 }
@@ -676,20 +678,15 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
             }));
         }
     }
-    // Wait until the server holds them all.
+    // Wait until the server holds them all, before the idle timeout ends any.
     let mut peak_rss = 0;
-    loop {
+    let what = format!("{STREAMS} streams open before the idle timeout");
+    wait_until(&what, idle.saturating_sub(opened.elapsed()), async || {
         let active = metric(&server.metrics().await, "loghaul_active_streams");
         peak_rss = peak_rss.max(server.rss().0);
-        if active as usize == STREAMS {
-            break;
-        }
-        assert!(
-            opened.elapsed() < idle,
-            "only {active} of {STREAMS} streams open before the idle timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        active as usize == STREAMS
+    })
+    .await;
     let all_open = opened.elapsed();
     let per_stream = peak_rss.saturating_sub(rss_before) / STREAMS as u64;
     eprintln!(
@@ -793,7 +790,9 @@ async fn requests_that_expand_in_memory_are_charged_for_what_they_become() {
         peak >> 20,
         (baseline + 3 * DEFAULT_BUDGET) >> 20
     );
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Both are refused in seconds (8 s on a debug build on a busy 2-core machine); that nothing
+    // was built is the peak RSS's to show.
+    assert!(took < Duration::from_secs(30), "{took:?}");
     assert_eq!(
         db.count().await,
         0,

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::held_lock::HeldLock;
 use crate::common::process::Process;
-use crate::common::{chunk, config, http_get, metric, open_push, Backend, TestDb, TestServer};
+use crate::common::{
+    chunk, config, http_get, metric, open_push, wait_until, Backend, TestDb, TestServer, DEADLINE,
+};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
 use tonic::Code;
@@ -84,26 +86,25 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
     while let Some(outcome) = finished.recv().await {
         told_to_back_off(outcome);
     }
-    let started = Instant::now();
     let mut client = LogIngestClient::connect(endpoint).await.unwrap();
-    let response = loop {
-        match client
+    let mut accepted = 0;
+    wait_until(
+        "throughput to recover",
+        Duration::from_secs(20),
+        async || match client
             .push(tokio_stream::iter(vec![chunk("after", 50)]))
             .await
         {
-            Ok(response) => break response.into_inner(),
-            Err(status) if status.code() == Code::ResourceExhausted => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "throughput did not recover"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(response) => {
+                accepted = response.into_inner().accepted;
+                true
             }
+            Err(status) if status.code() == Code::ResourceExhausted => false,
             Err(status) => panic!("{status:?}"),
-        }
-    };
-    assert_eq!(response.accepted, 50);
-    assert!(started.elapsed() < Duration::from_secs(20));
+        },
+    )
+    .await;
+    assert_eq!(accepted, 50);
     let stored = db
         .query_scalar("SELECT count(*) FROM logs WHERE message LIKE 'after-%'")
         .await;
@@ -160,14 +161,16 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
             sent
         }));
     }
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Every stream is open and the budget is what fills up: the server has stopped reading.
+    let mut buffered = 0.0;
+    wait_until("256 streams and a full budget", DEADLINE, async || {
+        let text = server.metrics().await;
+        buffered = metric(&text, "loghaul_buffered_bytes");
+        metric(&text, "loghaul_active_streams") == 256.0 && buffered > (BUDGET / 2) as f64
+    })
+    .await;
     let (during, peak) = server.rss();
-    let buffered = metric(&server.metrics().await, "loghaul_buffered_bytes");
-    assert!(
-        buffered > (BUDGET / 2) as f64,
-        "the budget is what fills up: {buffered}"
-    );
-    assert!(buffered <= BUDGET as f64);
+    assert!(buffered <= BUDGET as f64, "{buffered}");
     let (ready, _) = http_get(server.http, "/readyz").await.unwrap();
     assert_eq!(ready, 200, "a full service is still a healthy one");
     // Beyond the budget each stream may hold its HTTP/2 window (64 KiB) and its decode buffer

@@ -13,7 +13,7 @@ pub mod raw_grpc;
 pub mod slow_read;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use loghaul::config::ServeConfig;
@@ -290,13 +290,10 @@ impl TestServer {
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..200 {
-            if let Ok((200, _)) = http_get(self.http, "/readyz").await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the server did not become ready");
+        wait_until("the server to become ready", DEADLINE, async || {
+            matches!(http_get(self.http, "/readyz").await, Ok((200, _)))
+        })
+        .await;
     }
 
     /// A client on a fresh connection.
@@ -345,6 +342,24 @@ impl TestServer {
             .expect("the server stops within 30 s")
             .expect("the server task does not panic")
             .expect("the server stops cleanly");
+    }
+}
+
+/// How long a test waits for something that should happen soon: generous, so that a slow or busy
+/// machine passes, since a wait ends as soon as its condition holds.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Polls `condition` every 20 ms until it holds; panics naming `what` when it still does not
+/// after `deadline`. What a test waits for (a tail connected, a queue full, rows stored) is
+/// observed, never assumed after a sleep.
+pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !condition().await {
+        assert!(
+            started.elapsed() < deadline,
+            "waited {deadline:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -139,18 +139,9 @@ impl Process {
     }
 
     /// Waits for the exit, failing the test after `limit`.
-    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "the server did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        exit_status_within(&mut self.child, limit)
+            .unwrap_or_else(|| panic!("the server did not exit within {limit:?}"))
     }
 
     /// Everything the process wrote to stdout and stderr so far.
@@ -179,6 +170,33 @@ impl Process {
         };
         (field("VmRSS:"), field("VmHWM:"))
     }
+}
+
+/// Waits up to `limit` for `child` to exit: its status, or `None` if it still runs.
+pub fn exit_status_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit and returns its output, failing the test with `expectation` after
+/// `limit`.
+pub async fn output_within(child: Child, limit: Duration, expectation: &str) -> Output {
+    tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect(expectation)
+    .unwrap()
+    .unwrap()
 }
 
 fn forward_lines(
