@@ -2,14 +2,13 @@
 //! rename-and-recreate rotation and a truncation, each line exactly once; SIGTERM flushes and
 //! prints the summary.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{assert_success, Process, BINARY};
-use common::{Backend, TestDb};
+use crate::common;
+use crate::common::process::{assert_success, output_within, Process, BINARY};
+use crate::common::{wait_until, Backend, TestDb, DEADLINE};
 
 fn append(path: &std::path::Path, lines: std::ops::Range<usize>) {
     let mut file = std::fs::OpenOptions::new()
@@ -23,18 +22,36 @@ fn append(path: &std::path::Path, lines: std::ops::Range<usize>) {
 }
 
 async fn wait_for_count(db: &TestDb, expected: i64) {
-    let started = Instant::now();
-    loop {
+    let what = format!("{expected} rows stored");
+    wait_until(&what, Duration::from_secs(60), async || {
         let count = db.count().await;
-        if count == expected {
-            return;
-        }
         assert!(
-            count < expected && started.elapsed() < Duration::from_secs(60),
+            count <= expected,
             "{count} rows stored, {expected} expected"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        count == expected
+    })
+    .await;
+}
+
+/// Where the process `pid` is in its open file `path`, from /proc (`None` while it has no such
+/// file open).
+fn read_position(pid: u32, path: &std::path::Path) -> Option<u64> {
+    let path = path.canonicalize().ok()?;
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).ok()? {
+        let fd = fd.ok()?;
+        if std::fs::read_link(fd.path()).ok()? != path {
+            continue;
+        }
+        let info =
+            std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_str()?))
+                .ok()?;
+        return info
+            .lines()
+            .find_map(|line| line.strip_prefix("pos:"))
+            .and_then(|pos| pos.trim().parse().ok());
     }
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +63,7 @@ async fn follow_survives_rotation_and_truncation() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("app.log");
     append(&log, 0..100);
-    let mut sender = Command::new(BINARY)
+    let sender = Command::new(BINARY)
         .args([
             "send",
             "--follow",
@@ -71,13 +88,19 @@ async fn follow_survives_rotation_and_truncation() {
     std::fs::rename(&log, dir.path().join("app.log.1")).unwrap();
     writeln!(old, "line {:05}", 250).unwrap();
     drop(old);
-    std::thread::sleep(Duration::from_millis(200));
+    // The line written after the rename is read from the old file while no new one exists.
+    wait_for_count(&db, 251).await;
     append(&log, 251..300);
     wait_for_count(&db, 300).await;
 
-    // Truncation in place, then new lines.
+    // Truncation in place, seen by the sender (it reads from the start again), then new lines.
     std::fs::write(&log, "").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until(
+        "the sender to read the truncated file from its start",
+        DEADLINE,
+        async || read_position(sender.id(), &log) == Some(0),
+    )
+    .await;
     append(&log, 300..320);
     wait_for_count(&db, 320).await;
 
@@ -86,19 +109,7 @@ async fn follow_survives_rotation_and_truncation() {
         .status()
         .unwrap();
     assert!(status.success());
-    let output = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        while sender.try_wait().unwrap().is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "send exits on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        sender.wait_with_output().unwrap()
-    })
-    .await
-    .unwrap();
+    let output = output_within(sender, DEADLINE, "send exits on SIGTERM").await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_success(&output);
     assert_eq!(stdout.trim(), "accepted 320 rejected 0");

@@ -3,15 +3,16 @@
 //! without `from` bounded in time, a tenant's concurrent reads capped without touching the
 //! other tenants', and open tails capped per tenant and overall.
 
-mod common;
-
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
-use common::http::get;
-use common::slow_read::{wait_for_waiting_reads, SlowRead};
-use common::{config, push, push_as, record, record_at, with_key, Backend, TestDb, TestServer};
+use crate::common::http::get;
+use crate::common::slow_read::{wait_for_waiting_reads, SlowRead};
+use crate::common::{
+    config, push, push_as, record, record_at, wait_until, with_key, Backend, TestDb, TestServer,
+    DEADLINE,
+};
 use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use prost::Message;
 use sqlx::{ConnectOptions, Row};
@@ -444,17 +445,16 @@ async fn tails_past_the_caps_are_refused_and_a_closed_one_frees_its_place(db: &T
 
     // Closing a tail gives its place back, once the server has seen the client go.
     drop(first);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let _again = loop {
+    let mut again = None;
+    wait_until("the closed tail's place to be free", DEADLINE, async || {
         match open("key-a").await {
-            Ok(tail) => break tail,
-            Err(status) if status.code() == Code::ResourceExhausted => {
-                assert!(std::time::Instant::now() < deadline, "{status:?}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            Ok(tail) => again = Some(tail),
+            Err(status) if status.code() == Code::ResourceExhausted => {}
             Err(status) => panic!("{status:?}"),
         }
-    };
+        again.is_some()
+    })
+    .await;
     server.stop().await;
 }
 on_both_backends!(

@@ -1,8 +1,9 @@
-//! The real binary as a child process, for tests that signal it or measure its memory.
+//! The real binary as a child process, for tests that signal it, measure its memory or read
+//! metrics of its own.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -51,7 +52,8 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `loghaul serve` on `database_url` with two shards and `extra` flags.
+    /// Starts `loghaul serve` on `database_url` with `extra` flags, and two shards unless `extra`
+    /// says how many.
     pub fn serve(database_url: &str, extra: &[&str]) -> Process {
         Process::spawn(EPHEMERAL, database_url, extra, &[])
     }
@@ -67,15 +69,14 @@ impl Process {
     }
 
     fn spawn(listen: &str, database_url: &str, extra: &[&str], env: &[(&str, &str)]) -> Process {
+        let shards: &[&str] = if extra.contains(&"--shards") {
+            &[]
+        } else {
+            &["--shards", "2"]
+        };
         let mut child = serve_command_at(listen, EPHEMERAL)
-            .args([
-                "--database-url",
-                database_url,
-                "--shards",
-                "2",
-                "--log-format",
-                "json",
-            ])
+            .args(["--database-url", database_url, "--log-format", "json"])
+            .args(shards)
             .args(extra)
             .envs(env.iter().copied())
             .stderr(Stdio::piped())
@@ -122,6 +123,12 @@ impl Process {
         }
     }
 
+    /// The Prometheus text of this process's /metrics: numbers of its own, where an in-process
+    /// [`TestServer`](super::TestServer) shows those of every server of the test binary.
+    pub async fn metrics(&self) -> String {
+        super::http_get(self.http, "/metrics").await.unwrap().1
+    }
+
     /// Sends a signal by name (TERM, KILL…).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
@@ -132,18 +139,9 @@ impl Process {
     }
 
     /// Waits for the exit, failing the test after `limit`.
-    pub fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "the server did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        exit_status_within(&mut self.child, limit)
+            .unwrap_or_else(|| panic!("the server did not exit within {limit:?}"))
     }
 
     /// Everything the process wrote to stdout and stderr so far.
@@ -172,6 +170,33 @@ impl Process {
         };
         (field("VmRSS:"), field("VmHWM:"))
     }
+}
+
+/// Waits up to `limit` for `child` to exit: its status, or `None` if it still runs.
+pub fn exit_status_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if started.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit and returns its output, failing the test with `expectation` after
+/// `limit`.
+pub async fn output_within(child: Child, limit: Duration, expectation: &str) -> Output {
+    tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    .expect(expectation)
+    .unwrap()
+    .unwrap()
 }
 
 fn forward_lines(

@@ -1,13 +1,10 @@
 //! The real binary: API keys reloaded on SIGHUP and when the keys file changes, `loghaul query` /
 //! `loghaul tail` output, and `loghaul bench`'s paced runs.
 
-mod common;
-
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::process::{assert_success, Process, BINARY};
-use common::{push_as, record, Backend, TestDb};
+use crate::common::process::{assert_success, output_within, Process, BINARY};
+use crate::common::{metric, push_as, record, wait_until, Backend, TestDb, DEADLINE};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tonic::Code;
 
@@ -132,24 +129,26 @@ async fn serve_with_key_one(
     (server, client)
 }
 
-/// Waits up to 20 s for a push with `key` to end with `code`.
+/// Waits for a push with `key` to end with `code`.
 async fn wait_for_code(
     client: &mut LogIngestClient<tonic::transport::Channel>,
     key: &str,
     code: Code,
 ) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = push_code(client, key).await;
-        if got == code {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a push with {key:?} still ends with {got:?}, not {code:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("a push with {key:?} to end with {code:?}");
+    wait_until(&what, DEADLINE, async || {
+        push_code(client, key).await == code
+    })
+    .await;
+}
+
+/// Waits until `server` has `count` tails open.
+async fn wait_for_tails(server: &Process, count: f64) {
+    let what = format!("{count} open tails");
+    wait_until(&what, DEADLINE, async || {
+        metric(&server.metrics().await, "loghaul_tail_subscribers") == count
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,11 +286,11 @@ async fn query_and_tail_commands_print_json_lines() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // Let the tail connect and take its starting point before the records are committed.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The tail takes its starting point before the records are committed.
+    wait_for_tails(&server, 1.0).await;
     let later = (0..3).map(|n| record(format!("later {n}"))).collect();
     push_as(&mut client, "key-a", vec![later]).await.unwrap();
-    let output = exit_within_30s(tail, "tail --limit 3 exits after three records").await;
+    let output = output_within(tail, DEADLINE, "tail --limit 3 exits after three records").await;
     assert!(output.status.success());
     let messages = json_messages(&output.stdout);
     assert_eq!(messages, ["later 0", "later 1", "later 2"]);
@@ -321,7 +320,7 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_for_tails(&server, 1.0).await;
     for n in 0..3 {
         // A fresh connection each time, since the server closes old ones.
         let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
@@ -335,9 +334,21 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         )
         .await
         .unwrap();
-        tokio::time::sleep(Duration::from_millis(2500)).await;
+        if n == 2 {
+            break;
+        }
+        // The next pair goes to the next connection: once the server has closed this one, its
+        // tail has ended (its client gone, as far as the server knows) and the command opens a
+        // new one.
+        let what = format!("tail {} to end and the next to open", n + 1);
+        wait_until(&what, DEADLINE, async || {
+            let text = server.metrics().await;
+            metric(&text, "loghaul_tails_ended_total{reason=\"client_gone\"}") > n as f64
+                && metric(&text, "loghaul_tail_subscribers") == 1.0
+        })
+        .await;
     }
-    let output = exit_within_30s(tail, "the tail exits after six records").await;
+    let output = output_within(tail, DEADLINE, "the tail exits after six records").await;
     assert_success(&output);
     let messages = json_messages(&output.stdout);
     assert_eq!(
@@ -345,18 +356,6 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
         ["r0", "r1", "r2", "r3", "r4", "r5"],
         "every record once, across reconnects"
     );
-}
-
-/// Waits for `child` to exit and returns its output, failing the test with `expectation` after 30 s.
-async fn exit_within_30s(child: std::process::Child, expectation: &str) -> std::process::Output {
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    .expect(expectation)
-    .unwrap()
-    .unwrap()
 }
 
 #[test]

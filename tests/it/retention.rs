@@ -1,12 +1,13 @@
 //! Retention end to end: old data goes while ingest continues, and nothing is left behind —
 //! no partition (PostgreSQL), no row in any table.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
+use crate::common::process::Process;
+use crate::common::{
+    config, metric, push, record, record_at, wait_until, Backend, TestDb, TestServer, DEADLINE,
+};
 use chrono::{Days, TimeDelta, Utc};
-use common::{config, push, record, record_at, Backend, TestDb, TestServer};
 use loghaul::retention::{run_once, RetentionConfig};
 use loghaul::storage::postgres::{create_partitions, partition_day, RETENTION_LOCK_KEY};
 use loghaul::storage::{PoolOptions, Store};
@@ -28,7 +29,7 @@ async fn migrated(db: &TestDb) -> Store {
 }
 
 /// Pushes small chunks until cancelled; returns how many records were accepted.
-fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
+fn keep_ingesting(server: &Process, stop: CancellationToken) -> tokio::task::JoinHandle<u64> {
     let grpc = server.grpc;
     tokio::spawn(async move {
         let mut client = loghaul::proto::v1::log_ingest_client::LogIngestClient::connect(format!(
@@ -50,37 +51,39 @@ fn keep_ingesting(server: &TestServer, stop: CancellationToken) -> tokio::task::
 }
 
 /// Starts a server keeping `(retention, interval)` while streams keep pushing, waits until
-/// `old_rows` counts none, lets ingest go on for `after`, and returns the server with how many
-/// records the streams had acknowledged (at least one).
+/// `old_rows` counts none, lets ingest go on through one more retention run, and returns the
+/// server with how many records the streams had acknowledged (at least one). The server is a
+/// process of its own, so that its retention metrics count its runs alone.
 async fn retain_while_ingesting(
     db: &TestDb,
     (retention, interval): (&str, &str),
     old_rows: &str,
-    after: Duration,
-) -> (TestServer, u64) {
-    let mut settings = config(db);
-    settings.retention = retention.parse().unwrap();
-    settings.retention_interval = interval.parse().unwrap();
-    let server = TestServer::start(settings).await;
+) -> (Process, u64) {
+    let server = Process::serve(
+        &db.url,
+        &["--retention", retention, "--retention-interval", interval],
+    );
     let stop = CancellationToken::new();
     let ingest = keep_ingesting(&server, stop.clone());
-    wait_for("old rows to go", async || {
+    let runs = async || {
+        metric(
+            &server.metrics().await,
+            "loghaul_retention_runs_total{outcome=\"ok\"}",
+        )
+    };
+    wait_until("old rows to go", Duration::from_secs(60), async || {
         db.query_scalar(old_rows).await == 0
     })
     .await;
-    tokio::time::sleep(after).await;
+    let gone_after = runs().await;
+    wait_until("one more retention run", DEADLINE, async || {
+        runs().await > gone_after
+    })
+    .await;
     stop.cancel();
     let accepted = ingest.await.unwrap();
     assert!(accepted > 0, "ingest went on during retention");
     (server, accepted)
-}
-
-async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,12 +133,10 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
         "rows with no partition of their day are in the default one"
     );
 
-    // 700 ms: ingest runs through at least one more retention run.
     let (server, accepted) = retain_while_ingesting(
         &db,
         ("2d", "300ms"),
         "SELECT count(*) FROM logs WHERE ts < now() - interval '2 days'",
-        Duration::from_millis(700),
     )
     .await;
 
@@ -186,18 +187,18 @@ async fn old_partitions_are_dropped_while_ingest_continues() {
     let metrics = server.metrics().await;
     let dropped = metric(&metrics, "loghaul_retention_partitions_dropped_total");
     assert!(dropped >= 3.0, "{dropped}");
-    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
+    assert_eq!(
+        metric(&metrics, "loghaul_retention_rows_deleted_total"),
+        12000.0
+    );
     assert!(metric(&metrics, "loghaul_retention_last_run_timestamp_seconds") > 0.0);
-    server.stop().await;
+    stop(server);
 }
 
-/// The value of an unlabelled metric (summed over processes' servers in this test binary).
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|line| line.starts_with(name) && line[name.len()..].starts_with(' '))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in metrics"))
+/// SIGTERM, and a clean exit.
+fn stop(mut server: Process) {
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
 }
 
 /// Retention keeping two days, for tests that call `run_once` themselves.
@@ -225,7 +226,22 @@ async fn one_replica_at_a_time_runs_retention() {
     assert!(locked);
     let report = run_once(&store, &config).await.unwrap();
     assert!(!report.ran, "skipped while another replica holds the lock");
+    // The replica goes away; its backend releases the lock once it has ended, which is after
+    // close() returns.
     other_replica.close().await.unwrap();
+    wait_until(
+        "the other replica's lock to be released",
+        DEADLINE,
+        async || {
+            db.query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            )
+            .await
+                == 0
+        },
+    )
+    .await;
     let report = run_once(&store, &config).await.unwrap();
     assert!(report.ran);
     store.close().await;
@@ -253,7 +269,6 @@ async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
         db,
         ("1h", "200ms"),
         "SELECT count(*) FROM logs WHERE service = 'old'",
-        Duration::from_millis(300),
     )
     .await;
     assert_eq!(
@@ -262,8 +277,11 @@ async fn sqlite_deletes_old_rows_in_chunks_while_ingest_continues(db: &TestDb) {
         "every live record stayed"
     );
     let metrics = server.metrics().await;
-    assert!(metric(&metrics, "loghaul_retention_rows_deleted_total") >= 12000.0);
-    server.stop().await;
+    assert_eq!(
+        metric(&metrics, "loghaul_retention_rows_deleted_total"),
+        12000.0
+    );
+    stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

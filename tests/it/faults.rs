@@ -2,16 +2,15 @@
 //! store that vanishes and comes back, database backends terminated under load. The promise under
 //! test: a record whose stream was acknowledged is stored.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::process::Process;
-use common::proxy::Proxy;
-use common::{http_get, push, record, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::process::Process;
+use crate::common::proxy::Proxy;
+use crate::common::{http_get, push, record, wait_until, Backend, TestDb, TestServer, DEADLINE};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use sqlx::Connection;
 use tonic::Code;
@@ -53,6 +52,7 @@ impl Load {
                         // cut open streams" true of any dead server.
                         let Ok(mut client) = LogIngestClient::connect(endpoint.clone()).await
                         else {
+                            // A client's pause before it tries again.
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         };
@@ -64,6 +64,7 @@ impl Load {
                             }
                             Err(status) => {
                                 *failures.lock().unwrap().entry(status.code()).or_default() += 1;
+                                // A client's pause before it tries again.
                                 tokio::time::sleep(Duration::from_millis(50)).await;
                             }
                         }
@@ -82,6 +83,16 @@ impl Load {
     /// Records acknowledged so far.
     fn acked_count(&self) -> usize {
         self.acked.lock().unwrap().len()
+    }
+
+    /// Streams that failed with `code` so far.
+    fn failed_with(&self, code: Code) -> usize {
+        self.failures
+            .lock()
+            .unwrap()
+            .get(&code)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Stops every worker and returns what was acknowledged and how opened streams failed.
@@ -135,22 +146,12 @@ fn assert_all_stored(acked: &HashSet<String>, copies: &HashMap<String, usize>) {
     );
 }
 
-async fn wait_until(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) {
-    let started = Instant::now();
-    while !condition().await {
-        assert!(started.elapsed() < limit, "{what} within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn sigkill_under_load_loses_no_acknowledged_record(db: &TestDb) {
     let mut server = Process::serve(&db.url, &[]);
     let load = Load::start(format!("http://{}", server.grpc), 16);
-    wait_until(
-        "some streams are acknowledged",
-        Duration::from_secs(30),
-        async || load.acked_count() >= 5_000,
-    )
+    wait_until("some streams to be acknowledged", DEADLINE, async || {
+        load.acked_count() >= 5_000
+    })
     .await;
     server.signal("KILL");
     let status = server.wait(Duration::from_secs(10));
@@ -200,20 +201,23 @@ async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
     let url = format!("postgres://{user}@{}/{database}", proxy.addr);
     let mut server = Process::serve(&url, &["--store-retry-timeout", "2s"]);
     let load = Load::start(format!("http://{}", server.grpc), 4);
-    wait_until("load is flowing", Duration::from_secs(30), async || {
+    wait_until("load to flow", DEADLINE, async || {
         load.acked_count() >= 2_000
     })
     .await;
 
     proxy.cut();
-    let cut_at = Instant::now();
-    wait_until("/readyz turns false", Duration::from_secs(30), async || {
+    wait_until("/readyz to turn false", DEADLINE, async || {
         matches!(http_get(server.http, "/readyz").await, Ok((503, _)))
     })
     .await;
-    // Hold the outage past the retry timeout so some streams must give up.
-    tokio::time::sleep(Duration::from_secs(3).saturating_sub(cut_at.elapsed())).await;
+    // The outage lasts past the retry timeout: streams give up.
+    wait_until("a stream to end with UNAVAILABLE", DEADLINE, async || {
+        load.failed_with(Code::Unavailable) > 0
+    })
+    .await;
     let acked_during_outage = load.acked_count();
+    // A second during which nothing at all may be acknowledged.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         load.acked_count(),
@@ -227,16 +231,14 @@ async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
     );
 
     proxy.restore().await;
-    wait_until(
-        "/readyz turns true again",
-        Duration::from_secs(30),
-        async || matches!(http_get(server.http, "/readyz").await, Ok((200, _))),
-    )
+    wait_until("/readyz to turn true again", DEADLINE, async || {
+        matches!(http_get(server.http, "/readyz").await, Ok((200, _)))
+    })
     .await;
     let recovered_from = load.acked_count();
     wait_until(
-        "throughput recovers without a restart",
-        Duration::from_secs(30),
+        "throughput to recover without a restart",
+        DEADLINE,
         async || load.acked_count() >= recovered_from + 2_000,
     )
     .await;
@@ -267,11 +269,9 @@ async fn terminated_database_backends_are_retried_without_losing_acknowledged_re
     let mut terminated = 0;
     for _ in 0..5 {
         let before = load.acked_count();
-        wait_until(
-            "streams keep being acknowledged",
-            Duration::from_secs(30),
-            async || load.acked_count() >= before + 1_000,
-        )
+        wait_until("streams to keep being acknowledged", DEADLINE, async || {
+            load.acked_count() >= before + 1_000
+        })
         .await;
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -283,7 +283,7 @@ async fn terminated_database_backends_are_retried_without_losing_acknowledged_re
         terminated += killed.len();
     }
     let before = load.acked_count();
-    wait_until("throughput recovers", Duration::from_secs(30), async || {
+    wait_until("throughput to recover", DEADLINE, async || {
         load.acked_count() >= before + 1_000
     })
     .await;
@@ -382,16 +382,18 @@ async fn a_full_disk_is_a_clear_unavailable_and_recovers_when_space_returns() {
     assert!(http_get(server.http, "/healthz").await.is_ok());
 
     disk.resize("64m");
-    let mut stored_after = false;
-    for _ in 0..50 {
-        if let Ok(response) = push(&mut client, vec![vec![record("room again")]]).await {
-            assert_eq!(response.accepted, 1);
-            stored_after = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(stored_after, "the service stores again once space returns");
+    wait_until(
+        "the service to store again once space returns",
+        DEADLINE,
+        async || match push(&mut client, vec![vec![record("room again")]]).await {
+            Ok(response) => {
+                assert_eq!(response.accepted, 1);
+                true
+            }
+            Err(_) => false,
+        },
+    )
+    .await;
     server.signal("TERM");
     assert!(server.wait(Duration::from_secs(30)).success());
     assert!(

@@ -1,13 +1,15 @@
 //! OTLP logs end to end: a real server on ephemeral ports, the tonic client that
 //! opentelemetry-proto generates, a real database, the same suite on SQLite and PostgreSQL.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::held_lock::HeldLock;
-use common::{config, http_get, push, record, Backend, StoredRow, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::process::Process;
+use crate::common::{
+    config, http_get, metric, push, record, wait_until, Backend, StoredRow, TestDb, TestServer,
+    DEADLINE,
+};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -23,8 +25,8 @@ use tonic::Code;
 
 const LOGS_SERVICE: &str = "opentelemetry.proto.collector.logs.v1.LogsService";
 
-async fn otlp_client(server: &TestServer) -> LogsServiceClient<Channel> {
-    LogsServiceClient::connect(format!("http://{}", server.grpc))
+async fn otlp_client(grpc: std::net::SocketAddr) -> LogsServiceClient<Channel> {
+    LogsServiceClient::connect(format!("http://{grpc}"))
         .await
         .unwrap()
 }
@@ -125,7 +127,7 @@ fn by_message(rows: Vec<StoredRow>) -> HashMap<String, StoredRow> {
 
 async fn every_otlp_shape_is_stored_as_documented(db: &TestDb) {
     let server = TestServer::start(config(db)).await;
-    let mut client = otlp_client(&server).await;
+    let mut client = otlp_client(server.grpc).await;
     let event_time = nanos_ago(Duration::from_secs(30));
     let observed_time = nanos_ago(Duration::from_secs(20));
 
@@ -280,7 +282,7 @@ async fn bad_records_are_a_partial_success_and_the_rest_is_stored(db: &TestDb) {
     let mut settings = config(db);
     settings.max_message_bytes = "1KiB".parse().unwrap();
     let server = TestServer::start(settings).await;
-    let mut client = otlp_client(&server).await;
+    let mut client = otlp_client(server.grpc).await;
 
     let mut short_trace = log("bad-trace");
     short_trace.trace_id = vec![1; 5];
@@ -374,7 +376,7 @@ async fn compressed_requests_are_accepted(db: &TestDb) {
         (CompressionEncoding::Gzip, "gzip"),
         (CompressionEncoding::Zstd, "zstd"),
     ] {
-        let mut client = otlp_client(&server)
+        let mut client = otlp_client(server.grpc)
             .await
             .send_compressed(encoding)
             .accept_compressed(encoding);
@@ -438,10 +440,10 @@ async fn oversized_requests_get_resource_exhausted_before_and_after_decompressio
         );
     };
 
-    let mut plain = otlp_client(&server).await;
+    let mut plain = otlp_client(server.grpc).await;
     assert_explained(plain.export(big()).await.unwrap_err());
     // Gzip shrinks it far below the limit on the wire; the limit applies once it is inflated.
-    let mut gzip = otlp_client(&server)
+    let mut gzip = otlp_client(server.grpc)
         .await
         .send_compressed(CompressionEncoding::Gzip);
     assert_explained(gzip.export(big()).await.unwrap_err());
@@ -476,7 +478,7 @@ async fn the_export_answer_waits_for_the_commit(db: &TestDb) {
     settings.store_retry_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(db).await;
-    let mut client = otlp_client(&server).await;
+    let mut client = otlp_client(server.grpc).await;
     let records = (0..50).map(|n| log(&format!("held-{n}"))).collect();
     let mut exported =
         tokio::spawn(async move { client.export(simple_request("held", records)).await });
@@ -501,14 +503,24 @@ async fn the_export_answer_waits_for_the_commit(db: &TestDb) {
 on_both_backends!(ack_waits_for_commit, the_export_answer_waits_for_the_commit);
 
 async fn a_full_pipeline_answers_resource_exhausted_with_retry_info(db: &TestDb) {
-    let mut settings = config(db);
-    settings.shards = 1;
-    settings.queue_capacity = 1;
-    settings.max_request_bytes = "16KiB".parse().unwrap();
-    settings.max_buffered_bytes = "16KiB".parse().unwrap();
-    settings.enqueue_timeout = "300ms".parse().unwrap();
-    settings.store_retry_timeout = "60s".parse().unwrap();
-    let server = TestServer::start(settings).await;
+    // A process of its own, whose queue depth shows when the pipeline is full.
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--shards",
+            "1",
+            "--queue-capacity",
+            "1",
+            "--max-request-bytes",
+            "16KiB",
+            "--max-buffered-bytes",
+            "16KiB",
+            "--enqueue-timeout",
+            "300ms",
+            "--store-retry-timeout",
+            "60s",
+        ],
+    );
     let lock = HeldLock::take(db).await;
 
     // Five resource attributes are sent once but stored on each of the 10 rows: about 6 KB
@@ -530,7 +542,7 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info(db: &TestDb)
     };
     let mut held = Vec::new();
     for name in ["heavy-a", "heavy-b"] {
-        let mut client = otlp_client(&server).await;
+        let mut client = otlp_client(server.grpc).await;
         let export = heavy(name);
         let mut waiting = tokio::spawn(async move { client.export(export).await });
         assert!(
@@ -541,7 +553,12 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info(db: &TestDb)
         );
         held.push(waiting);
     }
-    let mut second = otlp_client(&server).await;
+    // The first is in the batch being written, the second in the queue.
+    wait_until("the queue to be full", DEADLINE, async || {
+        metric(&server.metrics().await, "loghaul_queue_depth{shard=\"0\"}") == 1.0
+    })
+    .await;
+    let mut second = otlp_client(server.grpc).await;
     let started = std::time::Instant::now();
     let status = second
         .export(simple_request("refused", vec![log("refused")]))
@@ -576,7 +593,8 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info(db: &TestDb)
     let stored = db.stored().await;
     assert_eq!(stored.len(), 20, "the refused record was not stored");
     assert!(stored.iter().all(|row| row.service == "heavy"));
-    server.stop().await;
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
 }
 on_both_backends!(
     backpressure,

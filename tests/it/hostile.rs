@@ -4,15 +4,16 @@
 //! Each gets a precise status or a per-record rejection, and a metric; none crashes the server or
 //! makes it allocate what the input asks for.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::common;
+use crate::common::process::Process;
+use crate::common::raw_grpc::{call, field, frame, varint};
+use crate::common::{
+    chunk, metric, open_push, push, record, wait_until, Backend, TestDb, DEADLINE,
+};
 use bytes::Bytes;
-use common::process::Process;
-use common::raw_grpc::{call, field, frame, varint};
-use common::{chunk, http_get, open_push, push, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::{LogRecord, PushRequest, PushResponse};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
@@ -28,19 +29,6 @@ const MIB: usize = 1 << 20;
 const OK: i32 = 0;
 const INVALID_ARGUMENT: i32 = 3;
 const RESOURCE_EXHAUSTED: i32 = 8;
-
-/// The value of one series in Prometheus text, 0 when absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0.0)
-}
-
-async fn metrics(server: &Process) -> String {
-    http_get(server.http, "/metrics").await.unwrap().1
-}
 
 /// The encoded PushRequest of one record whose message is `size` bytes of 'a', streamed into
 /// `out` without ever holding the message: the prefix, then the bytes in 1 MiB pieces.
@@ -141,7 +129,7 @@ async fn oversized_and_bomb_messages_are_refused_without_allocating_their_size()
         "peak RSS grew by {} MiB for bombs of up to 1 GiB",
         grown >> 20
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -340,7 +328,7 @@ async fn malformed_and_deeply_nested_messages_get_invalid_argument() {
         ]
     );
 
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -435,7 +423,7 @@ async fn a_million_attributes_reject_the_record_not_the_server() {
         "{}",
         partial.error_message
     );
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,
@@ -579,16 +567,16 @@ async fn a_client_that_never_reads_its_answer_holds_nothing() {
         // The socket is kept open and never read.
         sockets.push(socket);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let text = metrics(&server).await;
-        let done = metric(&text, "loghaul_streams_total{outcome=\"ok\"}");
-        if done == 20.0 && metric(&text, "loghaul_active_streams") == 0.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "streams still open: {done} done");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until(
+        "the 20 streams to be answered and closed",
+        DEADLINE,
+        async || {
+            let text = server.metrics().await;
+            metric(&text, "loghaul_streams_total{outcome=\"ok\"}") == 20.0
+                && metric(&text, "loghaul_active_streams") == 0.0
+        },
+    )
+    .await;
     assert_eq!(db.count().await, 20 * 50);
     drop(sockets);
 }
@@ -653,7 +641,7 @@ async fn an_idle_stream_is_ended_after_its_records_are_committed() {
     assert_eq!(status.metadata().get("loghaul-accepted").unwrap(), "30");
     assert_eq!(db.count().await, 30);
     drop(chunks);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(&text, "loghaul_streams_total{outcome=\"idle_timeout\"}"),
         1.0
@@ -690,20 +678,15 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
             }));
         }
     }
-    // Wait until the server holds them all.
+    // Wait until the server holds them all, before the idle timeout ends any.
     let mut peak_rss = 0;
-    loop {
-        let active = metric(&metrics(&server).await, "loghaul_active_streams");
+    let what = format!("{STREAMS} streams open before the idle timeout");
+    wait_until(&what, idle.saturating_sub(opened.elapsed()), async || {
+        let active = metric(&server.metrics().await, "loghaul_active_streams");
         peak_rss = peak_rss.max(server.rss().0);
-        if active as usize == STREAMS {
-            break;
-        }
-        assert!(
-            opened.elapsed() < idle,
-            "only {active} of {STREAMS} streams open before the idle timeout"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        active as usize == STREAMS
+    })
+    .await;
     let all_open = opened.elapsed();
     let per_stream = peak_rss.saturating_sub(rss_before) / STREAMS as u64;
     eprintln!(
@@ -734,7 +717,7 @@ async fn ten_thousand_idle_streams_stay_bounded_and_are_closed() {
         .into(),
     );
     assert!(opened.elapsed() >= idle);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(metric(&text, "loghaul_active_streams"), 0.0);
     assert_eq!(
         metric(&text, "loghaul_streams_total{outcome=\"idle_timeout\"}"),
@@ -807,7 +790,9 @@ async fn requests_that_expand_in_memory_are_charged_for_what_they_become() {
         peak >> 20,
         (baseline + 3 * DEFAULT_BUDGET) >> 20
     );
-    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Both are refused in seconds (8 s on a debug build on a busy 2-core machine); that nothing
+    // was built is the peak RSS's to show.
+    assert!(took < Duration::from_secs(30), "{took:?}");
     assert_eq!(
         db.count().await,
         0,
@@ -825,7 +810,7 @@ async fn requests_that_expand_in_memory_are_charged_for_what_they_become() {
     .await;
     assert_eq!(answer.code, OK, "{answer:?}");
     assert_eq!(db.count().await, 3);
-    let text = metrics(&server).await;
+    let text = server.metrics().await;
     assert_eq!(
         metric(
             &text,

@@ -1,12 +1,14 @@
 //! What operators and tools see: /metrics, /healthz, /readyz, gRPC health and reflection.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::http::{get, kept_alive, read_until_closed};
-use common::{config, http_get, push, record, Backend, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::http::{get, kept_alive, read_until_closed};
+use crate::common::process::Process;
+use crate::common::{
+    config, http_get, push, record, wait_until, Backend, TestDb, TestServer, DEADLINE,
+};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tokio::io::AsyncWriteExt;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -20,13 +22,15 @@ async fn channel(server: &TestServer) -> tonic::transport::Channel {
         .unwrap()
 }
 
+/// A process of its own: the gauges below (queue capacities, readiness) would be any in-process
+/// server's, since they all share one metrics recorder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_queues_batches_and_records() {
     let db = TestDb::create(Backend::Sqlite, "metrics").await.unwrap();
-    let mut settings = config(&db);
-    settings.shards = 3;
-    let server = TestServer::start(settings).await;
-    let mut client = server.client().await;
+    let server = Process::serve(&db.url, &["--shards", "3"]);
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
     let mut bad = record("bad");
     bad.severity = 99;
     push(&mut client, vec![vec![record("a"), record("b"), bad]])
@@ -54,7 +58,6 @@ async fn metrics_show_queues_batches_and_records() {
     assert_eq!(http_get(server.http, "/healthz").await.unwrap().0, 200);
     let (status, body) = http_get(server.http, "/readyz").await.unwrap();
     assert_eq!((status, body.trim()), (200, "ready: sqlite store answers"));
-    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,18 +128,17 @@ async fn readiness_turns_off_while_draining() {
         })
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Its record is committed: the stream is open on the server.
+    wait_until("the record to be stored", DEADLINE, async || {
+        db.count().await == 1
+    })
+    .await;
     server.request_shutdown();
-    let mut draining = false;
-    for _ in 0..40 {
-        let (status, body) = http_get(server.http, "/readyz").await.unwrap();
-        if status == 503 && body.contains("draining") {
-            draining = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(draining, "readiness goes off as soon as shutdown starts");
+    // Readiness goes off as soon as shutdown starts (2 s: the original bound of this test).
+    wait_until("/readyz to say draining", Duration::from_secs(2), async || {
+        matches!(http_get(server.http, "/readyz").await, Ok((503, body)) if body.contains("draining"))
+    })
+    .await;
     drop(chunks);
     assert_eq!(open.await.unwrap().unwrap().into_inner().accepted, 1);
     server.stop().await;
@@ -189,14 +191,12 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
     let server = TestServer::start(settings).await;
     // The readiness checks of start-up may still hold a slot for a moment: a held connection
     // counts once it has been answered.
-    let deadline = Instant::now() + Duration::from_secs(10);
     let mut held = Vec::new();
-    while held.len() < 2 {
-        assert!(Instant::now() < deadline, "two connections are served");
-        if let Some(stream) = kept_alive(server.http, "/healthz").await {
-            held.push(stream);
-        }
-    }
+    wait_until("two connections to be served", DEADLINE, async || {
+        held.extend(kept_alive(server.http, "/healthz").await);
+        held.len() == 2
+    })
+    .await;
     let mut third = tokio::net::TcpStream::connect(server.http).await.unwrap();
     let _ = third
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: lo\r\n\r\n")
@@ -209,16 +209,19 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
     );
 
     drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let metrics = loop {
-        match http_get(server.http, "/metrics").await {
-            Ok((200, body)) => break body,
-            _ => assert!(
-                Instant::now() < deadline,
-                "served again once the held ones closed"
-            ),
-        }
-    };
+    let mut metrics = String::new();
+    wait_until(
+        "requests to be served again once the held connections closed",
+        DEADLINE,
+        async || match http_get(server.http, "/metrics").await {
+            Ok((200, body)) => {
+                metrics = body;
+                true
+            }
+            _ => false,
+        },
+    )
+    .await;
     assert!(
         metrics.contains("loghaul_http_connections_refused_total{listener=\"metrics\"}"),
         "{metrics}"
@@ -248,6 +251,7 @@ async fn readiness_stays_on_while_the_sqlite_writer_is_busy() {
         let (status, body) = http_get(server.http, "/readyz").await.unwrap();
         assert_eq!(status, 200, "after {samples} samples: {body}");
         samples += 1;
+        // Readiness is sampled throughout the window: that it stays on is what is tested.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(db.count().await, 0, "the write was held all along");

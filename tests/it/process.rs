@@ -1,12 +1,10 @@
 //! The real binary as an operator runs it: SIGTERM under load, `loghaul migrate`, start-up errors.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::process::{assert_success, serve_command, Process, BINARY};
-use common::{chunk, open_push, Backend, TestDb};
+use crate::common::process::{assert_success, serve_command, Process, BINARY};
+use crate::common::{chunk, metric, open_push, wait_until, Backend, TestDb, DEADLINE};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 
 async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
@@ -27,11 +25,15 @@ async fn sigterm_under_load_loses_no_acknowledged_record(db: &TestDb) {
                 {
                     break;
                 }
+                // Paced, so that the streams are still sending when SIGTERM comes.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    wait_until("8 streams open on the server", DEADLINE, async || {
+        metric(&server.metrics().await, "loghaul_active_streams") == 8.0
+    })
+    .await;
     server.signal("TERM");
     for feeder in feeders {
         feeder.await.unwrap();

@@ -3,12 +3,11 @@
 //! connection killed under it, a broken keys file reloaded, a failed start-up; then every line
 //! it wrote to stdout and stderr, and its metrics, are searched for each secret.
 
-mod common;
-
 use std::time::Duration;
 
-use common::process::{serve_command, Process};
-use common::{http_get, push_as, query_all, record, Backend, TestDb};
+use crate::common;
+use crate::common::process::{serve_command, Process};
+use crate::common::{http_get, push_as, query_all, record, Backend, TestDb};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::log_query_client::LogQueryClient;
 use loghaul::proto::v1::Filter;

@@ -5,8 +5,6 @@
 //! PostgreSQL answers they print a loud SKIPPED line, unless `LOGHAUL_REQUIRE_POSTGRES=1` (CI sets
 //! it), in which case they fail.
 
-#![allow(dead_code)]
-
 pub mod held_lock;
 pub mod http;
 pub mod process;
@@ -15,7 +13,7 @@ pub mod raw_grpc;
 pub mod slow_read;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use loghaul::config::ServeConfig;
@@ -265,14 +263,9 @@ pub struct TestServer {
 impl TestServer {
     /// Starts `loghaul::server::run` on ephemeral loopback ports and waits until it answers.
     pub async fn start(config: ServeConfig) -> TestServer {
-        TestServer::start_on(config, std::net::Ipv4Addr::LOCALHOST.into()).await
-    }
-
-    /// Like [`TestServer::start`], with gRPC and the console on `ip` (metrics stay on loopback).
-    pub async fn start_on(config: ServeConfig, ip: std::net::IpAddr) -> TestServer {
-        let grpc_listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let console_listener = TcpListener::bind((ip, 0)).await.unwrap();
+        let console_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
         let console = console_listener.local_addr().unwrap();
@@ -297,13 +290,10 @@ impl TestServer {
     }
 
     async fn wait_ready(&self) {
-        for _ in 0..200 {
-            if let Ok((200, _)) = http_get(self.http, "/readyz").await {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("the server did not become ready");
+        wait_until("the server to become ready", DEADLINE, async || {
+            matches!(http_get(self.http, "/readyz").await, Ok((200, _)))
+        })
+        .await;
     }
 
     /// A client on a fresh connection.
@@ -330,7 +320,9 @@ impl TestServer {
             .into_inner()
     }
 
-    /// The Prometheus text of /metrics.
+    /// The Prometheus text of /metrics. The metrics recorder is one per process, so this shows
+    /// the sums over every server that the tests of this binary run: a number that must be this
+    /// server's alone is read from a [`process::Process`], or from a series only its test touches.
     pub async fn metrics(&self) -> String {
         http_get(self.http, "/metrics").await.unwrap().1
     }
@@ -351,6 +343,34 @@ impl TestServer {
             .expect("the server task does not panic")
             .expect("the server stops cleanly");
     }
+}
+
+/// How long a test waits for something that should happen soon: generous, so that a slow or busy
+/// machine passes, since a wait ends as soon as its condition holds.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Polls `condition` every 20 ms until it holds; panics naming `what` when it still does not
+/// after `deadline`. What a test waits for (a tail connected, a queue full, rows stored) is
+/// observed, never assumed after a sleep.
+pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !condition().await {
+        assert!(
+            started.elapsed() < deadline,
+            "waited {deadline:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The value of one series (name and labels exactly as rendered) in Prometheus text; 0 when the
+/// series is absent, as Prometheus reads a counter never incremented.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|line| line.starts_with(series) && line[series.len()..].starts_with(' '))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// A minimal HTTP/1.0 GET, enough for the probes and /metrics.
@@ -495,8 +515,8 @@ pub fn record_at(message: impl Into<String>, age: Duration) -> LogRecord {
     record
 }
 
-/// Runs a test body on SQLite and, when reachable, PostgreSQL.
-#[macro_export]
+/// Runs a test body on SQLite and, when reachable, PostgreSQL: a module `$name` with the tests
+/// `sqlite` and `postgres`.
 macro_rules! on_both_backends {
     ($name:ident, $body:ident) => {
         mod $name {
@@ -504,8 +524,11 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                if let Some(db) =
-                    common::TestDb::create(common::Backend::Sqlite, stringify!($name)).await
+                if let Some(db) = $crate::common::TestDb::create(
+                    $crate::common::Backend::Sqlite,
+                    stringify!($name),
+                )
+                .await
                 {
                     $body(&db).await;
                 }
@@ -513,8 +536,11 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if let Some(db) =
-                    common::TestDb::create(common::Backend::Postgres, stringify!($name)).await
+                if let Some(db) = $crate::common::TestDb::create(
+                    $crate::common::Backend::Postgres,
+                    stringify!($name),
+                )
+                .await
                 {
                     $body(&db).await;
                 }

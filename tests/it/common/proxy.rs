@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
+use super::{wait_until, DEADLINE};
+
 /// A proxy listening on an ephemeral loopback port and forwarding to `upstream`.
 pub struct Proxy {
     /// Where clients connect.
@@ -60,13 +62,13 @@ impl Proxy {
 
     /// Listens again on the same address.
     pub async fn restore(&self) {
-        let listener = loop {
-            match TcpListener::bind(self.addr).await {
-                Ok(listener) => break listener,
-                // The old socket may take a moment to release the port.
-                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-            }
-        };
-        self.serve(listener);
+        let mut listener = None;
+        // The old socket may take a moment to release the port.
+        wait_until("the proxy's port to be free again", DEADLINE, async || {
+            listener = TcpListener::bind(self.addr).await.ok();
+            listener.is_some()
+        })
+        .await;
+        self.serve(listener.unwrap());
     }
 }

@@ -1,13 +1,11 @@
 //! Start-up failures of the real binary: each exits non-zero within seconds with one line that
 //! names the cause, and never panics. (An unreachable PostgreSQL is covered in `process.rs`.)
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::process::{serve_command, serve_command_at};
-use common::{Backend, TestDb};
+use crate::common::process::{exit_status_within, serve_command, serve_command_at};
+use crate::common::{Backend, TestDb};
 
 /// Runs `loghaul serve` with `args` on ephemeral ports and returns its `error:` line, after
 /// checking that it failed quickly and did not panic.
@@ -207,17 +205,10 @@ fn a_retention_of_a_hundred_million_years_is_refused_at_start_up() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("a retention of a hundred million years was accepted");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let Some(status) = exit_status_within(&mut child, Duration::from_secs(20)) else {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        panic!("a retention of a hundred million years was accepted");
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();

@@ -1,13 +1,11 @@
 //! TLS on the gRPC port with certificates generated here: TLS pushes work, plaintext is refused,
 //! and with `--tls-client-ca` only clients holding a certificate signed by that CA get in.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::process::{assert_success, BINARY};
-use common::{config, push, record, Backend, TestDb, TestServer};
+use crate::common::process::{assert_success, BINARY};
+use crate::common::{config, push, record, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::tls::ClientTlsArgs;
 use rcgen::{

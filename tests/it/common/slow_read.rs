@@ -7,12 +7,12 @@
 //! fails, so every row's JSON is parsed 64 times (seconds for the whole set, on a debug build).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use loghaul::proto::v1::Filter;
 use sqlx::Connection;
 
-use super::{Backend, TestDb};
+use super::{wait_until, Backend, TestDb};
 
 /// Rows of slow SQLite reads.
 const HEAVY_ROWS: i64 = 40;
@@ -99,7 +99,7 @@ impl SlowRead {
 }
 
 /// PostgreSQL: the service's read sessions waiting for a lock now.
-pub async fn waiting_reads(db: &TestDb) -> i64 {
+async fn waiting_reads(db: &TestDb) -> i64 {
     db.query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'loghaul-reads' AND wait_event_type = 'Lock'",
     )
@@ -108,16 +108,6 @@ pub async fn waiting_reads(db: &TestDb) -> i64 {
 
 /// PostgreSQL: waits until `waiting_reads` is `expected`, failing after `limit`.
 pub async fn wait_for_waiting_reads(db: &TestDb, expected: i64, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        let now = waiting_reads(db).await;
-        if now == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{now} reads wait for the lock after {limit:?}, expected {expected}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("{expected} reads waiting for the lock");
+    wait_until(&what, limit, async || waiting_reads(db).await == expected).await;
 }

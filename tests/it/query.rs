@@ -1,12 +1,17 @@
 //! Reading back end to end: filters, newest-first keyset pages that stay exact while inserts go
 //! on, invalid requests, and Tail (including a record committed by another server process).
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{config, push, query_all, record, record_at, with_key, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::process::Process;
+use crate::common::{
+    config, metric, push, query_all, record, record_at, wait_until, with_key, Backend, TestDb,
+    TestServer, DEADLINE,
+};
+use loghaul::proto::v1::log_ingest_client::LogIngestClient;
+use loghaul::proto::v1::log_query_client::LogQueryClient;
 use loghaul::proto::v1::{Filter, QueryRequest, StoredRecord, TailRequest};
 use tonic::Code;
 
@@ -203,7 +208,12 @@ async fn pages_return_every_record_exactly_once_while_inserts_continue(db: &Test
             sent
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until(
+        "the writer's first records to be stored",
+        DEADLINE,
+        async || db.count().await > 1200,
+    )
+    .await;
     let mut query = server.query_client().await;
     let mut seen = HashSet::new();
     let mut cursors = HashSet::new();
@@ -233,7 +243,7 @@ async fn pages_return_every_record_exactly_once_while_inserts_continue(db: &Test
                 before_seen.push(r.message.clone());
             }
         }
-        // Pages are read slowly enough for the writer to interleave.
+        // Paced: pages are read slowly enough for the writer to interleave.
         tokio::time::sleep(Duration::from_millis(5)).await;
         if page.next_cursor.is_empty() {
             break;
@@ -255,11 +265,17 @@ on_both_backends!(
 );
 
 async fn a_tail_that_does_not_read_is_dropped_as_too_slow(db: &TestDb) {
-    let mut settings = config(db);
-    settings.tail_poll_interval = "20ms".parse().unwrap();
-    let server = TestServer::start(settings).await;
-    let mut tail = server.tail_everything().await;
-    let mut ingest = server.client().await;
+    // A process of its own, whose metrics say when its tail was dropped.
+    let server = Process::serve(&db.url, &["--tail-poll-interval", "20ms"]);
+    let endpoint = format!("http://{}", server.grpc);
+    let mut tail = LogQueryClient::connect(endpoint.clone())
+        .await
+        .unwrap()
+        .tail(TailRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ingest = LogIngestClient::connect(endpoint).await.unwrap();
     // Large messages, so the transport's buffers fill well before the subscriber's does.
     let big = "x".repeat(2000);
     for round in 0..30 {
@@ -268,8 +284,12 @@ async fn a_tail_that_does_not_read_is_dropped_as_too_slow(db: &TestDb) {
             .collect();
         push(&mut ingest, vec![chunk]).await.unwrap();
     }
-    // Let the poller run into the full buffer before reading anything.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The poller runs into the full buffer before anything is read.
+    wait_until("the tail to be dropped as too slow", DEADLINE, async || {
+        let text = server.metrics().await;
+        metric(&text, "loghaul_tails_ended_total{reason=\"too_slow\"}") == 1.0
+    })
+    .await;
     let mut received = 0;
     let status = loop {
         match tokio::time::timeout(Duration::from_secs(10), tail.message())
@@ -289,7 +309,6 @@ async fn a_tail_that_does_not_read_is_dropped_as_too_slow(db: &TestDb) {
     assert!(received < 15_000, "dropped before the end: {received}");
     // Ingest was not slowed: everything was committed.
     assert_eq!(db.count().await, 15_000);
-    server.stop().await;
 }
 on_both_backends!(slow_tail, a_tail_that_does_not_read_is_dropped_as_too_slow);
 

@@ -1,13 +1,14 @@
 //! The ingest path end to end: a real server on ephemeral ports, real gRPC, a real database, the
 //! same suite on SQLite and PostgreSQL.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::held_lock::HeldLock;
-use common::{chunk, config, open_push, push, record, TestDb, TestServer};
+use crate::common;
+use crate::common::held_lock::HeldLock;
+use crate::common::{
+    chunk, config, http_get, open_push, push, record, wait_until, TestDb, TestServer, DEADLINE,
+};
 use loghaul::proto::v1::{LogRecord, PushRequest};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -261,7 +262,11 @@ async fn a_client_that_vanishes_mid_stream_leaves_nothing_hanging(db: &TestDb) {
         })
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its record is committed: the server is in the middle of the stream.
+    wait_until("the first record to be stored", DEADLINE, async || {
+        db.count().await == 1
+    })
+    .await;
     abandoned.abort();
     drop(chunks);
     let mut other = server.client().await;
@@ -296,9 +301,18 @@ async fn shutdown_lets_open_streams_finish_and_loses_nothing_acknowledged(db: &T
         senders.push((stream, chunks));
         responses.push(answer);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Every stream is open on the server: their first chunks are committed.
+    wait_until(
+        "the first 2,400 records to be stored",
+        DEADLINE,
+        async || db.count().await == 8 * 3 * 100,
+    )
+    .await;
     server.request_shutdown();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("the server to drain", DEADLINE, async || {
+        matches!(http_get(server.http, "/readyz").await, Ok((503, body)) if body.contains("draining"))
+    })
+    .await;
     // Open streams keep going during the grace period.
     for (stream, chunks) in senders {
         for n in 3..5 {

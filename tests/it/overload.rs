@@ -2,30 +2,40 @@
 //! delay; memory stays within the budget whatever the number of streams; nothing acknowledged is
 //! lost; throughput comes back when the database does.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::process::Process;
-use common::{chunk, config, http_get, open_push, Backend, TestDb, TestServer};
+use crate::common::held_lock::HeldLock;
+use crate::common::process::Process;
+use crate::common::{
+    chunk, config, http_get, metric, open_push, wait_until, Backend, TestDb, TestServer, DEADLINE,
+};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
 use tonic::Code;
 
 async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers(db: &TestDb) {
-    let mut settings = config(db);
-    settings.shards = 1;
-    settings.queue_capacity = 1;
-    settings.batch_max_rows = 100;
-    settings.enqueue_timeout = "1s".parse().unwrap();
-    settings.store_retry_timeout = "120s".parse().unwrap();
-    let server = TestServer::start(settings).await;
+    // A process of its own, so that the queue depth below is this server's.
+    let mut server = Process::serve(
+        &db.url,
+        &[
+            "--shards",
+            "1",
+            "--queue-capacity",
+            "1",
+            "--batch-max-rows",
+            "100",
+            "--enqueue-timeout",
+            "1s",
+            "--store-retry-timeout",
+            "120s",
+        ],
+    );
+    let endpoint = format!("http://{}", server.grpc);
     let lock = HeldLock::take(db).await;
 
     let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
     for stream in 0..4 {
-        let mut client = server.client().await;
+        let mut client = LogIngestClient::connect(endpoint.clone()).await.unwrap();
         let chunks: Vec<PushRequest> = (0..20)
             .map(|n| chunk(&format!("{stream}-{n}"), 100))
             .collect();
@@ -56,13 +66,14 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
         told_to_back_off(outcome);
     }
 
-    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    let metrics = server.metrics().await;
     assert!(
         metrics.contains("loghaul_backpressure_timeouts_total{resource="),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("loghaul_queue_depth{shard=\"0\"} 1"),
+    assert_eq!(
+        metric(&metrics, "loghaul_queue_depth{shard=\"0\"}"),
+        1.0,
         "the queue is full: {metrics}"
     );
     if db.backend == Backend::Postgres {
@@ -75,31 +86,31 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
     while let Some(outcome) = finished.recv().await {
         told_to_back_off(outcome);
     }
-    let started = Instant::now();
-    let mut client = server.client().await;
-    let response = loop {
-        match client
+    let mut client = LogIngestClient::connect(endpoint).await.unwrap();
+    let mut accepted = 0;
+    wait_until(
+        "throughput to recover",
+        Duration::from_secs(20),
+        async || match client
             .push(tokio_stream::iter(vec![chunk("after", 50)]))
             .await
         {
-            Ok(response) => break response.into_inner(),
-            Err(status) if status.code() == Code::ResourceExhausted => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "throughput did not recover"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(response) => {
+                accepted = response.into_inner().accepted;
+                true
             }
+            Err(status) if status.code() == Code::ResourceExhausted => false,
             Err(status) => panic!("{status:?}"),
-        }
-    };
-    assert_eq!(response.accepted, 50);
-    assert!(started.elapsed() < Duration::from_secs(20));
+        },
+    )
+    .await;
+    assert_eq!(accepted, 50);
     let stored = db
         .query_scalar("SELECT count(*) FROM logs WHERE message LIKE 'after-%'")
         .await;
     assert_eq!(stored, 50, "every acknowledged record is in the table");
-    server.stop().await;
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
 }
 on_both_backends!(
     backpressure,
@@ -150,19 +161,16 @@ async fn memory_stays_bounded_with_256_streams_into_a_blocked_database() {
             sent
         }));
     }
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Every stream is open and the budget is what fills up: the server has stopped reading.
+    let mut buffered = 0.0;
+    wait_until("256 streams and a full budget", DEADLINE, async || {
+        let text = server.metrics().await;
+        buffered = metric(&text, "loghaul_buffered_bytes");
+        metric(&text, "loghaul_active_streams") == 256.0 && buffered > (BUDGET / 2) as f64
+    })
+    .await;
     let (during, peak) = server.rss();
-    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
-    let buffered: f64 = metrics
-        .lines()
-        .find(|line| line.starts_with("loghaul_buffered_bytes "))
-        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
-        .unwrap();
-    assert!(
-        buffered > (BUDGET / 2) as f64,
-        "the budget is what fills up: {buffered}"
-    );
-    assert!(buffered <= BUDGET as f64);
+    assert!(buffered <= BUDGET as f64, "{buffered}");
     let (ready, _) = http_get(server.http, "/readyz").await.unwrap();
     assert_eq!(ready, 200, "a full service is still a healthy one");
     // Beyond the budget each stream may hold its HTTP/2 window (64 KiB) and its decode buffer

@@ -2,16 +2,15 @@
 //! out, a full buffer that drops without blocking, the tracing layer's example application, and
 //! the server's deduplication of chunks named by producer id and sequence.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::held_lock::HeldLock;
-use common::process::{assert_success, Process};
-use common::{free_address, record, Backend, TestDb, TestServer};
+use crate::common;
+use crate::common::held_lock::HeldLock;
+use crate::common::process::{assert_success, Process};
+use crate::common::{free_address, record, wait_until, Backend, TestDb, TestServer, DEADLINE};
 use loghaul::client::{Client, FullPolicy, Shipper, ShipperConfig};
 use loghaul::error::IngestError;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
@@ -64,6 +63,7 @@ async fn restart_keeps_exactly_once(db: &TestDb) {
         std::thread::spawn(move || {
             for n in 0..TOTAL {
                 shipper.push(record(format!("msg-{n:06}"))).unwrap();
+                // Paced, so that the run lasts long enough for the kill to land in its middle.
                 if n % 500 == 0 {
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -72,21 +72,16 @@ async fn restart_keeps_exactly_once(db: &TestDb) {
     };
     // Kill the server once at least ten chunks are committed but not acknowledged, then start
     // it again on the same port.
-    let started = Instant::now();
-    loop {
-        let acknowledged = shipper.stats().acknowledged as i64;
-        if db.count().await >= acknowledged + 2_000 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no commits seen"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        "2,000 records committed and not acknowledged",
+        Duration::from_secs(60),
+        async || db.count().await >= shipper.stats().acknowledged as i64 + 2_000,
+    )
+    .await;
     server.signal("KILL");
     server.wait(Duration::from_secs(10));
     let killed_at = shipper.stats();
+    // The outage under test: for half a second the shipper's reconnects are refused.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let _restarted = Process::serve_at(&listen, &db.url, &[]);
 
@@ -145,16 +140,19 @@ async fn backpressure_then_recovery(db: &TestDb) {
     for n in 0..TOTAL {
         shipper.push(record(format!("bp-{n:05}"))).unwrap();
     }
-    let started = Instant::now();
-    while shipper.stats().retries == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no refusal seen"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("a refusal", Duration::from_secs(60), async || {
+        shipper.stats().retries > 0
+    })
+    .await;
     let refused = shipper.last_error().unwrap_or_default();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The chunks sent again are refused again while the table stays locked.
+    let first = shipper.stats().retries;
+    wait_until(
+        "chunks refused and sent again once more",
+        DEADLINE,
+        async || shipper.stats().retries > first,
+    )
+    .await;
     lock.release().await;
     let stats = shipper.close_async(Duration::from_secs(120)).await;
     assert!(refused.starts_with("ResourceExhausted"), "{refused}");
@@ -504,7 +502,8 @@ async fn beyond_the_window(db: &TestDb) {
     assert_eq!(retry.duplicate_records, 10);
     assert_eq!(db.count().await, 10);
 
-    // Once the key has left the window it is pruned, and the same chunk is stored again.
+    // Once the key has left the window it is pruned, and the same chunk is stored again. The
+    // window is 10 ms: the key leaves it by growing older.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let report = run_once(&store, &retention(Duration::from_millis(10)))
         .await

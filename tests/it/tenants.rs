@@ -1,11 +1,9 @@
 //! Tenants end to end: keys are checked on every service, a key only ever sees its tenant's
 //! records, and one tenant's rate limit leaves the others alone.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{config, push_as, query_all, record, with_key, TestDb, TestServer};
+use crate::common::{config, push_as, query_all, record, with_key, TestDb, TestServer};
 use loghaul::proto::v1::{Filter, QueryRequest, TailRequest};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;

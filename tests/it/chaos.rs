@@ -2,12 +2,10 @@
 //! SIGKILLed, SIGTERMed and restarted and (PostgreSQL) its database backends are terminated; every
 //! acknowledged record must be stored exactly once.
 
-mod common;
-
 use std::process::Command;
 
-use common::process::BINARY;
-use common::TestDb;
+use crate::common::process::BINARY;
+use crate::common::TestDb;
 
 async fn a_short_soak_ends_with_nothing_lost_or_duplicated(db: &TestDb) {
     let output = Command::new(BINARY)

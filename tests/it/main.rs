@@ -1,0 +1,33 @@
+//! The integration tests, in one binary: one module per concern, on real servers over real
+//! databases (see `common`). Run one module with `cargo test --test it hostile::`.
+//!
+//! Every test shares this process with the others, running in parallel: its databases, files,
+//! ports and tenants are its own, and so are the numbers it asserts on. The metrics recorder is
+//! one per process, so an in-process server's /metrics shows the counters and gauges of every
+//! server the tests run: an exact value is read from a [`common::process::Process`] of the test's
+//! own, or from a series only that test touches. A test that waits for something (a tail connected, a queue full, rows stored) polls
+//! for it with [`common::wait_until`]; a sleep is only ever what is tested (an outage, a pace, a
+//! window in which nothing may happen), and says so.
+
+#[macro_use]
+mod common;
+
+mod chaos;
+mod cli;
+mod client;
+mod console;
+mod faults;
+mod hostile;
+mod ingest;
+mod otlp;
+mod overload;
+mod probes;
+mod process;
+mod query;
+mod reads;
+mod retention;
+mod secrets;
+mod send_follow;
+mod startup;
+mod tenants;
+mod tls;
