@@ -62,7 +62,7 @@
 pub use loghaul_client as client;
 pub use loghaul_proto as proto;
 
-pub mod auth;
+pub(crate) mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -28,7 +28,7 @@ pub use store::KeyStore;
 /// The tenant of calls when no API keys are configured.
 pub const DEFAULT_TENANT: &str = "default";
 
-pub use crate::proto::api_key::{request_with_key, InvalidApiKey, API_KEY_HEADER};
+pub use crate::proto::api_key::{request_with_key, API_KEY_HEADER};
 
 /// The authenticated caller: its name and, when it has limits, its ingest rate limiter.
 #[derive(Clone, Debug)]
@@ -69,6 +69,7 @@ impl Tenant {
     }
 
     /// True when the tenant has ingest rate limits.
+    #[cfg(test)]
     pub fn is_limited(&self) -> bool {
         self.limiter.is_some()
     }

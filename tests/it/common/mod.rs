@@ -456,7 +456,7 @@ pub fn open_push(
 /// `message` wrapped in a request carrying `key` as `x-api-key` (none when `key` is empty).
 pub fn with_key<T>(key: &str, message: T) -> tonic::Request<T> {
     let key = (!key.is_empty()).then_some(key);
-    loghaul::auth::request_with_key(message, key).unwrap()
+    loghaul::proto::api_key::request_with_key(message, key).unwrap()
 }
 
 /// Sends the chunks as one Push stream with an API key.
