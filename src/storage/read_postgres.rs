@@ -4,7 +4,8 @@
 //! give no order; "the newest 100" over a whole table would read and sort every row. So a page is
 //! looked for in time windows going back from its upper bound: 1 minute, then 8×, 64×… and, past a
 //! few days, everything down to `from`. Each window is a BRIN-pruned scan plus a top-N sort, and
-//! the work done is at most a few times what the page needs (measured: `docs/api.md`, "Reading logs").
+//! the work done is at most a few times what the page needs (`loghaul bench-query` times it; see
+//! `docs/api.md`, "Reading logs").
 //!
 //! **Tail.** Ids come from a sequence with `CACHE 1000`, so each connection hands out its own block
 //! of ids: they are not commit-ordered, and an id watermark would skip rows committed late by

@@ -16,10 +16,10 @@ use super::{claimed_in_order, classify, kept_rows, Claim, Row, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// One statement per batch whatever its size, so it is prepared once. Multi-row `INSERT … VALUES`
-/// of 1,000 rows binds 9 parameters a row; in a one-off A/B of the store alone (200,000 rows, not
-/// kept in the repository) binding was about an eighth of the writer's CPU per row, and dropping
-/// the (tenant, ts) index would save about a third, which reads need.
+/// One statement per batch whatever its size, so it is prepared once, and the whole batch is one
+/// bound JSON array: multi-row `INSERT … VALUES` would bind 9 parameters a row and need a statement
+/// per chunk size. Dropping the (tenant, ts) index would make inserts cheaper still, but reads
+/// need it.
 const INSERT_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
      SELECT value->>0, value->>1, ?2, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 \
      FROM json_each(?1)";
@@ -130,10 +130,9 @@ impl SqliteStore {
             // FULL syncs the WAL at every commit: an acknowledged batch survives a power cut.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5))
-            // The writer spent much of its time in pread/pwrite of 4 KiB pages (perf): a 64 MiB
-            // page cache (default 2 MiB) keeps the hot pages in memory, and 64 KiB pages (taken
-            // when the file is created) cut the per-page work; together with 20,000-row batches
-            // they moved the embedded benchmark from about 55k to 125k records/s.
+            // The single writer is SQLite's limit, and with 4 KiB pages much of its time goes to
+            // reading and writing pages: a 64 MiB page cache (default 2 MiB) keeps the hot pages
+            // in memory, and 64 KiB pages (taken when the file is created) cut the per-page work.
             .pragma("cache_size", "-65536")
             .page_size(65536)
             // The writer never checkpoints: a commit that did would hold its batch's acks while it
