@@ -13,8 +13,8 @@ use loghaul::observability::logging;
 use loghaul::send::SendArgs;
 use loghaul::storage::{PoolOptions, Store};
 
-// Every record is a handful of short-lived strings; glibc's allocator spent about half of the
-// server's CPU on them under load (perf), mimalloc a fraction of that.
+// Every record is a handful of short-lived strings, so the server allocates and frees at the rate
+// it ingests; mimalloc's thread-local free lists keep that cheap, where glibc's allocator does not.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -410,9 +410,7 @@ pub(crate) fn start_target(
 
 /// PostgreSQL: a `CHECKPOINT` before the clock starts, so that every run begins with no dirty
 /// pages left by the one before (its rows, and the hint bits the verifying `count(*)` set on every
-/// page it read). It gives runs the same start; it is not what made the first seconds of the
-/// paced run of `--rate 80%` slow, which was retention's BRIN summary at server start (now paced,
-/// and a minute after start-up).
+/// page it read), and runs have the same start.
 /// Needs a superuser or `pg_checkpoint`; without it the run goes ahead unsettled, and says so.
 async fn settle(url: &str) {
     if !Backend::is_postgres(url) {

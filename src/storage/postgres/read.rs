@@ -4,7 +4,8 @@
 //! give no order; "the newest 100" over a whole table would read and sort every row. So a page is
 //! looked for in time windows going back from its upper bound: 1 minute, then 8×, 64×… and, past a
 //! few days, everything down to `from`. Each window is a BRIN-pruned scan plus a top-N sort, and
-//! the work done is at most a few times what the page needs (measured: `docs/api.md`, "Reading logs").
+//! the work done is at most a few times what the page needs (`loghaul bench-query` times it; see
+//! `docs/api.md`, "Reading logs").
 //!
 //! **Stopping.** Sessions run with `statement_timeout` a little above the service's read timeout
 //! and, on PostgreSQL 14 and later, `client_connection_check_interval`. A read whose future is

@@ -197,9 +197,9 @@ const SUMMARIZE_STEP_RANGES: i64 = 16;
 /// vacuum holding the lock, say) are only logged: the next run tries again.
 ///
 /// The work is paced, a few ranges per statement with a pause twice as long as the statement
-/// took, so it takes at most a third of one core from ingest. In one statement per index
-/// (`brin_summarize_new_values`) it read a whole day's partition at once: 2.4 s per index for
-/// 5.5 million rows, during which acks at 80 % of the maximum rate took 400 to 700 ms.
+/// took, so it takes at most a third of one core from ingest. One statement per index
+/// (`brin_summarize_new_values`) would read a whole day's partition at once, holding a core and
+/// the disk for seconds while the acks of every batch written meanwhile wait.
 async fn summarize_recent(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
     let today = now.date_naive();
     let tables = vec![

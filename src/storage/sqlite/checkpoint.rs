@@ -26,9 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::observability::metrics::metrics;
 
-/// How often the WAL is copied. At the benchmark's write rate (about 45 MB of WAL a second) a pass
-/// copies a few MiB, so the RESTART that rewinds the WAL has little left to copy while it holds
-/// writers off.
+/// How often the WAL is copied. Even at tens of MB of WAL a second a pass copies only a few MiB,
+/// so the RESTART that rewinds the WAL has little left to copy while it holds writers off.
 const PASS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// WAL frames (64 KiB pages, so 16 MiB) after which the WAL is rewound to its start.

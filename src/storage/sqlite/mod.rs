@@ -77,10 +77,9 @@ impl SqliteStore {
             // FULL syncs the WAL at every commit: an acknowledged batch survives a power cut.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5))
-            // The writer spent much of its time in pread/pwrite of 4 KiB pages (perf): a 64 MiB
-            // page cache (default 2 MiB) keeps the hot pages in memory, and 64 KiB pages (taken
-            // when the file is created) cut the per-page work; together with 20,000-row batches
-            // they moved the embedded benchmark from about 55k to 125k records/s.
+            // The single writer is SQLite's limit, and with 4 KiB pages much of its time goes to
+            // reading and writing pages: a 64 MiB page cache (default 2 MiB) keeps the hot pages
+            // in memory, and 64 KiB pages (taken when the file is created) cut the per-page work.
             .pragma("cache_size", "-65536")
             .page_size(65536)
             // The writer never checkpoints: a commit that did would hold its batch's acks while it

@@ -1,0 +1,706 @@
+#!/usr/bin/env python3
+"""Runs loghaul's benchmarks and writes their tables into docs/benchmarks.md.
+
+    cargo build --release
+    python3 docs/bench/run.py run        # the benchmarks, one JSON file per command
+    python3 docs/bench/run.py render     # the tables, from those files, into the document
+    python3 docs/bench/run.py all        # both
+
+`run` starts the release binary's `bench` and `bench-shipper` commands with `--json` and saves
+each report, with the command and the machine's facts, to a results directory
+(target/bench-results by default). `render` turns a results directory into Markdown tables and
+writes each between its `<!-- bench:begin NAME -->` and `<!-- bench:end NAME -->` markers, so a
+rerun regenerates them. Python 3 standard library only; PostgreSQL benchmarks need `psql` and a
+server that lets the given role create databases (each run gets a fresh one, dropped after).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RESULTS = ROOT / "target" / "bench-results"
+DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
+DEFAULT_BINARY = ROOT / "target" / "release" / "loghaul"
+DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432"
+
+SCALING_STREAMS = [1, 4, 16, 64, 256]
+MEMORY_BUDGETS = ["16MiB", "64MiB", "128MiB"]
+MEMORY_STREAMS = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# What is run
+
+
+class Job:
+    """One command: `args` follow the binary; a PostgreSQL job gets `--database-url` appended."""
+
+    def __init__(self, benchmark, name, params, args, postgres=False):
+        self.order = 0
+        self.benchmark = benchmark
+        self.name = name
+        self.params = params
+        self.args = args
+        self.postgres = postgres
+
+
+def jobs(duration, repeat, shipper_records):
+    """Every benchmark's commands, in the order they run (pairs alternated run for run)."""
+    d = ["--duration", duration]
+    out = {}
+    out["scaling"] = [
+        Job("scaling", f"streams-{n}", {"streams": n}, ["bench", "--json", *d, "--streams", str(n)])
+        for n in SCALING_STREAMS
+    ]
+    out["copy"] = [
+        Job(
+            "copy",
+            f"run-{i}",
+            {"rep": i},
+            ["bench", "--json", *d, "--streams", "8", "--compare-copy"],
+            postgres=True,
+        )
+        for i in range(1, repeat + 1)
+    ]
+    out["protocol"] = []
+    for i in range(1, repeat + 1):
+        for protocol in ["native", "otlp"]:
+            out["protocol"].append(
+                Job(
+                    "protocol",
+                    f"{protocol}-{i}",
+                    {"protocol": protocol, "rep": i},
+                    ["bench", "--json", *d, "--streams", "16", "--protocol", protocol],
+                )
+            )
+    out["latency"] = []
+    for i in range(1, repeat + 1):
+        for database in ["sqlite", "postgres"]:
+            out["latency"].append(
+                Job(
+                    "latency",
+                    f"{database}-{i}",
+                    {"database": database, "rep": i},
+                    ["bench", "--json", *d, "--streams", "8", "--rate", "80%"],
+                    postgres=database == "postgres",
+                )
+            )
+    out["memory"] = [
+        Job(
+            "memory",
+            f"budget-{budget}",
+            {"budget": budget, "streams": MEMORY_STREAMS},
+            [
+                "bench",
+                "--json",
+                *d,
+                "--streams",
+                str(MEMORY_STREAMS),
+                f"--server-arg=--max-buffered-bytes={budget}",
+            ],
+        )
+        for budget in MEMORY_BUDGETS
+    ]
+    out["shipper"] = [
+        Job(
+            "shipper",
+            f"run-{i}",
+            {"rep": i},
+            ["bench-shipper", "--records", str(shipper_records)],
+        )
+        for i in range(1, repeat + 1)
+    ]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine facts
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def memory_gib():
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1048576, 1)
+    except OSError:
+        pass
+    return None
+
+
+def load_average():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def psql(base_url, database, sql):
+    """Runs one statement with psql and returns its unaligned output."""
+    done = subprocess.run(
+        ["psql", f"{base_url}/{database}", "-X", "-v", "ON_ERROR_STOP=1", "-Atc", sql],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip() or f"psql exited with {done.returncode}")
+    return done.stdout.strip()
+
+
+POSTGRES_SETTINGS = ["shared_buffers", "max_wal_size", "checkpoint_timeout", "autovacuum"]
+
+
+def postgres_facts(base_url):
+    columns = ["server_version", *POSTGRES_SETTINGS]
+    sql = "SELECT " + ", ".join(f"current_setting('{name}')" for name in columns)
+    values = psql(base_url, "postgres", sql).split("|")
+    return {"version": values[0].split()[0], "settings": dict(zip(POSTGRES_SETTINGS, values[1:]))}
+
+
+def machine_facts(postgres):
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "cores": os.cpu_count(),
+        "cpu": cpu_model(),
+        "memory_gib": memory_gib(),
+        "postgres": postgres,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def fresh_database(base_url):
+    """Creates loghaul_bench_N for the first N not taken and returns its name."""
+    for n in range(1, 1000):
+        name = f"loghaul_bench_{n}"
+        try:
+            psql(base_url, "postgres", f"CREATE DATABASE {name}")
+            return name
+        except RuntimeError as err:
+            if "already exists" not in str(err):
+                raise
+    raise RuntimeError("no free loghaul_bench_N database name")
+
+
+def drop_database(base_url, name):
+    try:
+        psql(base_url, "postgres", f"DROP DATABASE IF EXISTS {name}")
+    except RuntimeError as err:
+        print(f"  could not drop {name}: {err}", file=sys.stderr)
+
+
+def last_json_line(stdout):
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise ValueError("no JSON object on the output's last lines")
+
+
+def run_job(job, binary, base_url, facts, timeout):
+    args = list(job.args)
+    database = None
+    if job.postgres:
+        database = fresh_database(base_url)
+        args += ["--database-url", f"{base_url}/{database}"]
+    command = "loghaul " + shlex.join(args)
+    print(f"$ {command}", file=sys.stderr, flush=True)
+    result = {
+        "benchmark": job.benchmark,
+        "name": job.name,
+        "order": job.order,
+        "params": job.params,
+        "command": command,
+        "machine": facts,
+        "load_average": load_average(),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            [str(binary), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+        result["seconds"] = round(time.monotonic() - began, 1)
+        if done.returncode != 0:
+            result["error"] = f"exit {done.returncode}: " + done.stderr.strip()[-2000:]
+        else:
+            result["report"] = last_json_line(done.stdout)
+            settings = result["report"].get("settings", {})
+            if not job.postgres and str(settings.get("database", "")).startswith("sqlite://"):
+                # The benchmark's scratch file, deleted with its temporary directory.
+                settings["database"] = "sqlite (a temporary file)"
+            # The human-readable table the command printed, for whoever reads the file.
+            result["output"] = done.stdout.splitlines()[:-1]
+    except (subprocess.TimeoutExpired, ValueError) as err:
+        result["seconds"] = round(time.monotonic() - began, 1)
+        result["error"] = str(err)
+    finally:
+        if database:
+            drop_database(base_url, database)
+    if "error" in result:
+        print(f"  failed: {result['error'][:500]}", file=sys.stderr)
+    else:
+        for line in result["output"]:
+            print(f"  {line}", file=sys.stderr)
+    return result
+
+
+def parse_seconds(text):
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m)?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration like 15s or 2m")
+    value, unit = float(match.group(1)), match.group(2) or "s"
+    return value * {"ms": 0.001, "s": 1, "m": 60}[unit]
+
+
+def command_run(options):
+    binary = Path(options.binary)
+    if not binary.exists():
+        sys.exit(f"{binary} does not exist: run `cargo build --release` first (or pass --binary)")
+    seconds = parse_seconds(options.duration)
+    every = jobs(options.duration, options.repeat, options.shipper_records)
+    chosen = options.only.split(",") if options.only else list(every)
+    unknown = [name for name in chosen if name not in every]
+    if unknown:
+        sys.exit(f"unknown benchmark(s) {unknown}; choose from {list(every)}")
+    postgres = None
+    if not options.no_postgres:
+        if shutil.which("psql") is None:
+            print("psql not found: skipping the PostgreSQL benchmarks", file=sys.stderr)
+        else:
+            try:
+                postgres = postgres_facts(options.postgres)
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                print(f"PostgreSQL not usable ({err}): skipping its benchmarks", file=sys.stderr)
+    facts = machine_facts(postgres)
+    results = Path(options.results)
+    results.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for benchmark in chosen:
+        todo = [job for job in every[benchmark] if postgres or not job.postgres]
+        if not todo:
+            print(f"skipping {benchmark}: it needs PostgreSQL", file=sys.stderr)
+            continue
+        for stale in results.glob(f"{benchmark}-*.json"):
+            stale.unlink()
+        print(f"== {benchmark}", file=sys.stderr, flush=True)
+        for order, job in enumerate(todo):
+            job.order = order
+            # A --rate N% command measures twice; COPY and the count add some more.
+            timeout = 4 * seconds + 600
+            result = run_job(job, binary, options.postgres, facts, timeout)
+            path = results / f"{benchmark}-{job.name}.json"
+            path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    minutes = (time.monotonic() - started) / 60
+    print(f"done in {minutes:.1f} min; results in {results}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# render
+
+
+def load_results(results):
+    by_benchmark = {}
+    for path in sorted(Path(results).glob("*.json")):
+        result = json.loads(path.read_text(encoding="utf-8"))
+        by_benchmark.setdefault(result["benchmark"], []).append(result)
+    for results in by_benchmark.values():
+        results.sort(key=lambda r: r.get("order", 0))
+    return by_benchmark
+
+
+def rate(value):
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def ms(value):
+    return "-" if value is None else f"{value:.1f}"
+
+
+def mib(value):
+    return "-" if value is None else f"{value / 1048576:.0f} MiB"
+
+
+def ratio(value):
+    return "-" if value is None else f"{value:.2f}"
+
+
+def median_of(values, show):
+    """`median (a, b, c)` in the order the runs were made."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    return f"**{show(statistics.median(values))}** ({', '.join(show(v) for v in values)})"
+
+
+def facts_line(results):
+    machine = results[0]["machine"]
+    dates = sorted({r["started"][:10] for r in results})
+    loads = [r["load_average"] for r in results if r.get("load_average") is not None]
+    parts = [
+        f"{' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}",
+        f"{machine['cores']} cores ({machine['cpu']})",
+    ]
+    if machine.get("memory_gib"):
+        parts.append(f"{machine['memory_gib']} GiB of memory")
+    if any("postgres://" in r["command"] for r in results) and machine.get("postgres"):
+        pg = machine["postgres"]
+        settings = ", ".join(f"{k} {v}" for k, v in pg["settings"].items())
+        parts.append(f"PostgreSQL {pg['version']} ({settings})")
+    if loads:
+        span = f"{min(loads)}" if min(loads) == max(loads) else f"{min(loads)}–{max(loads)}"
+        parts.append(f"1-minute load average at the start of each command {span}")
+    return "Measured " + "; ".join(parts) + "."
+
+
+def commands_block(results):
+    lines = [f"$ {r['command']}" for r in results]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def failures(results):
+    failed = [r for r in results if "error" in r]
+    return "".join(f"\n\nFailed: `{r['command']}`: {r['error'][:300]}" for r in failed)
+
+
+def runs_of(result):
+    return result.get("report", {}).get("runs", [])
+
+
+def failed(runs):
+    """Streams that ended with an error (RESOURCE_EXHAUSTED after the enqueue timeout, say)."""
+    return sum(count for run in runs for _, count in run.get("failed_streams", []))
+
+
+def verified(runs):
+    flags = [run.get("verified") for run in runs]
+    if all(flag is True for flag in flags):
+        return "yes"
+    return "NO" if any(flag is False for flag in flags) else "-"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_scaling(results):
+    rows = []
+    for result in sorted(results, key=lambda r: r["params"]["streams"]):
+        for run in runs_of(result):
+            latency = run["ack_latency_ms"]
+            rows.append(
+                [
+                    run["streams"],
+                    rate(run["records_per_sec"]),
+                    ms(latency["p50"]),
+                    ms(latency["p99"]),
+                    mib(run["server_peak_rss_bytes"]),
+                    failed([run]),
+                    verified([run]),
+                ]
+            )
+    header = [
+        "streams",
+        "records/s",
+        "ack p50 ms",
+        "ack p99 ms",
+        "server peak RSS",
+        "failed streams",
+        "count verified",
+    ]
+    ordered = sorted(results, key=lambda r: r["params"]["streams"])
+    return table(header, rows), ordered
+
+
+def render_copy(results):
+    rows, through, copies, ratios = [], [], [], []
+    for result in results:
+        for run in runs_of(result):
+            through.append(run["records_per_sec"])
+            copies.append(run["copy_records_per_sec"])
+            ratios.append(run["copy_ratio"])
+            rows.append(
+                [
+                    result["params"]["rep"],
+                    rate(run["records_per_sec"]),
+                    rate(run["copy_records_per_sec"]),
+                    ratio(run["copy_ratio"]),
+                    ms(run["ack_latency_ms"]["p99"]),
+                    failed([run]),
+                    verified([run]),
+                ]
+            )
+    if rows:
+        rows.append(
+            [
+                "median",
+                f"**{rate(statistics.median(through))}**",
+                f"**{rate(statistics.median(copies))}**",
+                f"**{ratio(statistics.median(ratios))}**",
+                "",
+                "",
+                "",
+            ]
+        )
+    header = [
+        "run",
+        "loghaul records/s",
+        "COPY rows/s",
+        "ratio",
+        "ack p99 ms",
+        "failed streams",
+        "count verified",
+    ]
+    return table(header, rows), results
+
+
+def render_protocol(results):
+    rows = []
+    by_protocol = {}
+    for result in results:
+        for run in runs_of(result):
+            by_protocol.setdefault(result["params"]["protocol"], []).append(run)
+    names = {"native": "Push (native)", "otlp": "OTLP `Export`"}
+    for protocol in ["native", "otlp"]:
+        runs = by_protocol.get(protocol, [])
+        if not runs:
+            continue
+        rows.append(
+            [
+                names[protocol],
+                median_of([run["records_per_sec"] for run in runs], rate),
+                median_of([run["ack_latency_ms"]["p50"] for run in runs], ms),
+                median_of([run["ack_latency_ms"]["p99"] for run in runs], ms),
+                median_of([run["server_peak_rss_bytes"] for run in runs], mib),
+                failed(runs),
+                verified(runs),
+            ]
+        )
+    header = [
+        "protocol",
+        "records/s",
+        "p50 ms",
+        "p99 ms",
+        "server peak RSS",
+        "failed streams",
+        "count verified",
+    ]
+    text = table(header, rows)
+    pairs = {}
+    for result in results:
+        for run in runs_of(result):
+            pairs.setdefault(result["params"]["rep"], {})[result["params"]["protocol"]] = run
+    shares = [
+        pair["otlp"]["records_per_sec"] / pair["native"]["records_per_sec"]
+        for _, pair in sorted(pairs.items())
+        if "otlp" in pair and "native" in pair and pair["native"]["records_per_sec"]
+    ]
+    if shares:
+        text += f"\n\nOTLP / Push throughput, run for run: {median_of(shares, ratio)}."
+    return text, results
+
+
+def render_latency(results):
+    rows = []
+    names = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+    for database in ["sqlite", "postgres"]:
+        mine = [r for r in results if r["params"]["database"] == database]
+        maxima, offered, shares, p50s, p99s, all_runs = [], [], [], [], [], []
+        for result in mine:
+            runs = runs_of(result)
+            saturated = [run for run in runs if run["offered_per_sec"] is None]
+            paced = [run for run in runs if run["offered_per_sec"] is not None]
+            if not saturated or not paced:
+                continue
+            all_runs += runs
+            maxima.append(saturated[0]["records_per_sec"])
+            run = paced[0]
+            offered.append(run["offered_per_sec"])
+            shares.append(100 * run["records_per_sec"] / run["offered_per_sec"])
+            p50s.append(run["ack_latency_ms"]["p50"])
+            p99s.append(run["ack_latency_ms"]["p99"])
+        if not maxima:
+            continue
+        rows.append(
+            [
+                names[database],
+                median_of(maxima, rate),
+                median_of(offered, rate),
+                median_of(shares, lambda v: f"{v:.1f} %"),
+                median_of(p50s, ms),
+                median_of(p99s, ms),
+                failed(all_runs),
+                verified(all_runs),
+            ]
+        )
+    header = [
+        "database",
+        "maximum records/s",
+        "offered (80 %)",
+        "sustained",
+        "ack p50 ms",
+        "ack p99 ms",
+        "failed streams",
+        "count verified",
+    ]
+    return table(header, rows), results
+
+
+def render_memory(results):
+    order = {budget: i for i, budget in enumerate(MEMORY_BUDGETS)}
+    ordered = sorted(results, key=lambda r: order.get(r["params"]["budget"], 99))
+    rows = []
+    for result in ordered:
+        for run in runs_of(result):
+            rows.append(
+                [
+                    f"`{result['params']['budget']}`",
+                    run["streams"],
+                    rate(run["records_per_sec"]),
+                    mib(run["server_peak_rss_bytes"]),
+                    failed([run]),
+                ]
+            )
+    header = ["`--max-buffered-bytes`", "streams", "records/s", "server peak RSS", "failed streams"]
+    return table(header, rows), ordered
+
+
+def render_shipper(results):
+    rows, rates = [], []
+    for result in results:
+        report = result.get("report")
+        if not report:
+            continue
+        stats = report["stats"]
+        rates.append(report["records_per_sec"])
+        stored = report.get("stored_delta")
+        rows.append(
+            [
+                result["params"]["rep"],
+                rate(report["records_per_sec"]),
+                f"{report['elapsed_sec']:.1f}",
+                f"{stats['acknowledged']:,}",
+                "-" if stored is None else f"{stored:,}",
+                stats["streams"],
+            ]
+        )
+    if rows:
+        rows.append(["median", f"**{rate(statistics.median(rates))}**", "", "", "", ""])
+    header = ["run", "records/s", "seconds", "acknowledged", "stored", "streams opened"]
+    return table(header, rows), results
+
+
+RENDERERS = {
+    "scaling": render_scaling,
+    "copy": render_copy,
+    "protocol": render_protocol,
+    "latency": render_latency,
+    "memory": render_memory,
+    "shipper": render_shipper,
+}
+
+
+def render_block(name, results):
+    text, ordered = RENDERERS[name](results)
+    return "\n\n".join([facts_line(results), text, commands_block(ordered)]) + failures(results)
+
+
+def command_render(options):
+    doc = Path(options.doc)
+    text = doc.read_text(encoding="utf-8")
+    found = load_results(options.results)
+    if not found:
+        sys.exit(f"no results in {options.results}: run `{Path(__file__).name} run` first")
+    for name in RENDERERS:
+        begin, end = f"<!-- bench:begin {name} -->", f"<!-- bench:end {name} -->"
+        if begin not in text or end not in text:
+            print(f"{doc.name} has no {begin} … {end} markers: {name} not written", file=sys.stderr)
+            continue
+        if name not in found:
+            print(f"no results for {name}: its table is left as it was", file=sys.stderr)
+            continue
+        block = render_block(name, found[name])
+        pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+        text = pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text, count=1)
+    doc.write_text(text, encoding="utf-8")
+    print(f"wrote {doc}", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    results = dict(default=str(DEFAULT_RESULTS), help="results directory (default: %(default)s)")
+    doc = dict(default=str(DEFAULT_DOC), help="document to write the tables into")
+    for mode in ["run", "all"]:
+        p = sub.add_parser(mode, help="run the benchmarks" + (", then render" if mode == "all" else ""))
+        p.add_argument("--results", **results)
+        p.add_argument("--binary", default=str(DEFAULT_BINARY), help="the loghaul binary")
+        p.add_argument(
+            "--duration",
+            default=os.environ.get("LOGHAUL_BENCH_DURATION", "15s"),
+            help="--duration of each measurement (env LOGHAUL_BENCH_DURATION; default %(default)s)",
+        )
+        p.add_argument(
+            "--repeat",
+            type=int,
+            default=int(os.environ.get("LOGHAUL_BENCH_REPEAT", "3")),
+            help="runs of the benchmarks reported as medians (env LOGHAUL_BENCH_REPEAT; default %(default)s)",
+        )
+        p.add_argument(
+            "--shipper-records",
+            type=int,
+            default=int(os.environ.get("LOGHAUL_BENCH_SHIPPER_RECORDS", "1000000")),
+            help="records per bench-shipper run (env LOGHAUL_BENCH_SHIPPER_RECORDS; default %(default)s)",
+        )
+        p.add_argument("--only", help="comma-separated benchmarks: " + ",".join(RENDERERS))
+        p.add_argument(
+            "--postgres",
+            default=os.environ.get("LOGHAUL_BENCH_POSTGRES", DEFAULT_POSTGRES),
+            help="server URL without a database; a fresh database is created per run "
+            "(env LOGHAUL_BENCH_POSTGRES; default %(default)s)",
+        )
+        p.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL benchmarks")
+        if mode == "all":
+            p.add_argument("--doc", **doc)
+    p = sub.add_parser("render", help="write the tables from a results directory")
+    p.add_argument("--results", **results)
+    p.add_argument("--doc", **doc)
+    options = parser.parse_args()
+    if options.mode in ("run", "all"):
+        command_run(options)
+    if options.mode in ("render", "all"):
+        command_render(options)
+
+
+if __name__ == "__main__":
+    main()
