@@ -59,6 +59,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 pub use loghaul_client as client;
 pub use loghaul_proto as proto;
 
