@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::common::held_lock::HeldLock;
 use crate::common::process::Process;
 use crate::common::{
-    chunk, config, http_get, metric, open_push, wait_until, Backend, TestDb, TestServer, DEADLINE,
+    chunk, config, http_get, metric, metric_sum, open_push, wait_until, Backend, TestDb,
+    TestServer, DEADLINE,
 };
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::PushRequest;
@@ -82,6 +83,19 @@ async fn a_full_pipeline_answers_resource_exhausted_with_retry_info_and_recovers
         assert_eq!(status, 200, "{body}");
     }
 
+    // The streams that queued a chunk wait for its commit, and for room for their next: once
+    // all four have waited the enqueue timeout, none can get its next chunk in after the release.
+    wait_until(
+        "every stream to time out waiting for room",
+        DEADLINE,
+        async || {
+            metric_sum(
+                &server.metrics().await,
+                "loghaul_backpressure_timeouts_total",
+            ) == 4.0
+        },
+    )
+    .await;
     lock.release().await;
     while let Some(outcome) = finished.recv().await {
         told_to_back_off(outcome);

@@ -373,6 +373,17 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The sum of every series of the metric `name`, whatever their labels.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A minimal HTTP/1.0 GET, enough for the probes and /metrics.
 pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
