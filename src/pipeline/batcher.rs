@@ -14,7 +14,7 @@ use super::writer::{Span, Writer, Written};
 use super::Chunk;
 use crate::client::deadline::sleep_until_some;
 use crate::model::reject::RejectReason;
-use crate::observability::metrics::{metrics, ShardMetrics};
+use crate::observability::metrics::{metrics, FlushTrigger, ShardMetrics};
 use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.
@@ -121,18 +121,18 @@ impl Batcher {
                     let Some(chunk) = received else { break };
                     let (rows, bytes, arrived) = (chunk.records.len(), chunk.bytes, chunk.enqueued_at);
                     if batch.push(chunk, rows, bytes, arrived, &self.limits) {
-                        self.flush(&mut batch, "full").await;
+                        self.flush(&mut batch, FlushTrigger::Full).await;
                     }
                 }
                 _ = sleep_until_some(linger) => {
-                    self.flush(&mut batch, "linger").await;
+                    self.flush(&mut batch, FlushTrigger::Linger).await;
                 }
             }
         }
-        self.flush(&mut batch, "shutdown").await;
+        self.flush(&mut batch, FlushTrigger::Shutdown).await;
     }
 
-    async fn flush(&self, batch: &mut Batch<Chunk>, trigger: &'static str) {
+    async fn flush(&self, batch: &mut Batch<Chunk>, trigger: FlushTrigger) {
         let shard = self.shard;
         if batch.is_empty() {
             return;
