@@ -93,10 +93,12 @@ class Server:
         self.grpc = self.metrics = self.http_ingest = None
         threading.Thread(target=self._read_log, daemon=True).start()
         if not self.serving.wait(60) or not self.http_ingest:
+            exited = self.process.poll()
             self.kill()
             raise RuntimeError(
-                "loghaul did not log 'loghaul is serving' with an http_ingest address within 60 s:\n"
-                + "\n".join(self.log)
+                "loghaul did not log 'loghaul is serving' with an http_ingest address "
+                + (f"(it exited with {exited})" if exited is not None else "within 60 s")
+                + ":\n" + "\n".join(self.log)
             )
 
     def _read_log(self):
@@ -110,6 +112,8 @@ class Server:
                 self.grpc, self.metrics = event.get("grpc"), event.get("http")
                 self.http_ingest = event.get("http_ingest")
                 self.serving.set()
+        # It exited: stop waiting for it.
+        self.serving.set()
 
     def url(self, path):
         return f"http://{self.http_ingest}{path}"
