@@ -9,6 +9,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::grpc::set_health;
+use super::validate::Limits;
 use super::{ServeError, POOL_ACQUIRE_TIMEOUT};
 use crate::auth::keys::KeySources;
 use crate::auth::{KeyStore, OpenAccess};
@@ -40,6 +41,8 @@ pub(super) struct Core {
     pub reads: Reads,
     /// What retention keeps.
     pub retention: RetentionConfig,
+    /// What every ingest protocol checks records against.
+    pub limits: Limits,
     /// Cancelled when shutdown is requested: streams and tails end, readiness goes off.
     pub draining: CancellationToken,
     /// Cancelled once the pipeline is flushed: background tasks and the HTTP listeners stop.
@@ -111,6 +114,10 @@ impl Core {
         set_health(&health, ServingStatus::Serving).await;
         let draining = CancellationToken::new();
         let reads = Reads::from_config(reader.clone(), config, draining.clone());
+        let limits = Limits {
+            max_message_bytes: config.max_message_bytes.as_usize(),
+            max_age: retention.keep,
+        };
         Ok(Core {
             keys,
             tls,
@@ -121,6 +128,7 @@ impl Core {
             pipeline,
             reads,
             retention,
+            limits,
             draining,
             stopping: CancellationToken::new(),
         })
