@@ -195,7 +195,7 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_STREAM_IDLE_TIMEOUT", default_value = "60s")]
     pub stream_idle_timeout: HumanDuration,
 
-    /// PEM certificate chain of the gRPC port; with --tls-key the port speaks only TLS.
+    /// PEM certificate chain of the gRPC and HTTP ingest ports; with --tls-key they speak only TLS.
     #[arg(long, env = "LOGHAUL_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
 

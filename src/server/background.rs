@@ -197,7 +197,13 @@ fn serve_http_ingest(core: &Core, config: &ServeConfig, listener: TcpListener) -
         max_connections: config.http_ingest_max_connections,
         ..HttpLimits::from_config(config)
     };
-    tokio::spawn(super::http::serve(listener, ingest, limits, shutdown))
+    tokio::spawn(super::http::serve(
+        listener,
+        ingest,
+        limits,
+        core.http_tls.clone(),
+        shutdown,
+    ))
 }
 
 /// Probes the store so readiness reflects it even when no writes are flowing. Through the read

@@ -27,6 +27,8 @@ pub(super) struct Core {
     pub keys: Arc<KeyStore>,
     /// TLS for the gRPC port, when configured.
     pub tls: Option<ServerTlsConfig>,
+    /// The same certificate for the HTTP ingest port.
+    pub http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// The writers' pool.
     pub store: Store,
     /// The readers' pool: queries, tails, probes.
@@ -52,13 +54,15 @@ pub(super) struct Core {
 impl Core {
     /// Loads the keys and TLS files, opens and migrates the store, and starts the pipeline.
     pub async fn build(config: &ServeConfig) -> Result<Core, ServeError> {
-        let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::tls::server_config(
-                cert,
-                key,
-                config.tls_client_ca.as_deref(),
-            )?),
-            _ => None,
+        let (tls, http_tls) = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => {
+                let ca = config.tls_client_ca.as_deref();
+                (
+                    Some(crate::tls::server_config(cert, key, ca)?),
+                    Some(crate::tls::http_acceptor(cert, key, ca)?),
+                )
+            }
+            _ => (None, None),
         };
         let keys = Arc::new(KeyStore::load(
             KeySources::from_config(config),
@@ -121,6 +125,7 @@ impl Core {
         Ok(Core {
             keys,
             tls,
+            http_tls,
             store,
             reader,
             readiness,

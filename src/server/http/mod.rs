@@ -26,6 +26,7 @@ use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::auth::{KeyStore, Tenant};
 use crate::config::ServeConfig;
@@ -79,11 +80,13 @@ impl HttpIngest {
     }
 }
 
-/// Serves the listener until `shutdown` completes; requests in flight are answered first.
+/// Serves the listener (over `tls` when the service has a certificate) until `shutdown`
+/// completes; requests in flight are answered first.
 pub async fn serve(
     listener: TcpListener,
     ingest: HttpIngest,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
@@ -91,7 +94,7 @@ pub async fn serve(
         .route(LOKI_PUSH_PATH, post(loki_push).options(preflight))
         .fallback(unknown_path)
         .with_state(ingest);
-    serve_http(listener, app, limits, "ingest", shutdown).await
+    serve_http(listener, app, limits, tls, "ingest", shutdown).await
 }
 
 async fn otlp_logs(
