@@ -592,8 +592,9 @@ def all_features_render():
     notes = rendered["loghaul/templates/NOTES.txt"]
     assert f"{FULLNAME}.{NAMESPACE}.svc:4317" in notes and f"dns:///{FULLNAME}-headless.{NAMESPACE}.svc:4317" in notes
     assert "port-forward" in notes and "/metrics" in notes and "x-api-key" in notes
-    assert f"http://{FULLNAME}.{NAMESPACE}.svc:4318/v1/logs" in notes
-    assert f"http://{FULLNAME}.{NAMESPACE}.svc:4318/loki/api/v1/push" in notes
+    # FULL enables TLS, which covers the HTTP ingest port too.
+    assert f"https://{FULLNAME}.{NAMESPACE}.svc:4318/v1/logs" in notes
+    assert f"https://{FULLNAME}.{NAMESPACE}.svc:4318/loki/api/v1/push" in notes
 
 
 @check
