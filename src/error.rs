@@ -124,30 +124,73 @@ impl IngestError {
     }
 }
 
+impl IngestError {
+    /// How long the client should wait before it sends again; `None` when waiting does not help.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            IngestError::Backpressure { retry_after, .. } => Some(*retry_after),
+            // At least a millisecond, so that a client never reads "retry after 0".
+            IngestError::RateLimited { retry_after, .. } => {
+                Some((*retry_after).max(Duration::from_millis(1)))
+            }
+            IngestError::ShuttingDown => Some(Duration::from_secs(1)),
+            IngestError::Store(_) => Some(STORE_RETRY_AFTER),
+            _ => None,
+        }
+    }
+
+    /// The gRPC code of the error.
+    pub fn code(&self) -> Code {
+        match self {
+            IngestError::Backpressure { .. }
+            | IngestError::RateLimited { .. }
+            | IngestError::RequestTooLarge { .. }
+            | IngestError::DecodedTooLarge { .. } => Code::ResourceExhausted,
+            IngestError::InvalidChunk(_) | IngestError::Malformed(_) => Code::InvalidArgument,
+            IngestError::ShuttingDown | IngestError::Store(_) => Code::Unavailable,
+            IngestError::StreamIdle(_) => Code::DeadlineExceeded,
+            IngestError::Stream(status) => status.code(),
+        }
+    }
+
+    /// The HTTP status of the error on the HTTP ingest listener (OTLP/HTTP, Loki push), in the
+    /// classes the OTLP specification gives: 429 and 503 are retried (after `Retry-After`), 400
+    /// and 413 are not.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            IngestError::RateLimited { .. } => 429,
+            IngestError::Backpressure { .. }
+            | IngestError::ShuttingDown
+            | IngestError::Store(_) => 503,
+            IngestError::RequestTooLarge { .. } | IngestError::DecodedTooLarge { .. } => 413,
+            IngestError::InvalidChunk(_) | IngestError::Malformed(_) | IngestError::Stream(_) => {
+                400
+            }
+            IngestError::StreamIdle(_) => 408,
+        }
+    }
+}
+
 impl From<IngestError> for Status {
     fn from(err: IngestError) -> Self {
         let message = err.to_string();
-        match err {
-            IngestError::Backpressure { retry_after, .. } => {
-                retry_later(Code::ResourceExhausted, message, retry_after)
-            }
-            // At least a millisecond, so that a client never reads "retry after 0".
-            IngestError::RateLimited { retry_after, .. } => retry_later(
-                Code::ResourceExhausted,
-                message,
-                retry_after.max(Duration::from_millis(1)),
-            ),
-            IngestError::RequestTooLarge { .. } | IngestError::DecodedTooLarge { .. } => {
-                Status::new(Code::ResourceExhausted, message)
-            }
-            IngestError::InvalidChunk(_) => Status::invalid_argument(message),
-            IngestError::ShuttingDown => {
-                retry_later(Code::Unavailable, message, Duration::from_secs(1))
-            }
-            IngestError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
-            IngestError::StreamIdle(_) => Status::deadline_exceeded(message),
-            IngestError::Malformed(_) => Status::invalid_argument(message),
-            IngestError::Stream(status) => status,
+        let code = err.code();
+        match (err.retry_after(), err) {
+            (_, IngestError::Stream(status)) => status,
+            (Some(delay), _) => retry_later(code, message, delay),
+            (None, _) => Status::new(code, message),
+        }
+    }
+}
+
+impl AuthFailure {
+    /// The HTTP status of the refusal: 401 when a key would help, 403 when the configuration
+    /// decides.
+    pub fn http_status(self) -> u16 {
+        match self {
+            AuthFailure::MissingKey | AuthFailure::UnknownKey => 401,
+            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => 403,
+            AuthFailure::NoTenant => 500,
         }
     }
 }
@@ -253,7 +296,9 @@ impl From<AuthFailure> for Status {
     fn from(failure: AuthFailure) -> Self {
         match failure {
             // No key the client could send would help: the server's configuration decides.
-            AuthFailure::NotLoopback => Status::permission_denied(failure.to_string()),
+            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => {
+                Status::permission_denied(failure.to_string())
+            }
             AuthFailure::MissingKey | AuthFailure::UnknownKey | AuthFailure::NoTenant => {
                 Status::unauthenticated(failure.to_string())
             }

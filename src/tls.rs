@@ -1,5 +1,5 @@
-//! TLS for the gRPC port (rustls): the server's certificate and optional client-certificate
-//! authentication, and the matching options of the command-line clients.
+//! TLS for the gRPC and HTTP ingest ports (rustls): the server's certificate and optional
+//! client-certificate authentication, and the matching options of the command-line clients.
 //!
 //! Files are read and checked here, before anything listens, so that a missing, unreadable or
 //! malformed file stops the service at start-up with the file and the option named.
@@ -76,6 +76,63 @@ pub fn server_config(
         })?;
     Ok(config)
 }
+
+/// The same certificate, key and client CA for the HTTP ingest listener, which hyper serves over
+/// a rustls acceptor of its own (HTTP/1.1 only).
+pub fn http_acceptor(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+    use std::sync::Arc;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::server::WebPkiClientVerifier;
+    use tokio_rustls::rustls::{RootCertStore, ServerConfig};
+
+    let mut files = format!("--tls-cert {}, --tls-key {}", cert.display(), key.display());
+    let invalid = |files: &str, detail: String| TlsError::Invalid {
+        files: files.to_owned(),
+        detail,
+    };
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&read_pem(cert, "--tls-cert", "CERTIFICATE")?)
+            .collect::<Result<_, _>>()
+            .map_err(|err| invalid(&files, err.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(&read_pem(key, "--tls-key", "PRIVATE KEY")?)
+        .map_err(|err| invalid(&files, err.to_string()))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|err| invalid(&files, err.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            files.push_str(&format!(", --tls-client-ca {}", ca.display()));
+            let mut roots = RootCertStore::empty();
+            for root in
+                CertificateDer::pem_slice_iter(&read_pem(ca, "--tls-client-ca", "CERTIFICATE")?)
+            {
+                let root = root.map_err(|err| invalid(&files, err.to_string()))?;
+                roots
+                    .add(root)
+                    .map_err(|err| invalid(&files, err.to_string()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|err| invalid(&files, err.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|err| invalid(&files, err.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// How long a TLS handshake on an HTTP listener may take.
+pub const HTTP_HANDSHAKE_TIMEOUT: Duration = HANDSHAKE_TIMEOUT;
 
 /// TLS options of the command-line clients (`send`, `query`, `tail`, `bench --endpoint`).
 #[derive(Clone, Debug, Default, clap::Args)]

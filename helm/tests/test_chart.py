@@ -53,13 +53,17 @@ SERVE_FLAGS = {
     "query-default-range", "query-timeout", "max-page-bytes", "console-listen",
     "stream-idle-timeout", "tls-cert", "tls-key", "tls-client-ca", "http-header-read-timeout",
     "http-max-connections", "allow-unauthenticated", "api-keys-reload-interval",
+    "http-listen", "http-cors-origins", "http-ingest-max-connections",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
+# http-cors-origins appears only when config.httpCorsOrigins is set (see http_cors_origins_render).
+CORS_KEYS = {"http-cors-origins"}
 # The database URL comes from a Secret (env) and the API keys from a mounted Secret file
 # (--api-keys-file in the container's args), never from the ConfigMap.
 # TLS keys appear only with tls.enabled (see tls_mounts_the_secret_and_sets_the_paths).
 # The chart never serves without keys, so it never renders allow-unauthenticated.
-TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file", "allow-unauthenticated"} - TLS_KEYS
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file", "allow-unauthenticated"} - TLS_KEYS - CORS_KEYS
+HTTP_PORT_NAME = "otlp-http"
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"
 
@@ -272,7 +276,8 @@ def chart_metadata_matches_crate():
 
 @check
 def lint_passes():
-    for label, values in [("defaults", None), ("all features", FULL), ("existing secrets", EXISTING_SECRETS)]:
+    for label, values in [("defaults", None), ("all features", FULL), ("existing secrets", EXISTING_SECRETS),
+                          ("http ingest off", {"config": {"httpListenEnabled": False}})]:
         report = helm.lint(str(CHART_DIR), values, strict=True, kube_version="v" + KUBE_VERSION)
         problems = [m for m in report["messages"] if m["severity"] >= 2]
         assert not problems and not report["errors"], f"lint ({label}): {problems or report['errors']}"
@@ -287,7 +292,8 @@ def serve_flags_match_the_service_source():
     assert m, "ServeConfig not found in src/config/mod.rs"
     fields = {f.replace("_", "-") for f in re.findall(r"^\s*pub (\w+):", m.group(1), re.M)}
     fields.discard("config")
-    assert fields == SERVE_FLAGS, f"flags differ: source-only {fields - SERVE_FLAGS}, chart-only {SERVE_FLAGS - fields}"
+    expected = SERVE_FLAGS
+    assert fields == expected, f"flags differ: source-only {fields - expected}, chart-only {expected - fields}"
 
 
 @check
@@ -322,6 +328,10 @@ def schema_rejects_unknown_keys_and_wrong_types():
     expect_schema_rejects({"config": {"logFormat": "xml"}}, "logFormat")
     expect_schema_rejects({"autoscaling": {"enabled": "yes"}}, "enabled")
     expect_schema_rejects({"apiKeys": {"k": 5}}, "apiKeys")
+    expect_schema_rejects({"config": {"httpListenEnabled": "no"}}, "httpListenEnabled")
+    expect_schema_rejects({"containerPorts": {"http": 70000}}, "http")
+    expect_schema_rejects({"config": {"httpIngestMaxConnections": 0}}, "httpIngestMaxConnections")
+    expect_schema_rejects({"networkPolicy": {"http": {"from": "everyone"}}}, "from")
 
 
 @check
@@ -354,7 +364,8 @@ def deployment_container_wiring():
     assert ctr["image"] == "loghaul/loghaul:0.1.0", ctr["image"]  # tag defaults to appVersion
     assert ctr["args"] == ["serve", "--config", "/etc/loghaul/loghaul.toml", "--api-keys-file", KEYS_FILE], ctr["args"]
     ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
-    assert ports == {"grpc": 4317, "metrics": 9464}, ports
+    assert ports == {"grpc": 4317, "metrics": 9464, HTTP_PORT_NAME: 4318}, ports
+    assert all(len(name) <= 15 for name in ports), "a port name is at most 15 characters"
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert ctr["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
@@ -441,6 +452,7 @@ def config_toml_has_only_known_keys():
     assert set(cfg) <= TOML_KEYS, f"unknown keys: {set(cfg) - TOML_KEYS}"
     assert set(cfg) == TOML_KEYS, f"missing keys: {TOML_KEYS - set(cfg)}"
     assert cfg["listen"] == "0.0.0.0:4317" and cfg["metrics-listen"] == "0.0.0.0:9464"
+    assert cfg["http-listen"] == "0.0.0.0:4318"
     assert cfg["batch-max-rows"] == 20000 and isinstance(cfg["batch-max-rows"], int)
     assert cfg["queue-capacity"] == 64 and cfg["db-max-connections"] == 0
     for key, value in [("batch-max-bytes", "16MiB"), ("max-buffered-bytes", "64MiB"), ("max-message-bytes", "256KiB"),
@@ -452,7 +464,8 @@ def config_toml_has_only_known_keys():
                        ("read-max-connections", 4), ("max-tails-per-tenant", 32), ("max-tails", 256), ("max-concurrent-reads-per-tenant", 2), ("query-default-range", "24h"), ("query-timeout", "10s"), ("max-page-bytes", "2MiB"),
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
                        ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
-                       ("http-max-connections", 256), ("api-keys-reload-interval", "5s")]:
+                       ("http-max-connections", 256), ("api-keys-reload-interval", "5s"),
+                       ("http-ingest-max-connections", 1024)]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -465,10 +478,12 @@ def config_toml_has_only_known_keys():
         "readMaxConnections": 2, "maxTailsPerTenant": 8, "maxTails": 100, "maxConcurrentReadsPerTenant": 3, "queryDefaultRange": "1h", "queryTimeout": "30s", "maxPageBytes": "1MiB",
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
         "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64, "apiKeysReloadInterval": "30s",
+        "httpListenEnabled": True, "httpCorsOrigins": "https://app.example.com", "httpIngestMaxConnections": 4096,
     }
-    cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000}})))
+    cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000, "http": 5318}})))
     assert cfg2 == {
-        "listen": "[::]:5000", "metrics-listen": "[::]:9464", "shards": 4, "batch-max-rows": 1234,
+        "listen": "[::]:5000", "metrics-listen": "[::]:9464", "http-listen": "[::]:5318",
+        "http-cors-origins": "https://app.example.com", "shards": 4, "batch-max-rows": 1234,
         "batch-max-bytes": "16MiB", "batch-linger": "20ms", "queue-capacity": 32, "enqueue-timeout": "2s",
         "max-buffered-bytes": "128MiB", "max-message-bytes": "1MiB", "max-request-bytes": "8MiB",
         "store-retry-timeout": "30s", "db-max-connections": 9, "max-connection-age": "5m",
@@ -477,6 +492,7 @@ def config_toml_has_only_known_keys():
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2, "max-tails-per-tenant": 8, "max-tails": 100, "max-concurrent-reads-per-tenant": 3, "query-default-range": "1h", "query-timeout": "30s", "max-page-bytes": "1MiB",
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
         "http-header-read-timeout": "5s", "http-max-connections": 64, "api-keys-reload-interval": "30s",
+        "http-ingest-max-connections": 4096,
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 
@@ -512,6 +528,11 @@ def services_name_ports_and_protocols():
     ports = {p["name"]: p for p in svc["spec"]["ports"]}
     assert ports["grpc"]["port"] == 4317 and ports["grpc"]["targetPort"] == "grpc" and ports["grpc"]["appProtocol"] == "grpc"
     assert ports["metrics"]["port"] == 9464 and ports["metrics"]["targetPort"] == "metrics" and ports["metrics"]["appProtocol"] == "http"
+    http = ports[HTTP_PORT_NAME]
+    assert (http["port"], http["targetPort"], http["protocol"], http["appProtocol"]) == (4318, HTTP_PORT_NAME, "TCP", "http"), http
+    assert set(ports) == {"grpc", "metrics", HTTP_PORT_NAME}, sorted(ports)
+    custom = {p["name"]: p for p in one(manifests(render({"service": {"ports": {"http": 8080}}})), "Service", FULLNAME)["spec"]["ports"]}
+    assert custom[HTTP_PORT_NAME]["port"] == 8080 and custom[HTTP_PORT_NAME]["targetPort"] == HTTP_PORT_NAME
     pod_labels = deployment(docs)["spec"]["template"]["metadata"]["labels"]
     assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items()), "Service does not select the pods"
     assert deployment(docs)["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
@@ -571,6 +592,9 @@ def all_features_render():
     notes = rendered["loghaul/templates/NOTES.txt"]
     assert f"{FULLNAME}.{NAMESPACE}.svc:4317" in notes and f"dns:///{FULLNAME}-headless.{NAMESPACE}.svc:4317" in notes
     assert "port-forward" in notes and "/metrics" in notes and "x-api-key" in notes
+    # FULL enables TLS, which covers the HTTP ingest port too.
+    assert f"https://{FULLNAME}.{NAMESPACE}.svc:4318/v1/logs" in notes
+    assert f"https://{FULLNAME}.{NAMESPACE}.svc:4318/loki/api/v1/push" in notes
 
 
 @check
@@ -645,9 +669,118 @@ def network_policy_restricts_ingress():
     rules = {r["ports"][0]["port"]: r for r in np["spec"]["ingress"]}
     assert rules["grpc"]["from"] == [{"namespaceSelector": {"matchLabels": {"loghaul-client": "true"}}}]
     assert rules["metrics"]["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    # The HTTP ingest port admits the gRPC port's peers unless networkPolicy.http.from says otherwise.
+    assert rules[HTTP_PORT_NAME]["ports"] == [{"port": HTTP_PORT_NAME, "protocol": "TCP"}]
+    assert rules[HTTP_PORT_NAME]["from"] == rules["grpc"]["from"], rules[HTTP_PORT_NAME]
+    assert sorted(rules) == sorted(["grpc", HTTP_PORT_NAME, "metrics"]), sorted(rules)
     open_np = one(manifests(render({"networkPolicy": {"enabled": True}})), "NetworkPolicy")
-    grpc_rule = [r for r in open_np["spec"]["ingress"] if r["ports"][0]["port"] == "grpc"][0]
-    assert "from" not in grpc_rule, "empty grpc.from means any source"
+    open_rules = {r["ports"][0]["port"]: r for r in open_np["spec"]["ingress"]}
+    assert "from" not in open_rules["grpc"], "empty grpc.from means any source"
+    assert "from" not in open_rules[HTTP_PORT_NAME], "http.from null follows grpc.from: any source"
+    peers = [{"podSelector": {"matchLabels": {"app": "otel-collector"}}}]
+    own = {r["ports"][0]["port"]: r for r in one(manifests(render(merged(FULL, {"networkPolicy": {"http": {"from": peers}}}))),
+                                                "NetworkPolicy")["spec"]["ingress"]}
+    assert own[HTTP_PORT_NAME]["from"] == peers and own["grpc"]["from"] == rules["grpc"]["from"]
+    anyone = {r["ports"][0]["port"]: r for r in one(manifests(render(merged(FULL, {"networkPolicy": {"http": {"from": []}}}))),
+                                                   "NetworkPolicy")["spec"]["ingress"]}
+    assert "from" not in anyone[HTTP_PORT_NAME], "http.from [] means any source, even with grpc.from set"
+    assert anyone["grpc"]["from"] == rules["grpc"]["from"]
+
+
+def http_port_everywhere(docs: list[dict]) -> dict[str, list]:
+    """Where the HTTP ingest port shows up: by name or by number, in each kind that lists ports."""
+    found: dict[str, list] = {}
+    ctr_ports = container(docs)["ports"]
+    found["Deployment"] = [p for p in ctr_ports if p["name"] == HTTP_PORT_NAME or p["containerPort"] == 4318]
+    for svc in of_kind(docs, "Service"):
+        found[f"Service/{svc['metadata']['name']}"] = [
+            p for p in svc["spec"]["ports"] if p["name"] == HTTP_PORT_NAME or p["port"] == 4318]
+    for np in of_kind(docs, "NetworkPolicy"):
+        found["NetworkPolicy"] = [p for r in np["spec"]["ingress"] for p in r.get("ports", [])
+                                  if p["port"] in (HTTP_PORT_NAME, 4318)]
+    return found
+
+
+@check
+def http_ingest_listener_is_on_by_default():
+    values = {"networkPolicy": {"enabled": True}, "service": {"headless": {"enabled": True}}}
+    rendered = render(values)
+    docs = manifests(rendered)
+    assert config_toml(docs)["http-listen"] == "0.0.0.0:4318"
+    assert "http-cors-origins" not in config_toml(docs), "CORS is off by default"
+    found = http_port_everywhere(docs)
+    assert found["Deployment"] == [{"name": HTTP_PORT_NAME, "containerPort": 4318, "protocol": "TCP"}], found
+    assert found[f"Service/{FULLNAME}"] == [
+        {"name": HTTP_PORT_NAME, "port": 4318, "targetPort": HTTP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}]
+    assert found["NetworkPolicy"] == [{"port": HTTP_PORT_NAME, "protocol": "TCP"}], found
+    assert found[f"Service/{FULLNAME}-headless"] == [], "the headless Service stays gRPC-only"
+    notes = rendered["loghaul/templates/NOTES.txt"]
+    assert f"http://{FULLNAME}.{NAMESPACE}.svc:4318/v1/logs" in notes, notes
+    assert f"http://{FULLNAME}.{NAMESPACE}.svc:4318/loki/api/v1/push" in notes, notes
+    assert f"port-forward svc/{FULLNAME} 4318:{HTTP_PORT_NAME}" in notes
+    assert "Authorization: Bearer" in notes
+    # the probes stay on the metrics port
+    assert container(docs)["readinessProbe"]["httpGet"]["port"] == "metrics"
+    # ports and bind address follow the values
+    docs2 = manifests(render({"config": {"bindAddress": "[::]"}, "containerPorts": {"http": 14318}}))
+    assert config_toml(docs2)["http-listen"] == "[::]:14318"
+    assert http_port_everywhere(docs2)["Deployment"] == [{"name": HTTP_PORT_NAME, "containerPort": 14318, "protocol": "TCP"}]
+    svc_port = http_port_everywhere(docs2)[f"Service/{FULLNAME}"]
+    assert [(p["port"], p["targetPort"]) for p in svc_port] == [(4318, HTTP_PORT_NAME)], svc_port
+
+
+@check
+def http_ingest_off_switch_removes_the_port():
+    values = merged(FULL, {"config": {"httpListenEnabled": False}})
+    rendered = render(values)
+    docs = manifests(rendered)
+    cfg = config_toml(docs)
+    assert cfg["http-listen"] == "off", cfg.get("http-listen")
+    assert "http-cors-origins" not in cfg
+    found = http_port_everywhere(docs)
+    assert set(found) == {"Deployment", f"Service/{FULLNAME}", f"Service/{FULLNAME}-headless", "NetworkPolicy"}, found
+    assert all(v == [] for v in found.values()), f"the HTTP ingest port is still rendered: {found}"
+    assert {p["name"] for p in container(docs)["ports"]} == {"grpc", "metrics"}
+    assert {p["name"] for p in one(docs, "Service", FULLNAME)["spec"]["ports"]} == {"grpc", "metrics"}
+    np_ports = [r["ports"][0]["port"] for r in one(docs, "NetworkPolicy")["spec"]["ingress"]]
+    assert np_ports == ["grpc", "metrics"], np_ports
+    text = "\n".join(body for path, body in rendered.items() if not path.endswith("NOTES.txt"))
+    assert HTTP_PORT_NAME not in text and not re.search(r"\b4318\b", text), "no trace of the HTTP port when it is off"
+    notes = rendered["loghaul/templates/NOTES.txt"]
+    assert "/v1/logs" not in notes and "/loki/api/v1/push" not in notes, notes
+    assert "httpListenEnabled=false" in notes
+    # the toggle rolls the pods (the config changes)
+    assert pod_annotations(docs)["checksum/config"] != pod_annotations(manifests(render(FULL)))["checksum/config"]
+    # the rest of the config is untouched
+    on = config_toml(manifests(render(FULL)))
+    assert {k: v for k, v in cfg.items() if k != "http-listen"} == {k: v for k, v in on.items() if k != "http-listen"}
+
+
+@check
+def http_cors_origins_render():
+    assert "http-cors-origins" not in config_toml(manifests(render({"config": {"httpCorsOrigins": ""}})))
+    for given, expected in [
+        ("https://app.example.com", "https://app.example.com"),
+        ("*", "*"),
+        ("https://app.example.com,http://localhost:3000", "https://app.example.com,http://localhost:3000"),
+        (" https://a.example.com , https://b.example.com:8443 ", "https://a.example.com,https://b.example.com:8443"),
+        (["https://a.example.com", "https://b.example.com"], "https://a.example.com,https://b.example.com"),
+        ([], None),
+    ]:
+        rendered = render({"config": {"httpCorsOrigins": given}})
+        cfg = config_toml(manifests(rendered))
+        assert cfg.get("http-cors-origins") == expected, (given, cfg.get("http-cors-origins"))
+        assert cfg["http-listen"] == "0.0.0.0:4318"
+        notes = rendered["loghaul/templates/NOTES.txt"]
+        assert (f"(CORS): {expected}" in notes) if expected else ("CORS" not in notes), (given, notes)
+    expect_render_failure({"config": {"httpListenEnabled": False, "httpCorsOrigins": "https://app.example.com"}},
+                          "httpCorsOrigins", "httpListenEnabled")
+    expect_schema_rejects({"config": {"httpCorsOrigins": "app.example.com"}}, "httpCorsOrigins")
+    expect_schema_rejects({"config": {"httpCorsOrigins": "https://app.example.com/path"}}, "httpCorsOrigins")
+    expect_schema_rejects({"config": {"httpCorsOrigins": ["https://a.example.com", "b"]}}, "httpCorsOrigins")
+    expect_schema_rejects({"config": {"httpCorsOrigins": "ftp://files.example.com"}}, "httpCorsOrigins")
+    expect_schema_rejects({"config": {"httpCorsOrigins": "https://app.example.com?x=1"}}, "httpCorsOrigins")
+    expect_schema_rejects({"config": {"httpCorsOrigins": 42}}, "httpCorsOrigins")
 
 
 @check
@@ -842,6 +975,9 @@ def manifests_pass_kubernetes_validate_strict():
         "sqlite existing claim + storage class": {"persistence": {"existingClaim": "c", "storageClass": "fast"}},
         "sqlite storage class": {"persistence": {"storageClass": "-"}, "preStopSleepSeconds": 3},
         "hard anti-affinity + min pdb": {"podAntiAffinityPreset": "hard", "podDisruptionBudget": {"minAvailable": 1}},
+        "http ingest off": merged(FULL, {"config": {"httpListenEnabled": False}}),
+        "http ingest own peers + cors": merged(FULL, {"networkPolicy": {"http": {"from": [{"podSelector": {}}]}},
+                                                      "config": {"httpCorsOrigins": "*"}}),
     }
     validated = 0
     skipped: set[str] = set()

@@ -299,7 +299,7 @@ pub fn parse_inline(text: &str) -> Result<Vec<(String, String)>, KeysError> {
 }
 
 /// Tenant names are stored with every record and used as metric labels: keep them short and plain.
-fn check_tenant_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_tenant_name(name: &str) -> Result<(), String> {
     let plain = name
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));

@@ -79,7 +79,7 @@ impl Tenant {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AuthFailure {
     /// No `x-api-key` metadata.
-    #[error("missing API key: send it in the x-api-key metadata")]
+    #[error("missing API key: send it in the x-api-key metadata (over HTTP: the x-api-key header, or Authorization: Bearer KEY)")]
     MissingKey,
     /// A key that maps to no tenant (never echoed back or logged).
     #[error("unknown API key")]
@@ -90,6 +90,9 @@ pub enum AuthFailure {
     /// No key is configured and the caller is not on the server's machine (protected mode).
     #[error("this server has no API keys, so it serves only clients on its own machine (loopback); configure keys on the server with --api-keys or --api-keys-file and send one in the x-api-key metadata, or start the server with --allow-unauthenticated to serve every client as tenant \"default\"")]
     NotLoopback,
+    /// A Loki `X-Scope-OrgID` header names a tenant other than the key's.
+    #[error("X-Scope-OrgID names a tenant other than the API key's; drop the header, or send the key of that tenant")]
+    OrgIdMismatch,
 }
 
 impl AuthFailure {
@@ -100,6 +103,7 @@ impl AuthFailure {
             AuthFailure::UnknownKey => "unknown_key",
             AuthFailure::NoTenant => "no_tenant",
             AuthFailure::NotLoopback => "not_loopback",
+            AuthFailure::OrgIdMismatch => "org_id_mismatch",
         }
     }
 }

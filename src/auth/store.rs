@@ -2,6 +2,7 @@
 //! changes): requests read it through an atomic pointer load, never a lock, and a failed reload
 //! keeps the keys in force.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,9 @@ use std::time::Duration;
 use crate::observability::metrics::metrics;
 use arc_swap::ArcSwap;
 
-use super::keys::{KeyRing, KeySources, KeysError};
+use super::keys::{check_tenant_name, KeyRing, KeySources, KeysError};
 use super::{AuthFailure, OpenAccess, Tenant};
+use crate::ratelimit::RateLimiter;
 use tokio_util::sync::CancellationToken;
 
 /// The keys in force, where they come from, and whom the service serves while there are none.
@@ -19,7 +21,13 @@ pub struct KeyStore {
     current: ArcSwap<KeyRing>,
     sources: KeySources,
     open_access: OpenAccess,
+    /// Tenants that Loki's `X-Scope-OrgID` named while no key is configured, made on first use.
+    org_tenants: ArcSwap<HashMap<Arc<str>, Tenant>>,
 }
+
+/// Distinct `X-Scope-OrgID` tenants a keyless service takes: each has its own metric series, so
+/// their number must be bounded.
+pub const MAX_ORG_TENANTS: usize = 64;
 
 impl KeyStore {
     /// Loads the keys for the first time.
@@ -30,6 +38,7 @@ impl KeyStore {
             current: ArcSwap::from_pointee(ring),
             sources,
             open_access,
+            org_tenants: ArcSwap::default(),
         })
     }
 
@@ -63,6 +72,43 @@ impl KeyStore {
     /// True when no key is configured.
     pub fn is_open(&self) -> bool {
         self.current.load().is_open()
+    }
+
+    /// The tenant that a caller of a keyless service names with Loki's `X-Scope-OrgID`, with the
+    /// default limits; refused when the name is not a valid tenant name, or when
+    /// [`MAX_ORG_TENANTS`] others exist already. Looked up without a lock; made once per name.
+    pub fn org_tenant(&self, org: &str) -> Result<Tenant, String> {
+        if let Some(tenant) = self.org_tenants.load().get(org) {
+            return Ok(tenant.clone());
+        }
+        check_tenant_name(org).map_err(|err| format!("X-Scope-OrgID: {err}"))?;
+        let mut made = None;
+        let mut full = false;
+        self.org_tenants.rcu(|known| {
+            full = false;
+            let mut known = HashMap::clone(known);
+            if let Some(tenant) = known.get(org) {
+                made = Some(tenant.clone());
+            } else if known.len() >= MAX_ORG_TENANTS {
+                full = true;
+            } else {
+                let limits = self.sources.defaults;
+                let limiter = limits
+                    .is_limited()
+                    .then(|| Arc::new(RateLimiter::new(limits)));
+                let tenant = made
+                    .get_or_insert_with(|| Tenant::new(Arc::from(org), limiter))
+                    .clone();
+                known.insert(Arc::clone(tenant.name()), tenant);
+            }
+            known
+        });
+        match made {
+            Some(tenant) if !full => Ok(tenant),
+            _ => Err(format!(
+                "X-Scope-OrgID: this server already serves {MAX_ORG_TENANTS} tenants named by the header and takes no more; configure API keys to give tenants names"
+            )),
+        }
     }
 
     /// Whom the service serves while no key is configured.

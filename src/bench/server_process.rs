@@ -31,7 +31,8 @@ impl ServerProcess {
         Self::start_listening("127.0.0.1:0", database_url, extra)
     }
 
-    /// Starts this binary as `serve` with gRPC on `listen` (metrics on an ephemeral port).
+    /// Starts this binary as `serve` with gRPC on `listen` (metrics and HTTP ingest on ephemeral
+    /// ports).
     pub fn start_listening(
         listen: &str,
         database_url: &str,
@@ -48,6 +49,8 @@ impl ServerProcess {
                 // The benchmark needs no console, and must not take a port someone else uses.
                 "--console-listen",
                 "off",
+                "--http-listen",
+                "127.0.0.1:0",
             ])
             .args(["--log-format", "json", "--database-url", database_url])
             .args(extra)

@@ -4,6 +4,7 @@
 //! file (same names as the flags, `batch-max-rows = 5000`), the built-in default.
 
 pub mod listen;
+pub mod origins;
 pub mod reference;
 pub mod secret;
 pub mod units;
@@ -16,6 +17,7 @@ use clap::{ArgMatches, Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 pub use listen::OptionalListen;
+pub use origins::CorsOrigins;
 pub use secret::Secret;
 pub use units::{ByteSize, HumanDuration};
 
@@ -88,7 +90,28 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_CONSOLE_LISTEN", default_value = "127.0.0.1:8080")]
     pub console_listen: OptionalListen,
 
-    /// How long the metrics and console listeners wait for a request's headers (also the most a
+    /// Address of the HTTP ingest listener: OTLP/HTTP (`POST /v1/logs`, protobuf or JSON) and
+    /// the Loki push API (`POST /loki/api/v1/push`), with the same keys, limits and durable
+    /// acknowledgement as gRPC; `off` turns it off.
+    #[arg(long, env = "LOGHAUL_HTTP_LISTEN", default_value = "0.0.0.0:4318")]
+    pub http_listen: OptionalListen,
+
+    /// Browser origins allowed to send logs to the HTTP ingest listener (CORS, preflight
+    /// included), comma-separated as browsers send them (`https://app.example.com`), or `*`;
+    /// empty: none, so browsers refuse cross-origin sends.
+    #[arg(long, env = "LOGHAUL_HTTP_CORS_ORIGINS", default_value = "")]
+    pub http_cors_origins: CorsOrigins,
+
+    /// Connections the HTTP ingest listener keeps open at once (every agent holds one or a few
+    /// kept alive); one more is closed as soon as it is accepted.
+    #[arg(
+        long,
+        env = "LOGHAUL_HTTP_INGEST_MAX_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub http_ingest_max_connections: u32,
+
+    /// How long the HTTP listeners (metrics, console, ingest) wait for a request's headers (also the most a
     /// kept-alive connection may sit idle) before they close the connection.
     #[arg(long, env = "LOGHAUL_HTTP_HEADER_READ_TIMEOUT", default_value = "10s")]
     pub http_header_read_timeout: HumanDuration,
@@ -172,7 +195,7 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_STREAM_IDLE_TIMEOUT", default_value = "60s")]
     pub stream_idle_timeout: HumanDuration,
 
-    /// PEM certificate chain of the gRPC port; with --tls-key the port speaks only TLS.
+    /// PEM certificate chain of the gRPC and HTTP ingest ports; with --tls-key they speak only TLS.
     #[arg(long, env = "LOGHAUL_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
 
@@ -380,17 +403,25 @@ impl ServeConfig {
         if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
             return fail("--retention must be at least 1h (or 0s to keep everything)");
         }
-        if let Some(console) = self.console_listen.0 {
-            let clashes = [self.listen, self.metrics_listen]
-                .iter()
-                .any(|other| other.port() != 0 && *other == console);
-            if clashes {
-                return fail("--console-listen must differ from --listen and --metrics-listen");
+        let mut bound = vec![self.listen, self.metrics_listen];
+        for (flag, addr) in [
+            ("--console-listen", self.console_listen.0),
+            ("--http-listen", self.http_listen.0),
+        ] {
+            let Some(addr) = addr else { continue };
+            if addr.port() != 0 && bound.contains(&addr) {
+                return Err(ConfigError::Invalid(format!(
+                    "{flag} must differ from the other listen addresses (--listen, --metrics-listen, --console-listen, --http-listen)"
+                )));
             }
+            bound.push(addr);
         }
-        if self.http_header_read_timeout.0.is_zero() || self.http_max_connections == 0 {
+        if self.http_header_read_timeout.0.is_zero()
+            || self.http_max_connections == 0
+            || self.http_ingest_max_connections == 0
+        {
             return fail(
-                "--http-header-read-timeout must be above 0s and --http-max-connections at least 1",
+                "--http-header-read-timeout must be above 0s, and --http-max-connections and --http-ingest-max-connections at least 1",
             );
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {

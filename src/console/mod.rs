@@ -96,5 +96,5 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_http(listener, router(state), limits, "console", shutdown).await
+    serve_http(listener, router(state), limits, None, "console", shutdown).await
 }

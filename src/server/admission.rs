@@ -1,5 +1,5 @@
-//! What both ingest protocols do around the pipeline: charge a tenant's rate limit before records
-//! are queued, and count how each call ended.
+//! What every ingest protocol does around the pipeline: charge a tenant's rate limit before records
+//! are queued, queue a request's records and wait for their commit, and count how each call ended.
 
 use std::sync::Arc;
 
@@ -8,8 +8,11 @@ use tonic::{Response, Status};
 use crate::auth::Tenant;
 use crate::error::{CallFailure, IngestError};
 use crate::model::reject::RejectionCounts;
-use crate::observability::metrics::CounterVec;
+use crate::observability::metrics::{metrics, CounterVec, Protocol};
+use crate::pipeline::ack::Stored;
+use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::Record;
+use crate::storage::StoreError;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
 /// with the delay after which they would be admitted.
@@ -27,13 +30,54 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
     }
 }
 
-/// Counts a message's records: all of them received, and the rejected ones by reason.
-pub fn count_received(tenant: &Tenant, received: u64, rejections: &RejectionCounts) {
+/// Counts a message's records: all of them received (by tenant and by `protocol`), and the
+/// rejected ones by reason.
+pub fn count_received(
+    tenant: &Tenant,
+    protocol: Protocol,
+    received: u64,
+    rejections: &RejectionCounts,
+) {
+    metrics().ingest_records(protocol).increment(received);
     let counts = tenant.metrics();
     counts.received.increment(received);
     for (reason, count) in rejections.nonzero() {
         counts.rejected(reason).increment(count);
     }
+}
+
+/// Queues the valid records of one request as one chunk, on the least loaded shard, and waits for
+/// their commit: what a unary request (an OTLP export, a Loki push) does once it has decoded its
+/// records under `meter`. The rate limit is charged first.
+pub async fn store_request(
+    ingress: &Ingress,
+    tenant: &Tenant,
+    records: Vec<Record>,
+    meter: Meter<'_>,
+) -> Result<Stored, IngestError> {
+    if records.is_empty() {
+        return Ok(Stored::default());
+    }
+    let bytes = admit(tenant, &records)?;
+    let deadline = meter.deadline();
+    let ack = ingress
+        .enqueue(
+            ingress.assign_shard(),
+            ChunkSource {
+                tenant: Arc::clone(tenant.name()),
+                counts: Arc::clone(tenant.metrics()),
+                key: None,
+            },
+            records,
+            bytes,
+            meter.into_reservation(),
+            deadline,
+        )
+        .await?;
+    let stored = ack
+        .await
+        .map_err(|_| StoreError::Unavailable("the batch was dropped before its commit".into()))??;
+    Ok(stored)
 }
 
 /// Counts the call in `calls` by outcome and turns the outcome into the gRPC answer.

@@ -1,5 +1,5 @@
 //! The second step of `serve`: the tasks beside the gRPC port (key reloads, retention, the store
-//! probe) and the two HTTP listeners (metrics and probes, the console).
+//! probe) and the three HTTP listeners (metrics and probes, the console, HTTP ingest).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use tonic_health::ServingStatus;
 
 use super::build::Core;
 use super::grpc::set_health;
+use super::http::HttpIngest;
 use super::ServeError;
 use crate::config::ServeConfig;
 use crate::console::health::HealthSource;
@@ -25,8 +26,8 @@ use crate::web::probes;
 
 /// How often the store is probed for readiness.
 const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
-/// How long the exit waits for a console connection a browser holds open.
-const CONSOLE_EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long the exit waits for a console or ingest connection a client holds open.
+const HTTP_EXIT_WAIT: Duration = Duration::from_secs(5);
 
 type Listener = JoinHandle<Result<(), std::io::Error>>;
 
@@ -39,6 +40,7 @@ pub(super) struct Background {
     /// The metrics listener's address.
     pub http_addr: SocketAddr,
     console: Option<(SocketAddr, Listener)>,
+    http_ingest: Option<(SocketAddr, Listener)>,
 }
 
 impl Background {
@@ -49,6 +51,7 @@ impl Background {
         config: &ServeConfig,
         http_listener: TcpListener,
         console_listener: Option<TcpListener>,
+        ingest_listener: Option<TcpListener>,
     ) -> Result<Background, ServeError> {
         let stopping = &core.stopping;
         let reload = tokio::spawn(crate::auth::store::reload_keys(
@@ -74,6 +77,13 @@ impl Background {
             )),
             None => None,
         };
+        let http_ingest = match ingest_listener {
+            Some(listener) => Some((
+                listener.local_addr()?,
+                serve_http_ingest(core, config, listener),
+            )),
+            None => None,
+        };
         let http_addr = http_listener.local_addr()?;
         let ingress = core.pipeline.ingress();
         let http = tokio::spawn(probes::serve(
@@ -92,12 +102,20 @@ impl Background {
             http,
             http_addr,
             console,
+            http_ingest,
         })
     }
 
     /// The console's address, or `off`.
     pub fn console_addr(&self) -> String {
         self.console
+            .as_ref()
+            .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string())
+    }
+
+    /// The HTTP ingest listener's address, or `off`.
+    pub fn http_ingest_addr(&self) -> String {
+        self.http_ingest
             .as_ref()
             .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string())
     }
@@ -111,12 +129,15 @@ impl Background {
 
     /// Waits for the HTTP listeners to close.
     pub async fn join_listeners(self) {
-        if let Some((_, mut task)) = self.console {
-            // Its tails ended with the drain; a browser holding a connection open must not hold
-            // up the exit.
-            match tokio::time::timeout(CONSOLE_EXIT_WAIT, &mut task).await {
-                Ok(Ok(Err(err))) => tracing::warn!(error = %err, "console listener failed"),
-                Ok(Err(err)) => tracing::warn!(error = %err, "console listener panicked"),
+        // The console's tails ended with the drain, and ingest requests were answered when the
+        // pipeline was flushed; a client holding a connection open must not hold up the exit.
+        for (name, listener) in [("console", self.console), ("HTTP ingest", self.http_ingest)] {
+            let Some((_, mut task)) = listener else {
+                continue;
+            };
+            match tokio::time::timeout(HTTP_EXIT_WAIT, &mut task).await {
+                Ok(Ok(Err(err))) => tracing::warn!(error = %err, "{name} listener failed"),
+                Ok(Err(err)) => tracing::warn!(error = %err, "{name} listener panicked"),
                 Ok(Ok(Ok(()))) => {}
                 Err(_) => task.abort(),
             }
@@ -152,6 +173,35 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
         listener,
         state,
         HttpLimits::from_config(config),
+        shutdown,
+    ))
+}
+
+/// Serves OTLP/HTTP and the Loki push API until the drain starts (requests in flight are answered
+/// once the pipeline is flushed), or until the rest stops when the gRPC server failed.
+fn serve_http_ingest(core: &Core, config: &ServeConfig, listener: TcpListener) -> Listener {
+    let ingest = HttpIngest::new(
+        core.pipeline.ingress(),
+        core.limits,
+        Arc::clone(&core.keys),
+        config,
+    );
+    let (drain, stop) = (core.draining.clone(), core.stopping.clone());
+    let shutdown = async move {
+        tokio::select! {
+            () = drain.cancelled() => {}
+            () = stop.cancelled() => {}
+        }
+    };
+    let limits = HttpLimits {
+        max_connections: config.http_ingest_max_connections,
+        ..HttpLimits::from_config(config)
+    };
+    tokio::spawn(super::http::serve(
+        listener,
+        ingest,
+        limits,
+        core.http_tls.clone(),
         shutdown,
     ))
 }

@@ -9,6 +9,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::grpc::set_health;
+use super::validate::Limits;
 use super::{ServeError, POOL_ACQUIRE_TIMEOUT};
 use crate::auth::keys::KeySources;
 use crate::auth::{KeyStore, OpenAccess};
@@ -26,6 +27,8 @@ pub(super) struct Core {
     pub keys: Arc<KeyStore>,
     /// TLS for the gRPC port, when configured.
     pub tls: Option<ServerTlsConfig>,
+    /// The same certificate for the HTTP ingest port.
+    pub http_tls: Option<tokio_rustls::TlsAcceptor>,
     /// The writers' pool.
     pub store: Store,
     /// The readers' pool: queries, tails, probes.
@@ -40,6 +43,8 @@ pub(super) struct Core {
     pub reads: Reads,
     /// What retention keeps.
     pub retention: RetentionConfig,
+    /// What every ingest protocol checks records against.
+    pub limits: Limits,
     /// Cancelled when shutdown is requested: streams and tails end, readiness goes off.
     pub draining: CancellationToken,
     /// Cancelled once the pipeline is flushed: background tasks and the HTTP listeners stop.
@@ -49,13 +54,15 @@ pub(super) struct Core {
 impl Core {
     /// Loads the keys and TLS files, opens and migrates the store, and starts the pipeline.
     pub async fn build(config: &ServeConfig) -> Result<Core, ServeError> {
-        let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::tls::server_config(
-                cert,
-                key,
-                config.tls_client_ca.as_deref(),
-            )?),
-            _ => None,
+        let (tls, http_tls) = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => {
+                let ca = config.tls_client_ca.as_deref();
+                (
+                    Some(crate::tls::server_config(cert, key, ca)?),
+                    Some(crate::tls::http_acceptor(cert, key, ca)?),
+                )
+            }
+            _ => (None, None),
         };
         let keys = Arc::new(KeyStore::load(
             KeySources::from_config(config),
@@ -111,9 +118,14 @@ impl Core {
         set_health(&health, ServingStatus::Serving).await;
         let draining = CancellationToken::new();
         let reads = Reads::from_config(reader.clone(), config, draining.clone());
+        let limits = Limits {
+            max_message_bytes: config.max_message_bytes.as_usize(),
+            max_age: retention.keep,
+        };
         Ok(Core {
             keys,
             tls,
+            http_tls,
             store,
             reader,
             readiness,
@@ -121,6 +133,7 @@ impl Core {
             pipeline,
             reads,
             retention,
+            limits,
             draining,
             stopping: CancellationToken::new(),
         })

@@ -18,7 +18,6 @@ use super::build::Core;
 use super::ingest::IngestService;
 use super::otlp;
 use super::refusal::ExplainRefusal;
-use super::validate::Limits;
 use super::ServeError;
 use crate::auth::AuthLayer;
 use crate::config::ServeConfig;
@@ -53,10 +52,7 @@ pub(super) async fn serve(
     background: &Background,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let limits = Limits {
-        max_message_bytes: config.max_message_bytes.as_usize(),
-        max_age: core.retention.keep,
-    };
+    let limits = core.limits;
     let ingress = core.pipeline.ingress();
     let ingest = IngestService::new(ingress.clone(), limits, config.max_request_bytes.0)
         .with_idle_timeout(Some(config.stream_idle_timeout.0).filter(|idle| !idle.is_zero()));
@@ -123,6 +119,7 @@ fn announce(
         grpc = %listener.local_addr()?,
         http = %background.http_addr,
         console = %background.console_addr(),
+        http_ingest = %background.http_ingest_addr(),
         shards = config.shard_count(),
         transport,
         "loghaul is serving"

@@ -7,7 +7,6 @@
 //! nothing, takes budget for the message's size, and only then reads it into a buffer of its own
 //! that is gone once the message is decoded; decompression grows the reservation as it goes.
 
-use std::io::Read;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -19,6 +18,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
+use super::inflate::{inflate, Compression};
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 
@@ -58,36 +58,24 @@ pub(crate) use serve_raw_grpc;
 
 /// Bytes of the length-prefix before every gRPC message.
 const PREFIX_BYTES: usize = 5;
-/// Decompressed bytes produced between two looks at the budget.
-const INFLATE_STEP: usize = 64 * 1024;
 
-/// How a request's messages are compressed (`grpc-encoding`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    /// `gzip`.
-    Gzip,
-    /// `zstd`.
-    Zstd,
-}
-
-impl Encoding {
-    /// The request's encoding; an unsupported one is refused as the gRPC specification asks.
-    pub fn of(headers: &HeaderMap) -> Result<Option<Encoding>, Status> {
-        match headers.get("grpc-encoding").map(HeaderValue::as_bytes) {
-            None | Some(b"identity") => Ok(None),
-            Some(b"gzip") => Ok(Some(Encoding::Gzip)),
-            Some(b"zstd") => Ok(Some(Encoding::Zstd)),
-            Some(other) => {
-                let mut status = Status::unimplemented(format!(
-                    "grpc-encoding {} is not supported; use gzip, zstd or identity",
-                    String::from_utf8_lossy(other)
-                ));
-                status.metadata_mut().insert(
-                    "grpc-accept-encoding",
-                    MetadataValue::from_static("gzip,zstd,identity"),
-                );
-                Err(status)
-            }
+/// How a request's messages are compressed (`grpc-encoding`); an unsupported encoding is refused as
+/// the gRPC specification asks.
+pub fn message_encoding(headers: &HeaderMap) -> Result<Option<Compression>, Status> {
+    match headers.get("grpc-encoding").map(HeaderValue::as_bytes) {
+        None | Some(b"identity") => Ok(None),
+        Some(b"gzip") => Ok(Some(Compression::Gzip)),
+        Some(b"zstd") => Ok(Some(Compression::Zstd)),
+        Some(other) => {
+            let mut status = Status::unimplemented(format!(
+                "grpc-encoding {} is not supported; use gzip, zstd or identity",
+                String::from_utf8_lossy(other)
+            ));
+            status.metadata_mut().insert(
+                "grpc-accept-encoding",
+                MetadataValue::from_static("gzip,zstd,identity"),
+            );
+            Err(status)
         }
     }
 }
@@ -106,14 +94,14 @@ pub struct MessageReader {
     body: Body,
     /// Bytes received and not yet consumed: at most one HTTP/2 frame between messages.
     pending: BytesMut,
-    encoding: Option<Encoding>,
+    encoding: Option<Compression>,
     max_message_bytes: usize,
 }
 
 impl MessageReader {
     /// A reader of `body`, whose messages may be `max_message_bytes` long, before and after
     /// decompression (`--max-request-bytes`).
-    pub fn new(body: Body, encoding: Option<Encoding>, max_message_bytes: usize) -> Self {
+    pub fn new(body: Body, encoding: Option<Compression>, max_message_bytes: usize) -> Self {
         MessageReader {
             body,
             pending: BytesMut::new(),
@@ -217,45 +205,6 @@ impl MessageReader {
                     }
                 }
             }
-        }
-    }
-}
-
-/// Decompresses `message`, taking budget before each step, so that a small message that
-/// inflates to a large one (a compression bomb) is charged, and stopped at the size limit,
-/// before it is in memory.
-async fn inflate(
-    message: &[u8],
-    encoding: Encoding,
-    max_message_bytes: usize,
-    meter: &mut Meter<'_>,
-) -> Result<Bytes, IngestError> {
-    let broken = |err: std::io::Error| {
-        IngestError::Malformed(format!("the message does not decompress: {err}"))
-    };
-    let mut decoder: Box<dyn Read + Send + '_> = match encoding {
-        Encoding::Gzip => Box::new(flate2::read::GzDecoder::new(message)),
-        Encoding::Zstd => {
-            Box::new(zstd::stream::read::Decoder::with_buffer(message).map_err(broken)?)
-        }
-    };
-    let mut out = Vec::new();
-    loop {
-        let start = out.len();
-        if start > max_message_bytes {
-            return Err(IngestError::RequestTooLarge {
-                detail: "a message that inflates past the limit".into(),
-                limit: max_message_bytes as u64,
-            });
-        }
-        let step = INFLATE_STEP.min(max_message_bytes + 1 - start);
-        meter.charge(step).await?;
-        out.resize(start + step, 0);
-        let read = decoder.read(&mut out[start..]).map_err(broken)?;
-        out.truncate(start + read);
-        meter.release(step - read);
-        if read == 0 {
-            return Ok(Bytes::from(out));
         }
     }
 }

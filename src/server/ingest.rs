@@ -23,13 +23,13 @@ use tonic::Status;
 
 use super::admission::{admit, count_received, respond};
 use super::fields::{fields, repeated, Value};
-use super::grpc_body::{answer, serve_raw_grpc, Encoding, MessageReader, Prefix};
+use super::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
 use crate::model::reject::RejectionCounts;
-use crate::observability::metrics::metrics;
+use crate::observability::metrics::{metrics, Protocol};
 use crate::pipeline::ack::{AckReceiver, AckResult};
 use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
 use crate::proto::v1::{LogRecord, PushResponse};
@@ -105,7 +105,7 @@ impl IngestService {
         let Some(tenant) = request.extensions().get::<Tenant>().cloned() else {
             return Status::from(AuthFailure::NoTenant).into_http();
         };
-        let encoding = match Encoding::of(request.headers()) {
+        let encoding = match message_encoding(request.headers()) {
             Ok(encoding) => encoding,
             Err(status) => return status.into_http(),
         };
@@ -269,7 +269,7 @@ impl IngestService {
                 _ => {}
             }
         }
-        count_received(tenant, position as u64, &rejections);
+        count_received(tenant, Protocol::Push, position as u64, &rejections);
         let key = chunk_key(producer_id, sequence)?;
         Ok((records, invalid, key))
     }

@@ -1,7 +1,7 @@
-//! The service: wires the store, the pipeline, the gRPC services and the HTTP probes together, and
-//! shuts them down in the order that loses nothing. [`run`] reads as its steps: `build` what
-//! every listener shares, start the `background` tasks and HTTP listeners, serve the `grpc`
-//! port until shutdown, then drain.
+//! The service: wires the store, the pipeline, the gRPC services and the HTTP listeners together,
+//! and shuts them down in the order that loses nothing. [`run`] reads as its steps: `build` what
+//! every listener shares, start the `background` tasks and HTTP listeners (probes, console,
+//! [`http`] ingest), serve the `grpc` port until shutdown, then drain.
 
 pub(crate) mod admission;
 mod background;
@@ -9,9 +9,13 @@ mod build;
 pub(crate) mod fields;
 mod grpc;
 pub(crate) mod grpc_body;
+pub(crate) mod http;
+pub(crate) mod inflate;
 pub(crate) mod ingest;
+pub mod loki;
 pub mod otlp;
 pub(crate) mod refusal;
+pub(crate) mod rejections;
 pub(crate) mod settlement;
 pub mod validate;
 
@@ -77,6 +81,8 @@ pub struct Listeners {
     pub http: TcpListener,
     /// The browser console and its API; `None` when `--console-listen off`.
     pub console: Option<TcpListener>,
+    /// HTTP ingest: OTLP/HTTP and the Loki push API; `None` when `--http-listen off`.
+    pub http_ingest: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -100,10 +106,16 @@ impl Listeners {
             Some(addr) => Some(bind("the console", console_hint, addr).await?),
             None => None,
         };
+        let ingest_hint = " (choose another --http-listen address, or --http-listen off)";
+        let http_ingest = match config.http_listen.0 {
+            Some(addr) => Some(bind("HTTP ingest", ingest_hint, addr).await?),
+            None => None,
+        };
         Ok(Listeners {
             grpc,
             http,
             console,
+            http_ingest,
         })
     }
 }
@@ -118,8 +130,14 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     config.validate()?;
     let core = Core::build(&config).await?;
-    let background = Background::start(&core, &config, listeners.http, listeners.console)?;
-    let served = grpc::serve(&core, &config, listeners.grpc, &background, shutdown).await;
+    let Listeners {
+        grpc: grpc_port,
+        http,
+        console,
+        http_ingest,
+    } = listeners;
+    let background = Background::start(&core, &config, http, console, http_ingest)?;
+    let served = grpc::serve(&core, &config, grpc_port, &background, shutdown).await;
     drain(core, background).await;
     tracing::info!("loghaul stopped");
     served

@@ -59,7 +59,8 @@ impl Invalid {
         )
     }
 
-    fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
+    /// A refusal for `reason`, explained by `detail`.
+    pub fn new(reason: RejectReason, detail: impl Into<String>) -> Self {
         Invalid {
             reason,
             detail: detail.into(),

@@ -15,8 +15,9 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -45,12 +46,14 @@ impl HttpLimits {
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the open connections finish
 /// their request in flight and waits for them. `name` labels the listener's metrics
-/// (`loghaul_http_*{listener}`), so it must be one of a few fixed names. Handlers can read the
-/// peer address with axum's `ConnectInfo<SocketAddr>`.
+/// (`loghaul_http_*{listener}`), so it must be one of a few fixed names. With `tls`, every
+/// connection speaks TLS first. Handlers can read the peer address with axum's
+/// `ConnectInfo<SocketAddr>`.
 pub async fn serve_http(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     name: &'static str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -80,15 +83,30 @@ pub async fn serve_http(
                 .increment_static([name], 1);
             continue;
         };
-        tokio::spawn(serve_connection(
-            stream,
+        let connection = Connection {
             peer,
-            app.clone(),
-            builder.clone(),
-            closing.clone(),
-            slot,
+            app: app.clone(),
+            builder: builder.clone(),
+            closing: closing.clone(),
+            _slot: slot,
             name,
-        ));
+        };
+        match tls.clone() {
+            None => tokio::spawn(connection.serve(stream)),
+            Some(acceptor) => tokio::spawn(async move {
+                let handshake = tokio::time::timeout(
+                    crate::tls::HTTP_HANDSHAKE_TIMEOUT,
+                    acceptor.accept(stream),
+                );
+                match handshake.await {
+                    Ok(Ok(stream)) => connection.serve(stream).await,
+                    Ok(Err(err)) => {
+                        tracing::debug!(listener = name, error = %err, "TLS handshake failed");
+                    }
+                    Err(_) => tracing::debug!(listener = name, "TLS handshake timed out"),
+                }
+            }),
+        };
     }
     drop(listener);
     closing.cancel();
@@ -100,15 +118,43 @@ pub async fn serve_http(
     Ok(())
 }
 
-async fn serve_connection(
-    stream: TcpStream,
+/// One accepted connection, holding its slot until it ends.
+struct Connection {
     peer: SocketAddr,
     app: Router,
     builder: http1::Builder,
     closing: CancellationToken,
     _slot: OwnedSemaphorePermit,
     name: &'static str,
-) {
+}
+
+impl Connection {
+    async fn serve<S>(self, stream: S)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            peer,
+            app,
+            builder,
+            closing,
+            _slot,
+            name,
+        } = self;
+        serve_connection(stream, peer, app, builder, closing, name).await;
+    }
+}
+
+async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    app: Router,
+    builder: http1::Builder,
+    closing: CancellationToken,
+    name: &'static str,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let open = metrics().http_connections.handle(name);
     open.add(1.0);
     let service = app.map_request(move |mut request: hyper::Request<Incoming>| {

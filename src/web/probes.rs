@@ -60,7 +60,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(state);
-    let served = serve_http(listener, app, limits, "metrics", shutdown).await;
+    let served = serve_http(listener, app, limits, None, "metrics", shutdown).await;
     upkeep.abort();
     served
 }

@@ -18,6 +18,7 @@ mod client;
 mod console;
 mod faults;
 mod hostile;
+mod http_ingest;
 mod ingest;
 mod otlp;
 mod overload;

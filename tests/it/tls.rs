@@ -203,3 +203,60 @@ async fn with_a_client_ca_only_clients_holding_a_certificate_it_signed_get_in() 
     assert_eq!(db.count().await, 1, "only the authenticated push is stored");
     server.stop().await;
 }
+
+/// The HTTP ingest port takes the same certificate: an OTLP/HTTP export over HTTPS is stored, and
+/// a plaintext request on that port gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_ingest_port_speaks_tls_with_the_same_certificate() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+    let Some(db) = TestDb::create(Backend::Sqlite, "tls_http_ingest").await else {
+        return;
+    };
+    let pki = Pki::new();
+    let server = tls_server(&db, &pki, None).await;
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(pki.ca()).unwrap())
+        .unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let tcp = tokio::net::TcpStream::connect(server.http_ingest)
+        .await
+        .unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let body = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"stringValue":"over https"}}]}]}]}"#;
+    let request = format!(
+        "POST /v1/logs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    // A TLS peer may close without close_notify once the answer is sent; what was read counts.
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let rows = db.stored().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].message, "over https");
+
+    let plaintext =
+        crate::common::http_request(server.http_ingest, "POST", "/v1/logs", &[], b"").await;
+    assert!(
+        plaintext.map_or(true, |answer| answer.status == 0),
+        "a plaintext request on the TLS port must get no HTTP answer"
+    );
+    server.stop().await;
+}

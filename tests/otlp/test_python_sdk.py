@@ -75,6 +75,7 @@ class Server:
                 "--listen", "127.0.0.1:0",
                 "--metrics-listen", "127.0.0.1:0",
                 "--console-listen", "off",
+                "--http-listen", "off",
                 "--database-url", f"sqlite://{db_path}",
                 "--log-format", "json",
                 "--shards", "2",

@@ -125,6 +125,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* "true" when the HTTP ingest listener (OTLP/HTTP, Loki push) is on, else "". */}}
+{{- define "loghaul.httpEnabled" -}}
+{{- if .Values.config.httpListenEnabled }}true{{ end }}
+{{- end }}
+
+{{/* config.httpCorsOrigins as the comma-separated string of --http-cors-origins (a list is joined, blanks trimmed); "" = CORS off. */}}
+{{- define "loghaul.httpCorsOrigins" -}}
+{{- $origins := .Values.config.httpCorsOrigins }}
+{{- if not (kindIs "slice" $origins) }}
+{{- $origins = splitList "," (toString (default "" $origins)) }}
+{{- end }}
+{{- $clean := list }}
+{{- range $origins }}
+{{- with trim (toString .) }}
+{{- $clean = append $clean . }}
+{{- end }}
+{{- end }}
+{{- join "," $clean }}
+{{- end }}
+
 {{/* The service's TOML config. Only keys `loghaul serve` knows: it refuses to start on any other. */}}
 {{- define "loghaul.configToml" -}}
 {{- $c := .Values.config -}}
@@ -132,6 +152,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 # The database URL comes from the environment and the API keys from a mounted file (Secrets), not from here.
 listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.grpc) | toJson }}
 metrics-listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.metrics) | toJson }}
+{{- if include "loghaul.httpEnabled" . }}
+http-listen = {{ printf "%s:%d" $c.bindAddress (int .Values.containerPorts.http) | toJson }}
+{{- with include "loghaul.httpCorsOrigins" . }}
+http-cors-origins = {{ toJson . }}
+{{- end }}
+{{- else }}
+http-listen = "off"
+{{- end }}
 shards = {{ int64 $c.shards }}
 batch-max-rows = {{ int64 $c.batchMaxRows }}
 batch-max-bytes = {{ toString $c.batchMaxBytes | toJson }}
@@ -165,6 +193,7 @@ tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
 api-keys-reload-interval = {{ toString $c.apiKeysReloadInterval | toJson }}
 http-header-read-timeout = {{ toString $c.httpHeaderReadTimeout | toJson }}
 http-max-connections = {{ int64 $c.httpMaxConnections }}
+http-ingest-max-connections = {{ int64 $c.httpIngestMaxConnections }}
 console-listen = {{ toString $c.consoleListen | toJson }}
 {{- if .Values.tls.enabled }}
 tls-cert = "/etc/loghaul-tls/tls.crt"
@@ -179,6 +208,9 @@ tls-client-ca = "/etc/loghaul-tls/ca.crt"
 {{- define "loghaul.validate" -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
 {{- fail "loghaul: tls.enabled needs tls.secretName (a kubernetes.io/tls Secret with tls.crt and tls.key)" }}
+{{- end }}
+{{- if and (include "loghaul.httpCorsOrigins" .) (not (include "loghaul.httpEnabled" .)) }}
+{{- fail "loghaul: config.httpCorsOrigins needs config.httpListenEnabled (CORS applies to the HTTP ingest listener)" }}
 {{- end }}
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
 {{- fail "loghaul: tls.clientAuth needs tls.enabled" }}

@@ -3,8 +3,8 @@
 //!
 //! Names follow Prometheus conventions (`loghaul_` prefix, `_total`, `_seconds`, `_bytes`); labels
 //! are bounded by construction: `shard` by the shard count, `tenant` by the configured keys,
-//! `reason`/`kind`/`resource`/`outcome`/`trigger` by enums in the code, `listener` by the two HTTP
-//! listeners. Series a record passes through (per tenant, per shard) are resolved once into
+//! `reason`/`kind`/`resource`/`outcome`/`trigger`/`protocol` by enums in the code, `listener` by the
+//! three HTTP listeners. Series a record passes through (per tenant, per shard) are resolved once into
 //! [`TenantMetrics`] and [`ShardMetrics`], so the hot path looks nothing up by name.
 
 pub mod handles;
@@ -56,10 +56,42 @@ impl FlushTrigger {
     }
 }
 
+/// The wire protocol a record came in by: the `protocol` label of `loghaul_ingest_*`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `loghaul.v1.LogIngest/Push`.
+    Push = 0,
+    /// OTLP over gRPC.
+    OtlpGrpc = 1,
+    /// OTLP over HTTP (`POST /v1/logs`).
+    OtlpHttp = 2,
+    /// The Loki push API (`POST /loki/api/v1/push`).
+    Loki = 3,
+}
+
+impl Protocol {
+    const ALL: [Protocol; 4] = [
+        Protocol::Push,
+        Protocol::OtlpGrpc,
+        Protocol::OtlpHttp,
+        Protocol::Loki,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Push => "push",
+            Protocol::OtlpGrpc => "otlp_grpc",
+            Protocol::OtlpHttp => "otlp_http",
+            Protocol::Loki => "loki",
+        }
+    }
+}
+
 const RECORDS_RECEIVED: Series = Series::new(
     "loghaul_records_received_total",
     Unit::Count,
-    "Records received in Push streams and OTLP exports, valid or not, by tenant.",
+    "Records received by any protocol, valid or not, by tenant.",
 );
 const RECORDS_COMMITTED: Series = Series::new(
     "loghaul_records_committed_total",
@@ -117,6 +149,10 @@ pub struct Metrics {
     pub streams_ended: CounterVec<1>,
     /// OTLP Export calls answered, by outcome.
     pub otlp_exports: CounterVec<1>,
+    /// Requests answered on the HTTP ingest listener, by protocol and outcome.
+    pub http_ingest_requests: CounterVec<2>,
+    /// Records received, by protocol (indexed like [`Protocol::ALL`]).
+    ingest_records: Vec<Counter>,
     /// Bytes held in queues and batches.
     pub buffered_bytes: Gauge,
     /// The buffer budget.
@@ -296,6 +332,19 @@ impl Metrics {
                 Series::new("loghaul_otlp_exports_total", Count, "OTLP Export requests answered, by outcome (ok, possibly with partial success, or the error)."),
                 ["outcome"],
             ),
+            http_ingest_requests: CounterVec::register(
+                Series::new("loghaul_http_ingest_requests_total", Count, "Requests answered on the HTTP ingest listener, by protocol (otlp_http, loki, cors_preflight, other) and outcome (ok, partial, or the error: unauthenticated, malformed_message, unsupported_media_type, request_too_large, backpressure, rate_limited, store_unavailable, ...)."),
+                ["protocol", "outcome"],
+            ),
+            ingest_records: Protocol::ALL
+                .iter()
+                .map(|protocol| {
+                    Counter::register(
+                        Series::new("loghaul_ingest_records_total", Count, "Records received, valid or not, by protocol: push, otlp_grpc, otlp_http, loki."),
+                        vec![Label::from_static_parts("protocol", protocol.as_str())],
+                    )
+                })
+                .collect(),
             buffered_bytes: gauge("loghaul_buffered_bytes", Bytes, "Bytes of records held in queues and batches."),
             buffered_bytes_limit: gauge("loghaul_buffered_bytes_limit", Bytes, "The process-wide buffer budget (--max-buffered-bytes)."),
             backpressure_wait: seconds("loghaul_backpressure_wait_seconds", "Time a chunk waited for room in the budget and its queue."),
@@ -339,15 +388,15 @@ impl Metrics {
                 ["endpoint", "status"],
             ),
             http_connections: GaugeVec::register(
-                Series::new("loghaul_http_connections", Count, "Connections open now on an HTTP listener (metrics, console)."),
+                Series::new("loghaul_http_connections", Count, "Connections open now on an HTTP listener (metrics, console, ingest)."),
                 "listener",
             ),
             http_connections_refused: CounterVec::register(
-                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console) closed on accept because --http-max-connections were open."),
+                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed on accept because its connection cap (--http-max-connections; ingest: --http-ingest-max-connections) was reached."),
                 ["listener"],
             ),
             http_header_timeouts: CounterVec::register(
-                Series::new("loghaul_http_header_timeouts_total", Count, "Connections an HTTP listener (metrics, console) closed because no complete request headers came within --http-header-read-timeout."),
+                Series::new("loghaul_http_header_timeouts_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed because no complete request headers came within --http-header-read-timeout."),
                 ["listener"],
             ),
             retention_runs: CounterVec::register(
@@ -369,6 +418,12 @@ impl Metrics {
             tenants: Mutex::default(),
             shards: Mutex::default(),
         }
+    }
+
+    /// The counter of records received by `protocol`.
+    pub fn ingest_records(&self, protocol: Protocol) -> &Counter {
+        // `ALL` lists the protocols in discriminant order, which a test checks.
+        &self.ingest_records[protocol as usize]
     }
 
     /// The series of `tenant`'s records. Resolved when a tenant is set up (a key ring is loaded),
@@ -450,6 +505,9 @@ mod tests {
         }
         for (index, trigger) in FlushTrigger::ALL.iter().enumerate() {
             assert_eq!(*trigger as usize, index, "{trigger:?}");
+        }
+        for (index, protocol) in Protocol::ALL.iter().enumerate() {
+            assert_eq!(*protocol as usize, index, "{protocol:?}");
         }
     }
 

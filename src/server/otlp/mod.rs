@@ -2,9 +2,14 @@
 //! same port and through the same pipeline as `LogIngest`, with the same durable acknowledgement.
 //!
 //! - [`mapping`]: an OTLP record → loghaul's wire record (pure, no I/O), then the shared validation.
-//! - [`service`]: the `Export` handler: reads the request under the memory budget, decodes it
-//!   record by record, enqueues, and answers after the commit with OTLP's partial success.
+//! - [`export`]: one export, whatever carried it: decodes the request record by record under the
+//!   memory budget, enqueues, and answers after the commit with OTLP's partial success.
+//! - [`service`]: the gRPC `Export` method: reads the request's message and exports it.
+//! - [`http`]: `POST /v1/logs`: reads the body (protobuf or JSON) and exports it.
 
+pub(crate) mod export;
+pub(crate) mod http;
+pub(crate) mod json;
 pub mod mapping;
 pub(crate) mod service;
 
@@ -15,6 +20,7 @@ use prost_types::FileDescriptorSet;
 
 use crate::pipeline::Ingress;
 use crate::server::validate::Limits;
+use export::Exporter;
 use service::OtlpLogsService;
 
 pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SERVICE_NAME;
@@ -26,8 +32,7 @@ const SERVICE_FILE: &str = "opentelemetry/proto/collector/logs/v1/logs_service.p
 /// decompression), gzip and zstd accepted.
 pub fn logs_server(ingress: Ingress, limits: Limits, max_request_bytes: u64) -> OtlpLogsService {
     OtlpLogsService::new(
-        ingress,
-        limits,
+        Exporter::new(ingress, limits),
         usize::try_from(max_request_bytes).unwrap_or(usize::MAX),
     )
 }

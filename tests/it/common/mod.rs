@@ -256,6 +256,8 @@ pub struct TestServer {
     pub http: SocketAddr,
     /// The console and its JSON API.
     pub console: SocketAddr,
+    /// HTTP ingest: OTLP/HTTP and the Loki push API.
+    pub http_ingest: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), loghaul::server::ServeError>>,
 }
@@ -269,11 +271,14 @@ impl TestServer {
         let grpc = grpc_listener.local_addr().unwrap();
         let http = http_listener.local_addr().unwrap();
         let console = console_listener.local_addr().unwrap();
+        let ingest_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http_ingest = ingest_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let listeners = loghaul::server::Listeners {
             grpc: grpc_listener,
             http: http_listener,
             console: Some(console_listener),
+            http_ingest: Some(ingest_listener),
         };
         let task = tokio::spawn(loghaul::server::run(config, listeners, async move {
             let _ = stopped.await;
@@ -282,6 +287,7 @@ impl TestServer {
             grpc,
             http,
             console,
+            http_ingest,
             stop: Some(stop),
             task,
         };
@@ -402,6 +408,97 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
         .map(|(_, body)| body.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// An HTTP answer: status, headers (names in lower case) and body.
+#[derive(Debug)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpAnswer {
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`), the body sent whole with
+/// its length: enough to speak to the HTTP ingest listener as an exporter would.
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpAnswer> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: loghaul\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let split = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers in the answer"))?;
+    let head = String::from_utf8_lossy(&response[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let mut body = response[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(name, value)| name == "transfer-encoding" && value.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Ok(HttpAnswer {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The payload of a chunked body.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = body.windows(2).position(|window| window == b"\r\n") {
+        let size = std::str::from_utf8(&body[..end])
+            .ok()
+            .and_then(|text| usize::from_str_radix(text.split(';').next()?.trim(), 16).ok())
+            .unwrap_or(0);
+        if size == 0 || body.len() < end + 2 + size {
+            break;
+        }
+        out.extend_from_slice(&body[end + 2..end + 2 + size]);
+        body = &body[(end + 4 + size).min(body.len())..];
+    }
+    out
 }
 
 /// A loopback address no one listens on now (bound, then released), for a server started later.

@@ -23,7 +23,7 @@ pub fn assert_success(output: &Output) {
     );
 }
 
-/// `loghaul serve` with gRPC and metrics on ephemeral loopback ports, the console off, and no API
+/// `loghaul serve` with gRPC, metrics and HTTP ingest on ephemeral loopback ports, the console off, and no API
 /// keys (nor --allow-unauthenticated) taken from the developer's environment.
 pub fn serve_command() -> Command {
     serve_command_at(EPHEMERAL, "off")
@@ -35,7 +35,7 @@ pub fn serve_command_at(listen: &str, console: &str) -> Command {
     let mut command = Command::new(BINARY);
     command
         .args(["serve", "--listen", listen, "--metrics-listen", EPHEMERAL])
-        .args(["--console-listen", console])
+        .args(["--console-listen", console, "--http-listen", EPHEMERAL])
         .env_remove("LOGHAUL_API_KEYS")
         .env_remove("LOGHAUL_ALLOW_UNAUTHENTICATED");
     command
@@ -47,6 +47,8 @@ pub struct Process {
     pub grpc: SocketAddr,
     pub http: SocketAddr,
     pub console: SocketAddr,
+    /// HTTP ingest: OTLP/HTTP and the Loki push API.
+    pub http_ingest: SocketAddr,
     lines: std::sync::mpsc::Receiver<String>,
     transcript: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -94,6 +96,7 @@ impl Process {
             grpc: "0.0.0.0:0".parse().unwrap(),
             http: "0.0.0.0:0".parse().unwrap(),
             console: "0.0.0.0:0".parse().unwrap(),
+            http_ingest: "0.0.0.0:0".parse().unwrap(),
             lines,
             transcript,
         };
@@ -102,6 +105,7 @@ impl Process {
         process.grpc = addr("grpc");
         process.http = addr("http");
         process.console = addr("console");
+        process.http_ingest = addr("http_ingest");
         process
     }
 

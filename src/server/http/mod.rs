@@ -1,0 +1,188 @@
+//! The HTTP ingest listener (`--http-listen`, 4318 by default): OTLP/HTTP at `POST /v1/logs` and
+//! the Loki push API at `POST /loki/api/v1/push`, for the shippers that speak HTTP rather than
+//! gRPC. A request goes through the same steps as a gRPC call, in order:
+//!
+//! 1. [`auth`]: the tenant, from the key in any header an exporter can set;
+//! 2. [`body`]: the body, read under the size limit and the memory budget, then inflated;
+//! 3. the protocol's decoder ([`crate::server::otlp::http`], [`crate::server::loki`]), which
+//!    validates each record and queues the valid ones through the shared pipeline;
+//! 4. [`reply`]: the answer, sent once the records are committed, in the protocol's own form.
+//!
+//! [`cors`] lets listed browser origins send.
+
+pub(crate) mod auth;
+pub(crate) mod body;
+pub(crate) mod cors;
+pub(crate) mod reply;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, Response, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::auth::{KeyStore, Tenant};
+use crate::config::ServeConfig;
+use crate::observability::metrics::metrics;
+use crate::pipeline::{Ingress, Meter};
+use crate::server::inflate::Compression;
+use crate::server::loki::Pusher;
+use crate::server::otlp::export::Exporter;
+use crate::server::validate::Limits;
+use crate::web::listener::{serve_http, HttpLimits};
+use body::BodyLimits;
+use cors::Cors;
+use reply::HttpError;
+
+/// OTLP/HTTP's path for logs.
+pub const OTLP_LOGS_PATH: &str = "/v1/logs";
+/// The Loki push API's path.
+pub const LOKI_PUSH_PATH: &str = "/loki/api/v1/push";
+
+/// What the listener's handlers share.
+#[derive(Clone, Debug)]
+pub struct HttpIngest {
+    reception: Reception,
+    exporter: Exporter,
+    pusher: Pusher,
+    cors: Arc<Cors>,
+}
+
+impl HttpIngest {
+    /// The handlers of `loghaul serve`, feeding `ingress`.
+    pub fn new(
+        ingress: Ingress,
+        limits: Limits,
+        keys: Arc<KeyStore>,
+        config: &ServeConfig,
+    ) -> Self {
+        let idle = config.stream_idle_timeout.0;
+        HttpIngest {
+            reception: Reception {
+                ingress: ingress.clone(),
+                keys,
+                body: BodyLimits {
+                    max_bytes: config.max_request_bytes.as_usize(),
+                    idle: (!idle.is_zero()).then_some(idle),
+                },
+            },
+            exporter: Exporter::new(ingress.clone(), limits),
+            pusher: Pusher::new(ingress, limits),
+            cors: Arc::new(Cors::new(config.http_cors_origins.clone())),
+        }
+    }
+}
+
+/// Serves the listener (over `tls` when the service has a certificate) until `shutdown`
+/// completes; requests in flight are answered first.
+pub async fn serve(
+    listener: TcpListener,
+    ingest: HttpIngest,
+    limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route(OTLP_LOGS_PATH, post(otlp_logs).options(preflight))
+        .route(LOKI_PUSH_PATH, post(loki_push).options(preflight))
+        .fallback(unknown_path)
+        .with_state(ingest);
+    serve_http(listener, app, limits, tls, "ingest", shutdown).await
+}
+
+async fn otlp_logs(
+    State(ingest): State<HttpIngest>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response<Body> {
+    let origin = ingest.cors.allowed(request.headers());
+    let (mut response, outcome) =
+        crate::server::otlp::http::export(&ingest.reception, &ingest.exporter, request, peer.ip())
+            .await;
+    count("otlp_http", outcome);
+    cors::allow(&mut response, origin);
+    response
+}
+
+async fn loki_push(
+    State(ingest): State<HttpIngest>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response<Body> {
+    let origin = ingest.cors.allowed(request.headers());
+    let (mut response, outcome) =
+        crate::server::loki::push(&ingest.reception, &ingest.pusher, request, peer.ip()).await;
+    count("loki", outcome);
+    cors::allow(&mut response, origin);
+    response
+}
+
+async fn preflight(State(ingest): State<HttpIngest>, headers: HeaderMap) -> Response<Body> {
+    let response = ingest.cors.preflight(&headers);
+    let outcome = if response.status().is_success() {
+        "ok"
+    } else {
+        "forbidden"
+    };
+    count("cors_preflight", outcome);
+    response
+}
+
+async fn unknown_path() -> Response<Body> {
+    count("other", "not_found");
+    let text = format!(
+        "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP) and POST {LOKI_PUSH_PATH} (Loki push)\n"
+    );
+    reply::response(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        text.into_bytes(),
+    )
+}
+
+fn count(protocol: &'static str, outcome: &'static str) {
+    metrics()
+        .http_ingest_requests
+        .increment_static([protocol, outcome], 1);
+}
+
+/// The steps every HTTP ingest request takes before its protocol's decoder: who it is from, and
+/// its body under the limits and the budget.
+#[derive(Clone, Debug)]
+pub struct Reception {
+    ingress: Ingress,
+    keys: Arc<KeyStore>,
+    body: BodyLimits,
+}
+
+impl Reception {
+    /// The request's tenant.
+    pub fn authenticate(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Tenant, HttpError> {
+        auth::tenant(&self.keys, headers, peer)
+    }
+
+    /// The most a body may be, as sent and once inflated.
+    pub fn max_body_bytes(&self) -> usize {
+        self.body.max_bytes
+    }
+
+    /// The body, inflated per `compression`, and the meter that holds it.
+    pub async fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        compression: Option<Compression>,
+    ) -> Result<(Bytes, Meter<'_>), HttpError> {
+        let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
+        let mut meter = self.ingress.meter(deadline);
+        let body = body::read(body, headers, compression, self.body, &mut meter).await?;
+        Ok((body, meter))
+    }
+}

@@ -1,0 +1,154 @@
+//! One OTLP export, whatever carried it (gRPC or HTTP): maps each record of an encoded
+//! `ExportLogsServiceRequest` onto the wire record of `LogIngest`, validates it with the same
+//! rules, queues the valid ones as one chunk, and answers once that chunk is committed. Bad
+//! records are reported through `partial_success`, as the OTLP specification asks, while the rest
+//! of the request is stored.
+
+use bytes::Bytes;
+use chrono::Utc;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::logs::v1::LogRecord as OtlpLogRecord;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message;
+
+use super::mapping::{self, Shared};
+use crate::auth::Tenant;
+use crate::error::IngestError;
+use crate::observability::metrics::Protocol;
+use crate::pipeline::{Ingress, Meter};
+use crate::record::{Record, RECORD_OVERHEAD_BYTES};
+use crate::server::admission::{count_received, store_request};
+use crate::server::fields::{last, repeated};
+use crate::server::rejections::RequestTally;
+use crate::server::validate::{validate_with, Invalid, Limits};
+
+/// Memory per wire byte an OTLP request is expected to take once decoded; reserved before the
+/// request is read, so that most requests wait for room once.
+pub const EXPECTED_DECODED_RATIO: usize = 2;
+
+/// Stores OTLP exports: the part of the logs service both transports share.
+#[derive(Clone, Debug)]
+pub struct Exporter {
+    ingress: Ingress,
+    limits: Limits,
+}
+
+impl Exporter {
+    /// An exporter feeding `ingress`, checking records against `limits`.
+    pub fn new(ingress: Ingress, limits: Limits) -> Self {
+        Exporter { ingress, limits }
+    }
+
+    /// The pipeline it feeds, for the transports' meters.
+    pub fn ingress(&self) -> &Ingress {
+        &self.ingress
+    }
+
+    /// Stores the encoded request `message`, which `meter` holds, for `tenant`, arrived by
+    /// `protocol`; answers after the commit. `upfront` lists records already found invalid by
+    /// the transport (in OTLP/JSON), by request index, in order; their place in `message` holds
+    /// an empty record.
+    pub async fn export(
+        &self,
+        tenant: &Tenant,
+        protocol: Protocol,
+        message: Bytes,
+        upfront: Vec<(u64, Invalid)>,
+        mut meter: Meter<'_>,
+    ) -> Result<ExportLogsServiceResponse, IngestError> {
+        let wire_bytes = message.len();
+        let mut tally = RequestTally::default();
+        let (records, queued_at) = self
+            .decode(message, upfront, &mut meter, &mut tally)
+            .await?;
+        meter.release(wire_bytes);
+        count_received(tenant, protocol, tally.received, &tally.by_reason);
+        let stored = store_request(&self.ingress, tenant, records, meter).await?;
+        tally.refused(stored.refused, &queued_at);
+        Ok(response(tally))
+    }
+
+    /// Walks the request's resources and scopes and decodes its records one at a time, each
+    /// charged to `meter` as it is built: a record's stored size includes every resource and
+    /// scope attribute it inherits, so a request whose shared attributes would be repeated past
+    /// the message limit is refused before it is all in memory. Returns the valid records and
+    /// the request index of each.
+    async fn decode(
+        &self,
+        message: Bytes,
+        upfront: Vec<(u64, Invalid)>,
+        meter: &mut Meter<'_>,
+        tally: &mut RequestTally,
+    ) -> Result<(Vec<Record>, Vec<u64>), IngestError> {
+        let mut upfront = upfront.into_iter().peekable();
+        let malformed =
+            |detail: String| IngestError::Malformed(format!("ExportLogsServiceRequest: {detail}"));
+        let now = Utc::now();
+        let mut records = Vec::new();
+        let mut queued_at = Vec::new();
+        for resource_logs in repeated(&message, 1) {
+            let resource_logs = resource_logs.map_err(malformed)?;
+            let resource = decode_last::<Resource>(&resource_logs, 1).map_err(malformed)?;
+            let resource = Shared::from_resource(resource.as_ref());
+            for scope_logs in repeated(&resource_logs, 2) {
+                let scope_logs = scope_logs.map_err(malformed)?;
+                let scope =
+                    decode_last::<InstrumentationScope>(&scope_logs, 1).map_err(malformed)?;
+                let shared = resource.with_scope(scope.as_ref());
+                let count = repeated(&scope_logs, 2).count();
+                meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
+                records.reserve(count);
+                for record in repeated(&scope_logs, 2) {
+                    let record = record.map_err(malformed)?;
+                    let index = tally.next_index();
+                    if let Some((_, invalid)) = upfront.next_if(|(at, _)| *at == index) {
+                        tally.invalid(index, &invalid);
+                        continue;
+                    }
+                    let checked = OtlpLogRecord::decode(record)
+                        .map_err(Invalid::malformed)
+                        .and_then(|record| mapping::to_wire(record, &shared))
+                        .and_then(|wire| {
+                            validate_with(wire, &shared.attributes, &self.limits, now)
+                        });
+                    match checked {
+                        Ok(record) => {
+                            meter
+                                .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
+                                .await?;
+                            records.push(record);
+                            queued_at.push(index);
+                        }
+                        Err(invalid) => tally.invalid(index, &invalid),
+                    }
+                }
+            }
+        }
+        Ok((records, queued_at))
+    }
+}
+
+/// OTLP's answer: no `partial_success` when everything was stored; otherwise the exact count and
+/// a message naming the first rejected records by their index in the request.
+fn response(tally: RequestTally) -> ExportLogsServiceResponse {
+    let numbering = "#n is a record's position in the request, counting from 0 across all resource_logs and scope_logs";
+    ExportLogsServiceResponse {
+        partial_success: tally.summary("log records", numbering).map(
+            |(rejected, error_message)| ExportLogsPartialSuccess {
+                rejected_log_records: i64::try_from(rejected).unwrap_or(i64::MAX),
+                error_message,
+            },
+        ),
+    }
+}
+
+/// The last occurrence of the embedded message `number`, decoded.
+fn decode_last<M: Message + Default>(message: &Bytes, number: u32) -> Result<Option<M>, String> {
+    match last(message, number)? {
+        None => Ok(None),
+        Some(bytes) => M::decode(bytes).map(Some).map_err(|err| err.to_string()),
+    }
+}
