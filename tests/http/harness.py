@@ -174,6 +174,37 @@ def stored_rows(db_path):
     return {row["message"]: dict(row, attributes=json.loads(row["attributes"])) for row in rows}
 
 
+def metric_samples(metrics_addr, name):
+    """The samples of one metric on the Prometheus endpoint: [(labels dict, value)]."""
+    with urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    samples = []
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, value = line.rsplit(" ", 1)
+        labels = {}
+        if "{" in series:
+            for pair in series[series.index("{") + 1:series.rindex("}")].split(","):
+                if "=" in pair:
+                    key, quoted = pair.split("=", 1)
+                    labels[key.strip()] = quoted.strip().strip('"')
+        samples.append((labels, float(value)))
+    return samples
+
+
+def metric_value(metrics_addr, name, **labels):
+    """The value of the one series of `name` with these labels (0 when there is none)."""
+    return sum(value for got, value in metric_samples(metrics_addr, name)
+               if all(got.get(key) == wanted for key, wanted in labels.items()))
+
+
+def retry_after_seconds(answer):
+    """Retry-After as delay-seconds (RFC 9110), or None when absent or not a number."""
+    value = (answer.header("Retry-After") or "").strip()
+    return int(value) if value.isdigit() else None
+
+
 def row_count(db_path):
     connection = sqlite3.connect(db_path)
     (count,) = connection.execute("SELECT count(*) FROM logs").fetchone()

@@ -14,6 +14,8 @@
     snappy-compressed (block format) by cramjam.
 (e) A server with an API key: 401 without it, the key's tenant with it, and X-Scope-OrgID must
     name that tenant (403 otherwise).
+(f) A tenant over its rate limit: 429 with Retry-After; the same push after that delay is stored.
+The metrics of the HTTP listener are checked against what was sent.
 
 Each part starts `loghaul serve` on its own temporary SQLite file (ephemeral ports, read from its
 JSON start-up line) and stops it with SIGTERM. Prints `N passed, M failed` (exit 1 on any failure).
@@ -35,7 +37,7 @@ import logging_loki
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
 import harness
-from harness import Server, check, request, row_count, stored_rows
+from harness import Server, check, metric_value, request, retry_after_seconds, row_count, stored_rows
 
 JSON = {"Content-Type": "application/json"}
 PUSH = "/loki/api/v1/push"
@@ -309,6 +311,14 @@ def check_protobuf_snappy(server, db_path):
           (t2 // 1000, "proto-svc", 9, {"region": "eu-west, 1", "request_id": "r-9"}))
 
 
+def check_metrics(server, _db_path):
+    """What parts (b)-(d) sent, as the HTTP listener's metrics count it."""
+    check("metrics: Loki entries received, valid or not (3 + 8 + 3 + 2)",
+          metric_value(server.metrics, "loghaul_ingest_records_total", protocol="loki"), 16)
+    check("metrics: three pushes ok",
+          metric_value(server.metrics, "loghaul_http_ingest_requests_total", protocol="loki", outcome="ok"), 3)
+
+
 # ---------------------------------------------------------------------------------------------
 # (e) API keys and X-Scope-OrgID
 
@@ -333,6 +343,35 @@ def check_keys_and_tenants(server, db_path):
     check("only the accepted pushes are stored, as the key's tenant",
           {line: row["tenant"] for line, row in rows.items()},
           {"with x-api-key": "team-a", "with the org id": "team-a"})
+
+
+# ---------------------------------------------------------------------------------------------
+# (f) a tenant over its rate limit
+
+
+def check_rate_limit(server, db_path):
+    """The server allows 1 record/s with a burst of 10 s: 10 entries empty the bucket."""
+    def push(lines):
+        return json.dumps({"streams": [{
+            "stream": {"service_name": "limited"},
+            "values": [[str(time.time_ns()), line] for line in lines],
+        }]}).encode()
+
+    url = server.url(PUSH)
+    check("rate limit: 10 entries fill the burst: 204",
+          request("POST", url, push([f"burst-{n}" for n in range(10)]), JSON).status, 204)
+    answer = request("POST", url, push(["after the burst"]), JSON)
+    check("rate limit: one more entry: 429", answer.status, 429)
+    delay = retry_after_seconds(answer)
+    check("rate limit: Retry-After in seconds, between 1 and 10", delay is not None and 1 <= delay <= 10, True)
+    check("rate limit: the refused entry is not stored", "after the burst" in stored_rows(db_path), False)
+    time.sleep(delay if delay is not None and delay <= 10 else 1)
+    check("rate limit: the same push after Retry-After: 204",
+          request("POST", url, push(["after the burst"]), JSON).status, 204)
+    check("rate limit: now it is stored", (row_count(db_path), "after the burst" in stored_rows(db_path)), (11, True))
+    check("rate limit: metrics count the 429",
+          metric_value(server.metrics, "loghaul_http_ingest_requests_total",
+                       protocol="loki", outcome="rate_limited"), 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,9 +411,12 @@ def main():
              [check_logging_loki])
         part("(b)-(d) pushes by hand: JSON, gzip, a bad timestamp, protobuf + snappy", binary,
              os.path.join(workdir, "pushes.db"), [],
-             [check_two_streams, check_label_fallbacks, check_bad_timestamp, check_protobuf_snappy])
+             [check_two_streams, check_label_fallbacks, check_bad_timestamp, check_protobuf_snappy,
+              check_metrics])
         part("(e) API keys and X-Scope-OrgID", binary, os.path.join(workdir, "keys.db"),
              ["--api-keys", "k1=team-a"], [check_keys_and_tenants])
+        part("(f) a tenant over its rate limit", binary, os.path.join(workdir, "limit.db"),
+             ["--tenant-records-per-second", "1", "--tenant-burst", "10s"], [check_rate_limit])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         print(f"== checks took {time.monotonic() - started:.1f}s")

@@ -13,6 +13,10 @@
     tenant of the key with `Authorization: Bearer` and `x-api-key` (the SDK's exporter too), 413
     over --max-request-bytes before and after decompression.
 (e) CORS: a preflight from the allowed origin and from another one.
+(f) A tenant over its rate limit: 429 with Retry-After and a RetryInfo, and the SDK's exporter
+    waits that long and succeeds.
+Answers are decoded with protobuf's own decoders (binary and JSON), and the metrics of the HTTP
+listener are checked against what was sent.
 
 Each part starts `loghaul serve` on its own temporary SQLite file (ephemeral ports, read from its
 JSON start-up line) and stops it with SIGTERM. Prints `N passed, M failed` (exit 1 on any failure).
@@ -29,7 +33,8 @@ import sys
 import tempfile
 import time
 
-from google.rpc import status_pb2
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
@@ -43,7 +48,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import harness
-from harness import Server, check, flat, request, row_count, stored_rows
+from harness import (Server, check, flat, metric_value, request, retry_after_seconds, row_count,
+                     stored_rows)
 
 JSON = {"Content-Type": "application/json"}
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
@@ -328,6 +334,15 @@ def spec_row(message):
     }
 
 
+def json_response(answer):
+    """A JSON answer decoded by protobuf's JSON decoder as an ExportLogsServiceResponse (which
+    refuses unknown fields and wrong types), or the decoder's complaint."""
+    try:
+        return json_format.Parse(answer.body, logs_service_pb2.ExportLogsServiceResponse())
+    except json_format.ParseError as error:
+        return f"not an ExportLogsServiceResponse: {error}"
+
+
 def rejected_count(answer):
     """partialSuccess.rejectedLogRecords of a JSON answer (an int64: a string or a number), 0 when
     absent (a fully stored request has no partialSuccess)."""
@@ -345,6 +360,8 @@ def check_spec_json(server, db_path):
         "application/json",
     )
     check("spec example: nothing rejected", rejected_count(answer) if answer.status == 200 else None, 0)
+    check("spec example: protobuf's JSON decoder reads the answer as an empty ExportLogsServiceResponse",
+          json_response(answer), logs_service_pb2.ExportLogsServiceResponse())
     check("spec example: the stored row", stored_rows(db_path).get("Example log record"),
           spec_row("Example log record"))
 
@@ -385,14 +402,21 @@ def check_json_partial_success(server, db_path):
     check("JSON partial success: the good record",
           (good.get("service"), good.get("severity"), good.get("ts")), ("json-svc", 17, now // 1000))
     check("JSON partial success: the bad record is not stored", "json-bad-severity" in rows, False)
+    decoded = json_response(answer)
+    check("JSON partial success: protobuf's JSON decoder reads the same count",
+          getattr(getattr(decoded, "partial_success", None), "rejected_log_records", decoded), 1)
 
 
 def status_of(answer):
     """The google.rpc.Status of an error answer, as (code, message), in the answer's encoding."""
     kind = (answer.header("Content-Type") or "").split(";")[0].strip()
     if kind == "application/json":
-        status = answer.json()
-        return status.get("code"), status.get("message")
+        # Protobuf's JSON decoder: unknown fields, wrong types or an unknown Any in `details` fail.
+        try:
+            status = json_format.Parse(answer.body, status_pb2.Status())
+        except json_format.ParseError as error:
+            return "not a google.rpc.Status", str(error)
+        return status.code, status.message
     if kind == "application/x-protobuf":
         status = status_pb2.Status()
         status.ParseFromString(answer.body)
@@ -420,6 +444,19 @@ def check_bad_bodies(server, db_path):
     answer = request("POST", server.url("/v1/logs"), b"resourceLogs", {"Content-Type": "text/plain"})
     check("a text/plain body: 415", answer.status, 415)
     check("nothing stored from them", row_count(db_path), before)
+
+
+def check_metrics(server, _db_path):
+    """What parts (a)-(c) sent, as the HTTP listener's metrics count it."""
+    requests_total = "loghaul_http_ingest_requests_total"
+    check("metrics: OTLP/HTTP records received, valid or not (107 + 3 + 2 + 2)",
+          metric_value(server.metrics, "loghaul_ingest_records_total", protocol="otlp_http"), 114)
+    check("metrics: the SDK's exports are ok",
+          metric_value(server.metrics, requests_total, protocol="otlp_http", outcome="ok") >= 3, True)
+    check("metrics: two partial successes",
+          metric_value(server.metrics, requests_total, protocol="otlp_http", outcome="partial"), 2)
+    check("metrics: one unsupported media type",
+          metric_value(server.metrics, requests_total, protocol="otlp_http", outcome="unsupported_media_type"), 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,6 +569,57 @@ def check_cors(server):
 
 
 # ---------------------------------------------------------------------------------------------
+# (f) a tenant over its rate limit
+
+
+def records(count, prefix):
+    return json.dumps({"resourceLogs": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "limited"}}]},
+        "scopeLogs": [{"logRecords": [
+            {"timeUnixNano": str(time.time_ns()), "severityNumber": 9, "body": {"stringValue": f"{prefix}-{n}"}}
+            for n in range(count)
+        ]}],
+    }]}).encode()
+
+
+def check_rate_limit(server, db_path):
+    """The server allows 1 record/s with a burst of 10 s: 10 records empty the bucket."""
+    url = server.url("/v1/logs")
+    check("rate limit: 10 records fill the burst: 200",
+          request("POST", url, records(10, "burst"), JSON).status, 200)
+    answer = request("POST", url, records(1, "over"), JSON)
+    check("rate limit: one more record: 429", answer.status, 429)
+    delay = retry_after_seconds(answer)
+    check("rate limit: Retry-After in seconds, at least 1", delay is not None and delay >= 1, True)
+    check_status_body("rate limit", answer, "application/json")
+    status = status_pb2.Status()
+    try:
+        json_format.Parse(answer.body, status)
+    except json_format.ParseError:
+        pass
+    retry_info = [detail for detail in status.details if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR)]
+    check("rate limit: the Status carries a RetryInfo", len(retry_info), 1)
+
+    exporter = RecordingExporter(endpoint=url, timeout=10)
+    provider = LoggerProvider(resource=Resource.create({"service.name": "limited-sdk"}))
+    provider.add_log_record_processor(BatchLogRecordProcessor(exporter, schedule_delay_millis=50))
+    sent_at = time.monotonic()
+    provider.get_logger("loghaul.ci.limit").emit(severity_number=SeverityNumber.INFO, body="sdk after the limit")
+    flushed = provider.force_flush(30_000)
+    took = time.monotonic() - sent_at
+    provider.shutdown()
+    check("rate limit: the SDK's exporter retries after Retry-After and succeeds",
+          (flushed, [result == LogRecordExportResult.SUCCESS for result in exporter.results]), (True, [True]))
+    print(f"     (the SDK's export took {took:.1f}s)")
+    rows = stored_rows(db_path)
+    check("rate limit: stored are the burst and the SDK's record, not the refused one",
+          (len(rows), "sdk after the limit" in rows, "over-0" in rows), (11, True, False))
+    check("rate limit: metrics count the 429s",
+          metric_value(server.metrics, "loghaul_http_ingest_requests_total",
+                       protocol="otlp_http", outcome="rate_limited") >= 1, True)
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def part(name, binary, db_path, extra, steps):
@@ -575,12 +663,14 @@ def main():
         part("(a)-(c) the SDK's OTLP/HTTP exporter, OTLP/JSON, partial success", binary,
              os.path.join(workdir, "otlp.db"), ["--retention", "0s"],
              [sdk, check_protobuf_partial_success, check_spec_json, check_json_partial_success,
-              check_bad_bodies])
+              check_bad_bodies, check_metrics])
         part("(d) API keys and the request limit", binary, os.path.join(workdir, "keys.db"),
              ["--api-keys", "k1=team-a", "--max-request-bytes", "64KiB"],
              [check_api_keys, check_request_limit])
         part("(e) CORS", binary, os.path.join(workdir, "cors.db"),
              ["--http-cors-origins", "http://app.test"], [cors])
+        part("(f) a tenant over its rate limit", binary, os.path.join(workdir, "limit.db"),
+             ["--tenant-records-per-second", "1", "--tenant-burst", "10s"], [check_rate_limit])
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         print(f"== checks took {time.monotonic() - started:.1f}s")
