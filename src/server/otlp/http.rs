@@ -38,6 +38,8 @@ pub async fn export(
             let format = format.unwrap_or(BodyFormat::Protobuf);
             let body = match format {
                 BodyFormat::Protobuf => answer.encode_to_vec(),
+                // A full success is the empty message, `{}` rather than a null field.
+                BodyFormat::Json if answer.partial_success.is_none() => b"{}".to_vec(),
                 BodyFormat::Json => serde_json::to_vec(&answer).unwrap_or_default(),
             };
             let response = reply::response(StatusCode::OK, format.content_type(), body);

@@ -2,6 +2,7 @@
 //! of their own (`read.rs`, and `tail.rs` for live follows), and retention drops daily partitions
 //! whole (`retention.rs`).
 
+mod copy;
 mod read;
 mod retention;
 mod tail;
