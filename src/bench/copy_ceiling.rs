@@ -1,5 +1,7 @@
-//! The practical ceiling: the same rows loaded straight into `logs` with `COPY … FROM STDIN` over
-//! one connection, with no gRPC, validation or batching in the way.
+//! The practical ceiling of each store: the same rows loaded straight into `logs` over one
+//! connection, with no gRPC, validation or batching in the way. PostgreSQL: `COPY … FROM STDIN`
+//! (text). SQLite, which has no COPY: one prepared `INSERT` per row, all in one transaction, with
+//! the server's own settings (WAL, `synchronous=FULL`, its page size and cache).
 
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -42,6 +44,80 @@ pub async fn copy_rows(
     let elapsed = started.elapsed();
     drop(conn);
     pool.close().await;
+    Ok(elapsed)
+}
+
+/// One row's values: ts, severity, service, message, attributes, trace id, span id.
+type SqliteRow<'a> = (
+    i64,
+    i16,
+    &'a str,
+    &'a str,
+    String,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
+/// Inserts `rows` rows cycling over `records` into the SQLite file of `database_url`, one
+/// prepared statement per row in one transaction, and returns how long it took, commit included.
+pub async fn sqlite_insert_rows(
+    database_url: &str,
+    records: &[LogRecord],
+    rows: u64,
+) -> Result<Duration, sqlx::Error> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+    use sqlx::{ConnectOptions, Connection};
+    use std::str::FromStr;
+
+    const INSERT: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    // The values are made before the clock starts, as the gRPC run's records were.
+    let now = chrono::Utc::now().timestamp_micros();
+    let prepared: Vec<SqliteRow<'_>> = records
+        .iter()
+        .map(|record| {
+            let ts = record.timestamp.as_ref().map_or(now, |ts| {
+                ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000
+            });
+            fn id(id: &str) -> Option<&str> {
+                (!id.is_empty()).then_some(id)
+            }
+            (
+                ts,
+                record.severity as i16,
+                record.service.as_str(),
+                record.message.as_str(),
+                serde_json::to_string(&record.attributes).expect("strings serialize"),
+                id(&record.trace_id),
+                id(&record.span_id),
+            )
+        })
+        .collect();
+    let mut conn = SqliteConnectOptions::from_str(database_url)?
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .pragma("cache_size", "-65536")
+        .connect()
+        .await?;
+    let started = Instant::now();
+    let mut tx = conn.begin().await?;
+    for row in prepared.iter().cycle().take(rows as usize) {
+        sqlx::query(INSERT)
+            .bind("default")
+            .bind(row.0)
+            .bind(now)
+            .bind(row.1)
+            .bind(row.2)
+            .bind(row.3)
+            .bind(&row.4)
+            .bind(row.5)
+            .bind(row.6)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    let elapsed = started.elapsed();
+    conn.close().await?;
     Ok(elapsed)
 }
 

@@ -442,3 +442,40 @@ fn bench_at_a_share_of_a_maximum_of_nothing_says_so_instead_of_pacing_at_zero() 
         "{stderr}"
     );
 }
+
+/// SQLite's ceiling: after the run, the same number of rows inserted straight into the same file
+/// by one prepared statement per row in one transaction, and the ratio of the two.
+#[test]
+fn bench_compare_copy_on_sqlite_measures_the_plain_insert_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("ceiling.db").display());
+    let bench = Command::new(BINARY)
+        .args(["bench", "--database-url", &url, "--streams", "2"])
+        .args(["--records", "4000", "--records-per-chunk", "100"])
+        .args(["--compare-copy", "--json"])
+        .output()
+        .unwrap();
+    assert_success(&bench);
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let run = &report["runs"][0];
+    assert_eq!(run["verified"], true, "{stdout}");
+    assert!(
+        run["copy_records_per_sec"].as_f64().unwrap() > 0.0,
+        "{stdout}"
+    );
+    let ratio = run["copy_ratio"].as_f64().unwrap();
+    let expected =
+        run["records_per_sec"].as_f64().unwrap() / run["copy_records_per_sec"].as_f64().unwrap();
+    assert!((ratio - expected).abs() < 1e-9, "{stdout}");
+    // The ceiling's rows went into the same table: the run's and as many again.
+    let rows: i64 = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query_scalar("SELECT count(*) FROM logs")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    });
+    assert_eq!(rows, 2 * run["acked"].as_i64().unwrap(), "{stdout}");
+}
