@@ -1,20 +1,69 @@
-//! Writing to SQLite: one statement per batch, inside one transaction when chunk keys are claimed
-//! with it, each write in a writer's turn (see `checkpoint.rs`).
+//! Writing to SQLite: a batch in one transaction (with the claim of its chunk keys), as a few
+//! multi-row `INSERT … VALUES` with every value bound, each write in a writer's turn (see
+//! `checkpoint.rs`).
+
+use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
 
 use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{classify, StoreError};
 use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
 
-/// One statement per batch whatever its size, so it is prepared once, and the whole batch is one
-/// bound JSON array: multi-row `INSERT … VALUES` would bind 9 parameters a row and need a statement
-/// per chunk size. Dropping the (tenant, ts) index would make inserts cheaper still, but reads
-/// need it.
-const INSERT_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
-     SELECT value->>0, value->>1, ?2, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7 \
-     FROM json_each(?1)";
+/// Rows per multi-row `INSERT … VALUES`: the largest statement binds 9 values a row, 2304 in all,
+/// far below SQLite's limit of 32766. A batch is written as statements of 256 rows and one of each
+/// smaller power of two for the rest, so a connection prepares at most nine statements, whatever
+/// the batch sizes.
+const MAX_ROWS_PER_STATEMENT: usize = 256;
+
+/// The `INSERT` of `rows` rows, a power of two up to [`MAX_ROWS_PER_STATEMENT`].
+fn insert_sql(rows: usize) -> &'static str {
+    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
+    let statements = STATEMENTS.get_or_init(|| {
+        (0..=MAX_ROWS_PER_STATEMENT.trailing_zeros())
+            .map(|power| {
+                let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; 1 << power].join(", ");
+                format!(
+                    "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) VALUES {values}"
+                )
+            })
+            .collect()
+    });
+    &statements[rows.trailing_zeros() as usize]
+}
+
+/// Writes `rows` on `conn`, received at `received_at`, in as few statements as [`insert_sql`]
+/// allows. The values are bound as they are, so SQLite parses nothing but the statement, once.
+async fn write_rows(
+    conn: &mut SqliteConnection,
+    rows: &[Row<'_>],
+    received_at: i64,
+) -> Result<(), sqlx::Error> {
+    let mut rest = rows;
+    while !rest.is_empty() {
+        let size = 1 << rest.len().min(MAX_ROWS_PER_STATEMENT).ilog2();
+        let (statement, tail) = rest.split_at(size);
+        let mut query = sqlx::query(insert_sql(size));
+        for row in statement {
+            let record = row.record;
+            query = query
+                .bind(row.tenant)
+                .bind(record.ts.timestamp_micros())
+                .bind(received_at)
+                .bind(record.severity)
+                .bind(record.service.as_str())
+                .bind(record.message.as_str())
+                .bind(record.attributes.as_str())
+                .bind(record.trace_id.as_deref())
+                .bind(record.span_id.as_deref());
+        }
+        query.execute(&mut *conn).await?;
+        rest = tail;
+    }
+    Ok(())
+}
 
 /// Claims chunk keys bound as one JSON array `[[tenant, producer_id_hex, sequence], …]`;
 /// RETURNING names those inserted now. (`WHERE true` tells the parser that ON CONFLICT belongs to
@@ -43,32 +92,6 @@ fn claims_json(claims: &[Claim<'_>]) -> String {
     serde_json::to_string(&keys).expect("keys serialize")
 }
 
-/// `[[tenant, ts, severity, service, message, attributes, trace_id, span_id], …]`.
-fn batch_json<'r>(rows: &[Row<'r>]) -> String {
-    let estimate: usize = rows.iter().map(|row| row.record.size_bytes()).sum();
-    let mut json = Vec::with_capacity(estimate + 64);
-    json.push(b'[');
-    for (index, row) in rows.iter().enumerate() {
-        if index > 0 {
-            json.push(b',');
-        }
-        let record = row.record;
-        let fields = (
-            row.tenant,
-            record.ts.timestamp_micros(),
-            record.severity,
-            &record.service,
-            &record.message,
-            &record.attributes,
-            &record.trace_id,
-            &record.span_id,
-        );
-        serde_json::to_writer(&mut json, &fields).expect("writing JSON to a Vec cannot fail");
-    }
-    json.push(b']');
-    String::from_utf8(json).expect("serde_json writes UTF-8")
-}
-
 /// Primary result codes that blame the data: TOOBIG, CONSTRAINT, MISMATCH, RANGE.
 fn is_data_error(code: &str) -> bool {
     code.parse::<i32>()
@@ -80,15 +103,10 @@ impl SqliteStore {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
-        // The whole batch travels as one JSON array bound to one parameter, which SQLite unpacks
-        // with json_each in C: one statement and one bind per batch instead of nine binds per row.
-        sqlx::query(INSERT_SQL)
-            .bind(batch_json(rows))
-            .bind(received_at)
-            .execute(&self.pool)
-            .await
-            .map_err(fail)?;
-        Ok(())
+        // A batch of several statements is still stored whole or not at all.
+        let mut tx = self.pool.begin().await.map_err(fail)?;
+        write_rows(&mut tx, rows, received_at).await.map_err(fail)?;
+        tx.commit().await.map_err(fail)
     }
 
     pub(in crate::storage) async fn insert_claimed(
@@ -108,14 +126,9 @@ impl SqliteStore {
             .map_err(fail)?;
         let claimed = claimed_in_order(claims, inserted);
         let kept = kept_rows(rows, claims, &claimed);
-        if !kept.is_empty() {
-            sqlx::query(INSERT_SQL)
-                .bind(batch_json(&kept))
-                .bind(received_at)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
-        }
+        write_rows(&mut tx, &kept, received_at)
+            .await
+            .map_err(fail)?;
         tx.commit().await.map_err(fail)?;
         Ok(claimed)
     }
@@ -124,10 +137,7 @@ impl SqliteStore {
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
         let mut tx = self.pool.begin().await.map_err(fail)?;
-        sqlx::query(INSERT_SQL)
-            .bind(batch_json(rows))
-            .bind(chrono::Utc::now().timestamp_micros())
-            .execute(&mut *tx)
+        write_rows(&mut tx, rows, chrono::Utc::now().timestamp_micros())
             .await
             .map_err(fail)?;
         tx.rollback().await.map_err(fail)
@@ -155,6 +165,16 @@ impl SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_statement_per_power_of_two() {
+        assert!(insert_sql(1).ends_with("VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+        assert_eq!(insert_sql(4).matches('(').count(), 5);
+        assert_eq!(
+            insert_sql(MAX_ROWS_PER_STATEMENT).matches('?').count(),
+            9 * MAX_ROWS_PER_STATEMENT
+        );
+    }
 
     #[test]
     fn constraint_and_size_errors_blame_the_row() {
