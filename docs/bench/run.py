@@ -518,7 +518,11 @@ def render_protocol(results):
             if protocol in rep and base in rep and rep[base]["records_per_sec"]
         ]
 
-    micros = lambda v: f"{v:.1f}"
+    micros = lambda v: f"{v:.2f}"
+
+    def against(protocol, base):
+        return "—" if protocol == base else median_of(shares(protocol, base), ratio)
+
     rows = []
     for protocol, name in PROTOCOLS.items():
         runs = runs_by.get(protocol, [])
@@ -528,8 +532,8 @@ def render_protocol(results):
             [
                 name,
                 median_of([run["records_per_sec"] for run in runs], rate),
-                median_of(shares(protocol, "native"), ratio),
-                median_of(shares(protocol, "otlp"), ratio),
+                against(protocol, "native"),
+                against(protocol, "otlp"),
                 median_of([run["ack_latency_ms"]["p50"] for run in runs], ms),
                 median_of([run["ack_latency_ms"]["p99"] for run in runs], ms),
                 median_of([per_record_us(run.get("client_cpu_sec"), run) for run in runs], micros),

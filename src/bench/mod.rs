@@ -190,7 +190,7 @@ pub struct RunReport {
     pub server_peak_rss_bytes: Option<u64>,
     /// CPU seconds (user and system) the load generator used during the measurement.
     pub client_cpu_sec: Option<f64>,
-    /// CPU seconds the server process used, when the benchmark started it (start-up included).
+    /// CPU seconds the server process used during the measurement, when the benchmark started it.
     pub server_cpu_sec: Option<f64>,
     /// COPY of the same number of rows over one connection.
     pub copy_records_per_sec: Option<f64>,
@@ -371,6 +371,7 @@ async fn measure(
     };
     let progress = Arc::new(Progress::default());
     let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
+    let server_cpu_before = server.as_ref().and_then(ServerProcess::cpu_seconds);
     let cpu_before = own_cpu_seconds();
     let outcome = load::run(plan, chunks, args.records_per_chunk, progress).await?;
     let client_cpu_sec = own_cpu_seconds()
@@ -381,7 +382,11 @@ async fn measure(
         write_latency_log(path, streams, offered, &outcome.acks)?;
     }
     let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
-    let server_cpu_sec = server.as_ref().and_then(ServerProcess::cpu_seconds);
+    let server_cpu_sec = server
+        .as_ref()
+        .and_then(ServerProcess::cpu_seconds)
+        .zip(server_cpu_before)
+        .map(|(after, before)| after - before);
     if let Some(server) = server {
         server.stop()?;
     }
