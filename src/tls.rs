@@ -209,6 +209,15 @@ pub enum ConnectError {
     /// The endpoint URL or TLS settings were refused by the transport.
     #[error("{}", error_chain(.0))]
     Transport(#[from] tonic::transport::Error),
+    /// A plaintext HTTP endpoint (the benchmark's OTLP/HTTP and Loki posts) is not a usable URL
+    /// or could not be reached.
+    #[error("{endpoint}: {detail}")]
+    Http {
+        /// The URL.
+        endpoint: String,
+        /// What went wrong.
+        detail: String,
+    },
 }
 
 fn read_pem(path: &Path, option: &'static str, kind: &'static str) -> Result<Vec<u8>, TlsError> {

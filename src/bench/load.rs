@@ -1,5 +1,6 @@
-//! Drives a server over real gRPC: concurrent Push streams of pre-encoded chunks, each answered
-//! only after its records are committed, with the ack latency of every stream recorded.
+//! Drives a server over real gRPC or HTTP: concurrent Push streams, OTLP Export calls, OTLP/HTTP
+//! or Loki posts of pre-encoded chunks, each answered only after its records are committed, with
+//! the ack latency of every stream (or call, or post) recorded.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,6 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::client::codec::PreEncoded;
 use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
+use hyper_util::rt::TokioIo;
+use prost::Message;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -20,6 +27,8 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+const OTLP_HTTP_PATH: &str = crate::server::http::OTLP_LOGS_PATH;
+const LOKI_PATH: &str = crate::server::http::LOKI_PUSH_PATH;
 
 /// When a run stops.
 #[derive(Clone, Copy, Debug)]
@@ -33,7 +42,8 @@ pub enum Stop {
 /// How to load the server.
 #[derive(Clone, Debug)]
 pub struct LoadPlan {
-    /// The server's gRPC address, `http://host:port`.
+    /// The server's gRPC address, `http://host:port`; for OTLP/HTTP and Loki, its HTTP ingest
+    /// listener's (plaintext).
     pub endpoint: String,
     /// Concurrent streams, each on its own connection.
     pub streams: usize,
@@ -45,9 +55,9 @@ pub struct LoadPlan {
     pub rate: Option<f64>,
     /// Sent as `x-api-key`.
     pub api_key: Option<String>,
-    /// Push streams or OTLP exports.
+    /// Push streams, OTLP exports over gRPC or HTTP, or Loki pushes.
     pub protocol: Protocol,
-    /// TLS to the server.
+    /// TLS to the server (gRPC only).
     pub tls: crate::tls::ClientTlsArgs,
 }
 
@@ -63,7 +73,7 @@ pub struct Progress {
 pub struct AckSample {
     /// From the start of the run to the response.
     pub at: Duration,
-    /// From the stream's half-close (OTLP: the call) to its response.
+    /// From the stream's half-close (OTLP: the call; HTTP: the request) to its response.
     pub latency: Duration,
 }
 
@@ -74,7 +84,8 @@ pub struct LoadOutcome {
     pub acked: u64,
     /// Records rejected by the server.
     pub rejected: u64,
-    /// Streams that ended with an error status, by code.
+    /// Streams (calls, posts) that ended with an error status, by code: an HTTP status is
+    /// counted as the gRPC code of the same failure.
     pub failed_streams: Vec<(tonic::Code, u64)>,
     /// Every acknowledgement, in the order the streams finished.
     pub acks: Vec<AckSample>,
@@ -104,17 +115,15 @@ pub async fn run(
     let interval = plan
         .rate
         .map(|rate| Duration::from_secs_f64(records_per_chunk as f64 * plan.streams as f64 / rate));
+    let http = match plan.protocol {
+        Protocol::Native | Protocol::Otlp => None,
+        Protocol::OtlpHttp | Protocol::Loki => {
+            Some(Arc::new(HttpTarget::new(&plan.endpoint, plan.protocol)?))
+        }
+    };
     let mut tasks = Vec::with_capacity(plan.streams);
     for stream in 0..plan.streams {
-        let channel = plan
-            .tls
-            .endpoint(&plan.endpoint)?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(ConnectError::from)?;
         let ctx = StreamContext {
-            channel,
             chunks: Arc::clone(&chunks),
             first_chunk: stream * 7919,
             chunks_per_stream: plan.chunks_per_stream,
@@ -131,9 +140,25 @@ pub async fn run(
             api_key: plan.api_key.clone(),
             progress: Arc::clone(&progress),
         };
-        tasks.push(match plan.protocol {
-            Protocol::Native => tokio::spawn(ctx.run()),
-            Protocol::Otlp => tokio::spawn(ctx.run_otlp()),
+        tasks.push(match &http {
+            Some(target) => {
+                // Connected here, as the gRPC channels are, so that a wrong address fails the run.
+                let connection = target.connect().await?;
+                tokio::spawn(ctx.run_http(Arc::clone(target), connection))
+            }
+            None => {
+                let channel = plan
+                    .tls
+                    .endpoint(&plan.endpoint)?
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await
+                    .map_err(ConnectError::from)?;
+                match plan.protocol {
+                    Protocol::Otlp => tokio::spawn(ctx.run_otlp(channel)),
+                    _ => tokio::spawn(ctx.run(channel)),
+                }
+            }
         });
     }
     let mut outcome = LoadOutcome::default();
@@ -164,7 +189,6 @@ pub async fn run(
 }
 
 struct StreamContext {
-    channel: Channel,
     chunks: Arc<Vec<Bytes>>,
     first_chunk: usize,
     chunks_per_stream: usize,
@@ -212,9 +236,9 @@ impl StreamContext {
     }
 
     /// OTLP: one unary Export per chunk; its latency runs from the call to the answer.
-    async fn run_otlp(self) -> StreamOutcome {
+    async fn run_otlp(self, channel: Channel) -> StreamOutcome {
         let mut outcome = StreamOutcome::default();
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut grpc = tonic::client::Grpc::new(channel);
         let mut next_chunk = self.first_chunk;
         let mut next_send = tokio::time::Instant::now() + self.phase;
         while self.claim() {
@@ -252,9 +276,47 @@ impl StreamContext {
         outcome
     }
 
-    async fn run(self) -> StreamOutcome {
+    /// OTLP/HTTP or Loki: one POST per chunk on a kept-alive HTTP/1.1 connection, replaced when
+    /// the server closes it; the latency runs from the request to the answer's last byte.
+    async fn run_http(self, target: Arc<HttpTarget>, connection: Connection) -> StreamOutcome {
         let mut outcome = StreamOutcome::default();
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut connection = Some(connection);
+        let key = self.api_key.as_deref().map(|key| {
+            HeaderValue::from_str(key).expect("bench::run refuses a key that cannot be sent")
+        });
+        let mut next_chunk = self.first_chunk;
+        let mut next_send = tokio::time::Instant::now() + self.phase;
+        while self.claim() {
+            if let Some(interval) = self.interval {
+                tokio::time::sleep_until(next_send).await;
+                next_send += interval;
+            }
+            let chunk = self.chunks[next_chunk % self.chunks.len()].clone();
+            next_chunk += 1;
+            let records = self.records_per_chunk as u64;
+            match target
+                .post(&mut connection, chunk, key.as_ref(), records)
+                .await
+            {
+                Ok((rejected, latency)) => {
+                    let accepted = records - rejected;
+                    outcome.acked += accepted;
+                    outcome.rejected += rejected;
+                    self.progress.acked.fetch_add(accepted, Ordering::Relaxed);
+                    outcome.latencies.push((Instant::now(), latency));
+                }
+                Err(code) => {
+                    outcome.failures.push(code);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        outcome
+    }
+
+    async fn run(self, channel: Channel) -> StreamOutcome {
+        let mut outcome = StreamOutcome::default();
+        let mut grpc = tonic::client::Grpc::new(channel);
         let mut next_chunk = self.first_chunk;
         let mut next_send = tokio::time::Instant::now() + self.phase;
         loop {
@@ -340,5 +402,227 @@ impl StreamContext {
             }
         }
         outcome
+    }
+}
+
+/// One HTTP/1.1 connection's sending half.
+type Connection = SendRequest<Full<Bytes>>;
+
+/// Where and how the HTTP protocols post.
+struct HttpTarget {
+    /// `host:port`: connected to, and sent as `Host`.
+    authority: String,
+    protocol: Protocol,
+}
+
+impl HttpTarget {
+    /// The listener at `endpoint`, `http://host:port` (port 80 when none is given).
+    fn new(endpoint: &str, protocol: Protocol) -> Result<Self, ConnectError> {
+        let refused = |detail: &str| ConnectError::Http {
+            endpoint: endpoint.to_owned(),
+            detail: detail.to_owned(),
+        };
+        let uri: hyper::Uri = endpoint
+            .parse()
+            .map_err(|_| refused("not a URL like http://host:4318"))?;
+        if uri.scheme_str().is_some_and(|scheme| scheme != "http") {
+            return Err(refused(
+                "OTLP/HTTP and Loki are sent in plaintext: use http://",
+            ));
+        }
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return Err(refused(
+                "give the listener's address (http://host:4318); the protocol's path is added",
+            ));
+        }
+        let host = uri.host().ok_or_else(|| refused("no host in the URL"))?;
+        Ok(HttpTarget {
+            authority: format!("{host}:{}", uri.port_u16().unwrap_or(80)),
+            protocol,
+        })
+    }
+
+    async fn connect(&self) -> Result<Connection, ConnectError> {
+        let refused = |detail: String| ConnectError::Http {
+            endpoint: format!("http://{}", self.authority),
+            detail,
+        };
+        let stream = TcpStream::connect(&self.authority)
+            .await
+            .map_err(|err| refused(err.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|err| refused(err.to_string()))?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|err| refused(err.to_string()))?;
+        tokio::spawn(async move {
+            // Ends when the server closes the connection; the sender then reports it closed.
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
+    /// Posts one chunk of `records` records; returns how many the server rejected and how long
+    /// the answer took, or the gRPC code of the failure. A connection that broke is dropped, and
+    /// the next post opens another.
+    async fn post(
+        &self,
+        connection: &mut Option<Connection>,
+        chunk: Bytes,
+        key: Option<&HeaderValue>,
+        records: u64,
+    ) -> Result<(u64, Duration), tonic::Code> {
+        if connection.as_ref().is_none_or(SendRequest::is_closed) {
+            *connection = None;
+            *connection = Some(self.connect().await.map_err(|_| tonic::Code::Unavailable)?);
+        }
+        let sender = connection.as_mut().expect("connected above");
+        if sender.ready().await.is_err() {
+            *connection = None;
+            return Err(tonic::Code::Unavailable);
+        }
+        let path = match self.protocol {
+            Protocol::Loki => LOKI_PATH,
+            _ => OTLP_HTTP_PATH,
+        };
+        let mut request = hyper::Request::post(path)
+            .header(HOST, self.authority.as_str())
+            .header(CONTENT_TYPE, "application/x-protobuf");
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        let request = request
+            .body(Full::new(chunk))
+            .expect("the path and headers are valid");
+        let sent = Instant::now();
+        let answered = async {
+            let response = sender.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
+        };
+        let (status, body) = match answered.await {
+            Ok(answer) => answer,
+            Err(_) => {
+                *connection = None;
+                return Err(tonic::Code::Unavailable);
+            }
+        };
+        let latency = sent.elapsed();
+        http_answer(self.protocol, status, &body, records).map(|rejected| (rejected, latency))
+    }
+}
+
+/// The records an HTTP answer says were rejected, or the gRPC code of a failed request. OTLP/HTTP
+/// answers 200 with a `partial_success` naming rejections; Loki answers 204, or 400 with
+/// `N of M entries rejected (…)` when the other entries were stored.
+fn http_answer(
+    protocol: Protocol,
+    status: u16,
+    body: &[u8],
+    records: u64,
+) -> Result<u64, tonic::Code> {
+    let rejected = match (protocol, status) {
+        (Protocol::Loki, 200 | 204) => Some(0),
+        (Protocol::Loki, 400) => loki_rejected(body),
+        (_, 200) => {
+            let answer =
+                ExportLogsServiceResponse::decode(body).map_err(|_| tonic::Code::Internal)?;
+            Some(
+                answer
+                    .partial_success
+                    .map_or(0, |partial| partial.rejected_log_records.max(0) as u64),
+            )
+        }
+        _ => None,
+    };
+    match rejected {
+        Some(rejected) => Ok(rejected.min(records)),
+        None => Err(http_failure(status)),
+    }
+}
+
+/// `N` of a Loki 400 that stored the other entries: `N of M entries rejected (…): …`.
+fn loki_rejected(body: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut words = text.split_whitespace();
+    let rejected = words.next()?.parse().ok()?;
+    let _received: u64 = words.nth(1)?.parse().ok()?;
+    (words.next()? == "entries" && words.next()? == "rejected").then_some(rejected)
+}
+
+/// The gRPC code of an HTTP failure, as the same failure is answered over gRPC where the two
+/// agree (an overloaded server's 503 is `UNAVAILABLE` here, where gRPC says `RESOURCE_EXHAUSTED`).
+fn http_failure(status: u16) -> tonic::Code {
+    match status {
+        400 | 415 => tonic::Code::InvalidArgument,
+        401 => tonic::Code::Unauthenticated,
+        403 => tonic::Code::PermissionDenied,
+        404 | 405 => tonic::Code::Unimplemented,
+        408 => tonic::Code::DeadlineExceeded,
+        413 | 429 => tonic::Code::ResourceExhausted,
+        502..=504 => tonic::Code::Unavailable,
+        500 => tonic::Code::Internal,
+        _ => tonic::Code::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess;
+
+    #[test]
+    fn http_answers_count_rejections_or_name_the_failure() {
+        let partial = ExportLogsServiceResponse {
+            partial_success: Some(ExportLogsPartialSuccess {
+                rejected_log_records: 3,
+                error_message: "3 of 10 records rejected".into(),
+            }),
+        }
+        .encode_to_vec();
+        assert_eq!(http_answer(Protocol::OtlpHttp, 200, &partial, 10), Ok(3));
+        assert_eq!(http_answer(Protocol::OtlpHttp, 200, b"", 10), Ok(0));
+        assert_eq!(http_answer(Protocol::Loki, 204, b"", 10), Ok(0));
+        let text =
+            b"2 of 10 entries rejected (#n is an entry's position): #0 too big; #7 too old\n";
+        assert_eq!(http_answer(Protocol::Loki, 400, text, 10), Ok(2));
+        for (status, code) in [
+            (429, tonic::Code::ResourceExhausted),
+            (413, tonic::Code::ResourceExhausted),
+            (503, tonic::Code::Unavailable),
+            (400, tonic::Code::InvalidArgument),
+            (401, tonic::Code::Unauthenticated),
+        ] {
+            for protocol in [Protocol::OtlpHttp, Protocol::Loki] {
+                let body = b"PushRequest: malformed";
+                assert_eq!(http_answer(protocol, status, body, 10), Err(code));
+            }
+        }
+        assert_eq!(
+            http_answer(Protocol::OtlpHttp, 200, b"\xff\xff", 10),
+            Err(tonic::Code::Internal)
+        );
+    }
+
+    #[test]
+    fn an_http_target_is_a_plaintext_base_url() {
+        let target = HttpTarget::new("http://127.0.0.1:4318", Protocol::Loki).unwrap();
+        assert_eq!(target.authority, "127.0.0.1:4318");
+        let target = HttpTarget::new("http://[::1]:9", Protocol::Loki).unwrap();
+        assert_eq!(target.authority, "[::1]:9");
+        assert_eq!(
+            HttpTarget::new("http://loghaul/", Protocol::OtlpHttp)
+                .unwrap()
+                .authority,
+            "loghaul:80"
+        );
+        for refused in ["https://loghaul:4318", "http://loghaul:4318/v1/logs", "::"] {
+            assert!(
+                HttpTarget::new(refused, Protocol::OtlpHttp).is_err(),
+                "{refused}"
+            );
+        }
     }
 }

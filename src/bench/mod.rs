@@ -1,5 +1,6 @@
-//! `loghaul bench`: measures committed-and-acknowledged records per second over real gRPC, ack
-//! latency, server memory, and (PostgreSQL) the COPY ceiling on the same machine.
+//! `loghaul bench`: measures committed-and-acknowledged records per second over real gRPC (or the
+//! HTTP ingest listener: OTLP/HTTP, Loki push), ack latency, server memory, and (PostgreSQL) the
+//! COPY ceiling on the same machine.
 //!
 //! The records are generated and encoded before the clock starts; the server runs as a child
 //! process (unless `--endpoint` names one) so its peak RSS is its own; the acknowledged count is
@@ -31,9 +32,13 @@ use workload::{Protocol, WorkloadShape};
 /// Options of `loghaul bench`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Drive this running server instead of starting one.
+    /// Drive this running server instead of starting one (its gRPC address).
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// The HTTP ingest listener of the --endpoint server, for --protocol otlp-http and loki
+    /// (plaintext). Default: the --endpoint's host on port 4318.
+    #[arg(long, requires = "endpoint", value_name = "URL")]
+    pub http_endpoint: Option<String>,
     /// Database for the server the benchmark starts (and for the final count(*) and
     /// --compare-copy). Default: a fresh SQLite file in a temporary directory.
     #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
@@ -76,7 +81,7 @@ pub struct BenchArgs {
     /// Extra argument for the server the benchmark starts (repeatable): --server-arg=--shards=4.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
-    /// TLS to an --endpoint server.
+    /// TLS to an --endpoint server (gRPC protocols only).
     #[command(flatten)]
     pub tls: crate::tls::ClientTlsArgs,
     /// Metrics URL of an --endpoint server, for the queue depth in the progress line.
@@ -87,7 +92,9 @@ pub struct BenchArgs {
     /// scatter inserts over SQLite's time index; leave it off to measure realistic time order.
     #[arg(long)]
     pub client_timestamps: bool,
-    /// Push streams (native) or OTLP Export calls, one per chunk.
+    /// Push streams (native, also called push), OTLP Export calls over gRPC (otlp), OTLP/HTTP
+    /// posts (otlp-http) or Loki pushes (loki), one call or post per chunk. otlp-http and loki
+    /// are plaintext HTTP/1.1, one kept-alive connection per stream, to the HTTP ingest listener.
     #[arg(long, value_enum, default_value = "native")]
     pub protocol: Protocol,
     /// Print the report as one JSON object on the last line.
@@ -169,7 +176,8 @@ pub struct RunReport {
     pub acked: u64,
     /// Records rejected.
     pub rejected: u64,
-    /// Streams that ended with an error, by gRPC code.
+    /// Streams (OTLP and HTTP: calls) that ended with an error, by gRPC code (an HTTP status
+    /// counts as the code of the same failure).
     pub failed_streams: Vec<(String, u64)>,
     /// Seconds from the first send to the last response.
     pub elapsed_sec: f64,
@@ -181,6 +189,10 @@ pub struct RunReport {
     pub verified: Option<bool>,
     /// Peak RSS of the server process, when the benchmark started it.
     pub server_peak_rss_bytes: Option<u64>,
+    /// CPU seconds (user and system) the load generator used during the measurement.
+    pub client_cpu_sec: Option<f64>,
+    /// CPU seconds the server process used during the measurement, when the benchmark started it.
+    pub server_cpu_sec: Option<f64>,
     /// The store's ceiling for the same number of rows over one connection (`--compare-copy`).
     pub copy_records_per_sec: Option<f64>,
     /// records_per_sec / copy_records_per_sec.
@@ -220,6 +232,15 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             "--tls-ca, --tls-cert and --tls-key are for an --endpoint server; the server the benchmark starts is plaintext".into(),
         ));
     }
+    if args.protocol.is_http() && args.tls.enabled_for("http://") {
+        return Err(BenchError::Usage(
+            "--tls-ca, --tls-cert and --tls-key are for gRPC; --protocol otlp-http and loki send plaintext HTTP".into(),
+        ));
+    }
+    let http_endpoint = match (&args.endpoint, args.protocol.is_http()) {
+        (Some(endpoint), true) => Some(external_http_endpoint(endpoint, &args.http_endpoint)?),
+        _ => None,
+    };
     let scratch = tempfile::tempdir()?;
     let database_url = bench_database(&args.database_url, &args.endpoint, scratch.path());
     if args.compare_copy && database_url.is_none() {
@@ -247,6 +268,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "rate": args.rate,
         "server_args": args.server_args,
         "protocol": args.protocol,
+        "http_endpoint": http_endpoint,
         "client_timestamps": args.client_timestamps,
     });
     eprintln!(
@@ -307,6 +329,20 @@ async fn measure(
 ) -> Result<RunReport, BenchError> {
     let chunks = Arc::new(workload.encoded.clone());
     let (endpoint, server) = start_target(&args.endpoint, database_url, &args.server_args)?;
+    let endpoint = match (args.protocol.is_http(), &server, &args.endpoint) {
+        (false, _, _) => endpoint,
+        (true, Some(server), _) if server.http_ingest.is_empty() || server.http_ingest == "off" => {
+            return Err(BenchError::Usage(format!(
+                "--protocol {}: the server's HTTP ingest listener is off",
+                protocol_name(args.protocol)
+            )))
+        }
+        (true, Some(server), _) => format!("http://{}", server.http_ingest),
+        (true, None, Some(grpc)) => external_http_endpoint(grpc, &args.http_endpoint)?,
+        (true, None, None) => {
+            unreachable!("start_target starts a server when there is no --endpoint")
+        }
+    };
     let metrics_url = args
         .metrics_url
         .clone()
@@ -336,12 +372,22 @@ async fn measure(
     };
     let progress = Arc::new(Progress::default());
     let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
+    let server_cpu_before = server.as_ref().and_then(ServerProcess::cpu_seconds);
+    let cpu_before = own_cpu_seconds();
     let outcome = load::run(plan, chunks, args.records_per_chunk, progress).await?;
+    let client_cpu_sec = own_cpu_seconds()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     reporter.abort();
     if let Some(path) = &args.latency_log {
         write_latency_log(path, streams, offered, &outcome.acks)?;
     }
     let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
+    let server_cpu_sec = server
+        .as_ref()
+        .and_then(ServerProcess::cpu_seconds)
+        .zip(server_cpu_before)
+        .map(|(after, before)| after - before);
     if let Some(server) = server {
         server.stop()?;
     }
@@ -383,6 +429,8 @@ async fn measure(
         verified: stored_delta.map(|delta| delta == outcome.acked as i64),
         stored_delta,
         server_peak_rss_bytes,
+        client_cpu_sec,
+        server_cpu_sec,
         copy_records_per_sec,
         copy_ratio,
     })
@@ -415,6 +463,44 @@ pub(crate) fn start_target(
     let database_url = database_url.expect("bench_database names one when there is no endpoint");
     let server = ServerProcess::start(database_url, server_args)?;
     Ok((format!("http://{}", server.grpc), Some(server)))
+}
+
+/// The HTTP ingest listener of an `--endpoint` server: `--http-endpoint`, else the gRPC
+/// endpoint's host on port 4318.
+fn external_http_endpoint(grpc: &str, http: &Option<String>) -> Result<String, BenchError> {
+    if let Some(http) = http {
+        return Ok(http.clone());
+    }
+    let uri: hyper::Uri = grpc.parse().map_err(|_| {
+        BenchError::Usage(format!(
+            "--endpoint {grpc:?} is not a URL; give --http-endpoint"
+        ))
+    })?;
+    let host = uri.host().ok_or_else(|| {
+        BenchError::Usage(format!(
+            "--endpoint {grpc:?} names no host; give --http-endpoint"
+        ))
+    })?;
+    Ok(format!("http://{host}:4318"))
+}
+
+/// How a protocol is spelled on the command line and in the report.
+fn protocol_name(protocol: Protocol) -> String {
+    serde_json::to_value(protocol)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// CPU seconds (user and system, every thread) this process has used so far.
+fn own_cpu_seconds() -> Option<f64> {
+    // SAFETY: getrusage fills the struct it is given, which is zeroed and owned here.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        (libc::getrusage(libc::RUSAGE_SELF, &mut usage) == 0).then_some(usage)
+    }?;
+    let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
 }
 
 /// PostgreSQL: a `CHECKPOINT` before the clock starts, so that every run begins with no dirty
@@ -624,6 +710,39 @@ mod tests {
             let refused = bad.parse::<Rate>();
             assert!(refused.is_err(), "{bad} was taken as {refused:?}");
         }
+    }
+
+    #[test]
+    fn an_external_servers_http_listener_defaults_to_its_host_on_4318() {
+        let default = |grpc: &str| external_http_endpoint(grpc, &None).unwrap();
+        assert_eq!(default("http://127.0.0.1:4317"), "http://127.0.0.1:4318");
+        assert_eq!(
+            default("https://logs.example.com"),
+            "http://logs.example.com:4318"
+        );
+        assert_eq!(default("http://[::1]:4317"), "http://[::1]:4318");
+        let given = Some("http://other:9000".to_owned());
+        assert_eq!(
+            external_http_endpoint("http://a:1", &given).unwrap(),
+            "http://other:9000"
+        );
+        assert!(external_http_endpoint("not a url at all", &None).is_err());
+    }
+
+    #[test]
+    fn protocols_have_one_spelling_and_push_is_native() {
+        use clap::ValueEnum;
+        let parse = |text: &str| Protocol::from_str(text, false).unwrap();
+        assert_eq!(parse("push"), Protocol::Native);
+        assert_eq!(parse("otlp-http"), Protocol::OtlpHttp);
+        for protocol in Protocol::value_variants() {
+            let name = protocol_name(*protocol);
+            assert_eq!(parse(&name), *protocol);
+            let shown = protocol.to_possible_value().unwrap();
+            assert_eq!(shown.get_name(), name);
+        }
+        assert_eq!(protocol_name(Protocol::Native), "native");
+        assert_eq!(protocol_name(Protocol::Loki), "loki");
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub struct ServerProcess {
     pub grpc: String,
     /// Metrics address.
     pub http: String,
+    /// HTTP ingest address (OTLP/HTTP, Loki push), or `off`.
+    pub http_ingest: String,
 }
 
 /// Why the server did not start.
@@ -87,6 +89,7 @@ impl ServerProcess {
                 return Ok(ServerProcess {
                     grpc: field("grpc"),
                     http: field("http"),
+                    http_ingest: field("http_ingest"),
                     child,
                 });
             }
@@ -100,6 +103,19 @@ impl ServerProcess {
     /// The most memory the process has held so far (VmHWM), where /proc exists.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
         peak_rss_of(self.child.id())
+    }
+
+    /// CPU time (user and system) the process has used so far, where /proc exists.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // After the command name in parentheses (which may hold spaces): state is field 3, utime
+        // and stime are fields 14 and 15.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf reads a constant of the system; no memory is involved.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (per_second > 0).then(|| ticks as f64 / per_second as f64)
     }
 
     /// SIGTERM, then waits for a clean exit.

@@ -12,6 +12,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
 use crate::proto::v1::{LogRecord, PushRequest};
+use crate::server::loki::proto as loki;
 
 const SERVICES: [&str; 12] = [
     "checkout",
@@ -78,19 +79,40 @@ pub struct WorkloadShape {
     pub client_timestamps: bool,
 }
 
-/// Which wire format the chunks are encoded in.
+/// Which wire format the chunks are encoded in, and how they are sent. Reports spell each one
+/// protocol as its value name (`native`, `otlp`, `otlp-http`, `loki`); `push` is another name for
+/// `native` on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// `loghaul.v1.LogIngest/Push`: client streams of PushRequest chunks.
+    #[value(name = "native", alias = "push")]
+    #[serde(rename = "native")]
     Native,
     /// `opentelemetry.proto.collector.logs.v1.LogsService/Export`: one unary request per chunk.
+    #[value(name = "otlp")]
+    #[serde(rename = "otlp")]
     Otlp,
+    /// OTLP/HTTP `POST /v1/logs`: one protobuf `ExportLogsServiceRequest` per chunk (plaintext).
+    #[value(name = "otlp-http")]
+    #[serde(rename = "otlp-http")]
+    OtlpHttp,
+    /// Loki's `POST /loki/api/v1/push`: one snappy-compressed `PushRequest` per chunk (plaintext).
+    #[value(name = "loki")]
+    #[serde(rename = "loki")]
+    Loki,
+}
+
+impl Protocol {
+    /// Sent over the HTTP ingest listener rather than gRPC.
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::OtlpHttp | Protocol::Loki)
+    }
 }
 
 /// Chunks ready to send, and the records they hold (for the COPY comparison).
 pub struct Workload {
-    /// Each chunk encoded once, as a `PushRequest` or an `ExportLogsServiceRequest`.
+    /// Each chunk encoded once: a `PushRequest`, an `ExportLogsServiceRequest` (OTLP over gRPC or
+    /// HTTP), or a snappy-compressed Loki `PushRequest`.
     pub encoded: Vec<Bytes>,
     /// The records of every chunk, in order.
     pub records: Vec<LogRecord>,
@@ -112,7 +134,10 @@ pub fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
                 ..Default::default()
             }
             .encode_to_vec(),
-            Protocol::Otlp => otlp_request(&chunk).encode_to_vec(),
+            Protocol::Otlp | Protocol::OtlpHttp => otlp_request(&chunk).encode_to_vec(),
+            Protocol::Loki => snap::raw::Encoder::new()
+                .compress_vec(&loki_request(&chunk, now).encode_to_vec())
+                .expect("a chunk is far below snappy's size limit"),
         };
         encoded.push(Bytes::from(bytes));
         records.extend(chunk);
@@ -172,6 +197,74 @@ fn otlp_request(records: &[LogRecord]) -> ExportLogsServiceRequest {
         })
         .collect();
     ExportLogsServiceRequest { resource_logs }
+}
+
+/// The same records as a Loki push: one stream per (service, severity), labelled
+/// `{level="info", service_name="checkout"}`, each record's attributes and trace context as its
+/// entry's structured metadata. A Loki entry always carries a timestamp: the record's, or `now`
+/// (the pool's generation) when the records have none.
+fn loki_request(records: &[LogRecord], now: chrono::DateTime<chrono::Utc>) -> loki::PushRequest {
+    let generated = prost_types::Timestamp {
+        seconds: now.timestamp(),
+        nanos: now.timestamp_subsec_nanos() as i32,
+    };
+    let pair = |name: &str, value: &str| loki::LabelPairAdapter {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    };
+    let mut streams: BTreeMap<(&str, i32), Vec<loki::EntryAdapter>> = BTreeMap::new();
+    for record in records {
+        let mut metadata: Vec<loki::LabelPairAdapter> = record
+            .attributes
+            .iter()
+            .map(|(key, value)| pair(key, value))
+            .collect();
+        if !record.trace_id.is_empty() {
+            metadata.push(pair("trace_id", &record.trace_id));
+        }
+        if !record.span_id.is_empty() {
+            metadata.push(pair("span_id", &record.span_id));
+        }
+        streams
+            .entry((&record.service, record.severity))
+            .or_default()
+            .push(loki::EntryAdapter {
+                timestamp: Some(record.timestamp.unwrap_or(generated)),
+                line: record.message.clone(),
+                structured_metadata: metadata,
+                parsed: Vec::new(),
+            });
+    }
+    let streams = streams
+        .into_iter()
+        .map(|((service, severity), entries)| {
+            let labels = BTreeMap::from([
+                ("service_name".to_owned(), service.to_owned()),
+                ("level".to_owned(), loki_level(severity).to_owned()),
+            ]);
+            loki::StreamAdapter {
+                labels: crate::server::loki::labels::format(&labels),
+                entries,
+                hash: 0,
+            }
+        })
+        .collect();
+    loki::PushRequest {
+        streams,
+        format: String::new(),
+    }
+}
+
+/// Loki's level name for the severities [`record`] draws.
+fn loki_level(severity: i32) -> &'static str {
+    match severity {
+        ..=4 => "trace",
+        5..=8 => "debug",
+        9..=12 => "info",
+        13..=16 => "warn",
+        17..=20 => "error",
+        _ => "fatal",
+    }
 }
 
 fn unhex(text: &str) -> Vec<u8> {
@@ -262,5 +355,96 @@ mod tests {
             .records
             .iter()
             .all(|r| r.message.len() == 120 && r.attributes.len() == 4));
+    }
+
+    fn shape(client_timestamps: bool) -> WorkloadShape {
+        WorkloadShape {
+            records_per_chunk: 60,
+            message_bytes: 100,
+            attributes: 3,
+            distinct_chunks: 2,
+            client_timestamps,
+        }
+    }
+
+    /// Orders records the same way whatever order a protocol grouped them in.
+    fn sorted(mut records: Vec<LogRecord>) -> Vec<LogRecord> {
+        records.sort_by(|a, b| (&a.service, &a.message).cmp(&(&b.service, &b.message)));
+        records
+    }
+
+    #[test]
+    fn otlp_http_chunks_are_export_requests_of_every_record() {
+        let workload = generate(shape(true), Protocol::OtlpHttp);
+        assert_eq!(workload.encoded.len(), 2);
+        let decoded = ExportLogsServiceRequest::decode(workload.encoded[1].clone()).unwrap();
+        let mut records = Vec::new();
+        for resource in &decoded.resource_logs {
+            let service = &resource.resource.as_ref().unwrap().attributes[0];
+            assert_eq!(service.key, "service.name");
+            let Some(Value::StringValue(service)) = service.value.clone().unwrap().value else {
+                panic!("service.name is a string");
+            };
+            for log in resource.scope_logs.iter().flat_map(|s| &s.log_records) {
+                let Some(Value::StringValue(message)) = log.body.clone().unwrap().value else {
+                    panic!("the body is a string");
+                };
+                assert_eq!(log.attributes.len(), 3);
+                records.push((service.clone(), message, log.severity_number));
+            }
+        }
+        assert_eq!(records.len(), 60);
+        let mut expected: Vec<_> = workload.records[60..]
+            .iter()
+            .map(|r| (r.service.clone(), r.message.clone(), r.severity))
+            .collect();
+        records.sort();
+        expected.sort();
+        assert_eq!(records, expected);
+        // The same bytes as the gRPC export (given the same clock): only the transport differs.
+        assert_eq!(
+            generate(shape(false), Protocol::OtlpHttp).encoded,
+            generate(shape(false), Protocol::Otlp).encoded
+        );
+    }
+
+    #[test]
+    fn loki_chunks_are_snappy_pushes_that_store_the_same_records() {
+        for client_timestamps in [true, false] {
+            let workload = generate(shape(client_timestamps), Protocol::Loki);
+            assert_eq!(workload.encoded.len(), 2);
+            for (at, chunk) in workload.encoded.iter().enumerate() {
+                let raw = snap::raw::Decoder::new().decompress_vec(chunk).unwrap();
+                let push = loki::PushRequest::decode(raw.as_slice()).unwrap();
+                let mut stored = Vec::new();
+                let mut groups = std::collections::BTreeSet::new();
+                for stream in push.streams {
+                    // The server's own label parser and mapping, as a push is stored.
+                    let labels = crate::server::loki::labels::parse(&stream.labels).unwrap();
+                    assert_eq!(labels.keys().collect::<Vec<_>>(), ["level", "service_name"]);
+                    let fields = crate::server::loki::labels::StreamFields::from_labels(labels);
+                    assert!(fields.attributes.is_empty(), "{}", stream.labels);
+                    assert!(groups.insert((fields.service.clone(), fields.severity)));
+                    for entry in stream.entries {
+                        assert!(entry.timestamp.is_some(), "a Loki entry has a timestamp");
+                        stored.push(crate::server::loki::to_wire(entry, &fields));
+                    }
+                }
+                let mut expected = workload.records[at * 60..(at + 1) * 60].to_vec();
+                if !client_timestamps {
+                    // Stamped once, at generation.
+                    let stamps: std::collections::BTreeSet<_> = stored
+                        .iter()
+                        .map(|r| r.timestamp.unwrap().seconds)
+                        .collect();
+                    assert_eq!(stamps.len(), 1);
+                    for record in &mut stored {
+                        record.timestamp = None;
+                    }
+                }
+                assert_eq!(stored.len(), 60);
+                assert_eq!(sorted(stored), sorted(std::mem::take(&mut expected)));
+            }
+        }
     }
 }

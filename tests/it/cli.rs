@@ -479,3 +479,43 @@ fn bench_compare_copy_on_sqlite_measures_the_plain_insert_ceiling() {
     });
     assert_eq!(rows, 2 * run["acked"].as_i64().unwrap(), "{stdout}");
 }
+
+/// A short `bench --protocol PROTOCOL` against the server it starts: its report.
+fn bench_over(protocol: &str) -> serde_json::Value {
+    let bench = Command::new(BINARY)
+        .args(["bench", "--duration", "2s", "--streams", "2"])
+        .args([
+            "--records-per-chunk",
+            "100",
+            "--protocol",
+            protocol,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_success(&bench);
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn bench_over_loki_pushes_records_that_are_stored() {
+    let report = bench_over("loki");
+    assert_eq!(report["settings"]["protocol"], "loki", "{report}");
+    let run = &report["runs"][0];
+    assert!(run["acked"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(run["rejected"], 0, "{report}");
+    assert_eq!(run["failed_streams"], serde_json::json!([]), "{report}");
+    assert_eq!(run["verified"], true, "{report}");
+}
+
+#[test]
+fn bench_over_otlp_http_posts_records_that_are_stored() {
+    let report = bench_over("otlp-http");
+    assert_eq!(report["settings"]["protocol"], "otlp-http", "{report}");
+    let run = &report["runs"][0];
+    assert!(run["acked"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(run["rejected"], 0, "{report}");
+    assert_eq!(run["failed_streams"], serde_json::json!([]), "{report}");
+    assert_eq!(run["verified"], true, "{report}");
+}

@@ -243,7 +243,7 @@ fn stream_fields(stream: &Bytes) -> Result<StreamFields, Invalid> {
 
 /// An entry as `LogIngest`'s wire record: the line, the stream's service and severity, and its
 /// structured metadata as attributes (a trace or span id among them becomes the record's).
-fn to_wire(entry: EntryAdapter, fields: &StreamFields) -> LogRecord {
+pub(crate) fn to_wire(entry: EntryAdapter, fields: &StreamFields) -> LogRecord {
     let mut attributes: BTreeMap<String, String> = entry
         .structured_metadata
         .into_iter()
