@@ -47,78 +47,173 @@ pub async fn copy_rows(
     Ok(elapsed)
 }
 
-/// One row's values: ts, severity, service, message, attributes, trace id, span id.
-type SqliteRow<'a> = (
-    i64,
-    i16,
-    &'a str,
-    &'a str,
-    String,
-    Option<&'a str>,
-    Option<&'a str>,
-);
-
-/// Inserts `rows` rows cycling over `records` into the SQLite file of `database_url`, one
-/// prepared statement per row in one transaction, and returns how long it took, commit included.
+/// Inserts `rows` rows cycling over `records` into the SQLite file at `path`, one prepared
+/// statement stepped per row in one transaction, straight through SQLite's C API (no driver, no
+/// async hop per row), with the server's settings (WAL, `synchronous=FULL`, its page cache).
+/// Returns how long it took, commit included.
 pub async fn sqlite_insert_rows(
-    database_url: &str,
+    path: std::path::PathBuf,
     records: &[LogRecord],
     rows: u64,
-) -> Result<Duration, sqlx::Error> {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-    use sqlx::{ConnectOptions, Connection};
-    use std::str::FromStr;
-
-    const INSERT: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+) -> Result<Duration, SqliteCeilingError> {
     // The values are made before the clock starts, as the gRPC run's records were.
     let now = chrono::Utc::now().timestamp_micros();
-    let prepared: Vec<SqliteRow<'_>> = records
+    let prepared: Vec<SqliteRow> = records
         .iter()
-        .map(|record| {
-            let ts = record.timestamp.as_ref().map_or(now, |ts| {
-                ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000
-            });
-            fn id(id: &str) -> Option<&str> {
-                (!id.is_empty()).then_some(id)
-            }
-            (
-                ts,
-                record.severity as i16,
-                record.service.as_str(),
-                record.message.as_str(),
-                serde_json::to_string(&record.attributes).expect("strings serialize"),
-                id(&record.trace_id),
-                id(&record.span_id),
-            )
+        .map(|record| SqliteRow {
+            ts: record
+                .timestamp
+                .as_ref()
+                .map_or(now, |ts| ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000),
+            severity: i64::from(record.severity),
+            service: record.service.clone(),
+            message: record.message.clone(),
+            attributes: serde_json::to_string(&record.attributes).expect("strings serialize"),
+            trace_id: (!record.trace_id.is_empty()).then(|| record.trace_id.clone()),
+            span_id: (!record.span_id.is_empty()).then(|| record.span_id.clone()),
         })
         .collect();
-    let mut conn = SqliteConnectOptions::from_str(database_url)?
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
-        .pragma("cache_size", "-65536")
-        .connect()
-        .await?;
-    let started = Instant::now();
-    let mut tx = conn.begin().await?;
-    for row in prepared.iter().cycle().take(rows as usize) {
-        sqlx::query(INSERT)
-            .bind("default")
-            .bind(row.0)
-            .bind(now)
-            .bind(row.1)
-            .bind(row.2)
-            .bind(row.3)
-            .bind(&row.4)
-            .bind(row.5)
-            .bind(row.6)
-            .execute(&mut *tx)
-            .await?;
+    tokio::task::spawn_blocking(move || sqlite_ffi::insert(&path, &prepared, rows, now))
+        .await
+        .map_err(|err| SqliteCeilingError(err.to_string()))?
+}
+
+/// Why the SQLite ceiling could not be measured: SQLite's own message.
+#[derive(Debug, thiserror::Error)]
+#[error("SQLite ceiling: {0}")]
+pub struct SqliteCeilingError(String);
+
+/// One row's values, owned so the loop runs on a blocking thread.
+struct SqliteRow {
+    ts: i64,
+    severity: i64,
+    service: String,
+    message: String,
+    attributes: String,
+    trace_id: Option<String>,
+    span_id: Option<String>,
+}
+
+/// The C calls, kept together: every pointer below is SQLite's own or a live Rust string whose
+/// length is passed with it.
+mod sqlite_ffi {
+    use std::ffi::{c_int, CStr, CString};
+    use std::time::{Duration, Instant};
+
+    use libsqlite3_sys as ffi;
+
+    use super::{SqliteCeilingError, SqliteRow};
+
+    const INSERT: &CStr = c"INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    const SETTINGS: &CStr =
+        c"PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA cache_size = -65536;";
+
+    /// An open connection, closed on drop.
+    struct Db(*mut ffi::sqlite3);
+
+    impl Drop for Db {
+        fn drop(&mut self) {
+            // SAFETY: the handle came from sqlite3_open_v2 and every statement on it is finalized.
+            unsafe { ffi::sqlite3_close(self.0) };
+        }
     }
-    tx.commit().await?;
-    let elapsed = started.elapsed();
-    conn.close().await?;
-    Ok(elapsed)
+
+    impl Db {
+        fn error(&self) -> SqliteCeilingError {
+            // SAFETY: sqlite3_errmsg returns a NUL-terminated string owned by the connection.
+            let message = unsafe { CStr::from_ptr(ffi::sqlite3_errmsg(self.0)) };
+            SqliteCeilingError(message.to_string_lossy().into_owned())
+        }
+
+        fn check(&self, code: c_int) -> Result<(), SqliteCeilingError> {
+            if code == ffi::SQLITE_OK || code == ffi::SQLITE_DONE {
+                Ok(())
+            } else {
+                Err(self.error())
+            }
+        }
+
+        fn exec(&self, sql: &CStr) -> Result<(), SqliteCeilingError> {
+            // SAFETY: a valid connection and a NUL-terminated statement; no callback.
+            let code = unsafe {
+                ffi::sqlite3_exec(
+                    self.0,
+                    sql.as_ptr(),
+                    None,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            self.check(code)
+        }
+    }
+
+    pub fn insert(
+        path: &std::path::Path,
+        rows: &[SqliteRow],
+        count: u64,
+        received_at: i64,
+    ) -> Result<Duration, SqliteCeilingError> {
+        let path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|err| SqliteCeilingError(err.to_string()))?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated path and an out-pointer; the handle is closed by Db's drop
+        // even when the open failed.
+        let code = unsafe {
+            ffi::sqlite3_open_v2(
+                path.as_ptr(),
+                &mut handle,
+                ffi::SQLITE_OPEN_READWRITE,
+                std::ptr::null(),
+            )
+        };
+        let db = Db(handle);
+        db.check(code)?;
+        db.exec(SETTINGS)?;
+        let mut statement = std::ptr::null_mut();
+        // SAFETY: a valid connection, a NUL-terminated statement (-1: read to the NUL).
+        let code = unsafe {
+            ffi::sqlite3_prepare_v2(db.0, INSERT.as_ptr(), -1, &mut statement, std::ptr::null_mut())
+        };
+        db.check(code)?;
+        let started = Instant::now();
+        let outcome = (|| {
+            db.exec(c"BEGIN")?;
+            for row in rows.iter().cycle().take(count as usize) {
+                // SAFETY: `statement` is prepared on `db`; each text is a live &str of the given
+                // length, copied by SQLite (SQLITE_TRANSIENT) before the call returns.
+                unsafe {
+                    let text = |index: c_int, value: Option<&str>| match value {
+                        Some(value) => ffi::sqlite3_bind_text(
+                            statement,
+                            index,
+                            value.as_ptr().cast(),
+                            value.len() as c_int,
+                            ffi::SQLITE_TRANSIENT(),
+                        ),
+                        None => ffi::sqlite3_bind_null(statement, index),
+                    };
+                    text(1, Some("default"));
+                    ffi::sqlite3_bind_int64(statement, 2, row.ts);
+                    ffi::sqlite3_bind_int64(statement, 3, received_at);
+                    ffi::sqlite3_bind_int64(statement, 4, row.severity);
+                    text(5, Some(&row.service));
+                    text(6, Some(&row.message));
+                    text(7, Some(&row.attributes));
+                    text(8, row.trace_id.as_deref());
+                    text(9, row.span_id.as_deref());
+                    let code = ffi::sqlite3_step(statement);
+                    ffi::sqlite3_reset(statement);
+                    db.check(code)?;
+                }
+            }
+            db.exec(c"COMMIT")
+        })();
+        let elapsed = started.elapsed();
+        // SAFETY: finalized once, before the connection closes.
+        unsafe { ffi::sqlite3_finalize(statement) };
+        outcome.map(|()| elapsed)
+    }
 }
 
 fn text_blocks(records: &[LogRecord]) -> Vec<(String, usize)> {

@@ -158,6 +158,9 @@ pub enum BenchError {
     /// A temporary directory could not be made.
     #[error("temporary directory: {0}")]
     Io(#[from] std::io::Error),
+    /// SQLite refused the ceiling's inserts.
+    #[error(transparent)]
+    Ceiling(#[from] copy_ceiling::SqliteCeilingError),
     /// `--rate N%`: the run as fast as acks allow acknowledged nothing, so it has no maximum.
     #[error("the run as fast as acks allow acknowledged nothing (failed streams: {0}), so there is no maximum to take a share of")]
     NoMaximum(String),
@@ -406,7 +409,10 @@ async fn measure(
                 "INSERT of {} rows, one prepared statement each, in one transaction…",
                 outcome.acked
             );
-            copy_ceiling::sqlite_insert_rows(url, &workload.records, outcome.acked).await?
+            let path = crate::storage::sqlite::options_path(url).ok_or_else(|| {
+                BenchError::Usage(format!("--compare-copy: {url} names no SQLite file"))
+            })?;
+            copy_ceiling::sqlite_insert_rows(path, &workload.records, outcome.acked).await?
         };
         let copy_rate = outcome.acked as f64 / took.as_secs_f64();
         (Some(copy_rate), Some(records_per_sec / copy_rate))

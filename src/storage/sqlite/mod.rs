@@ -38,7 +38,7 @@ pub struct SqliteStore {
 }
 
 /// The file path of a `sqlite://` URL, without its query.
-fn options_path(url: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn options_path(url: &str) -> Option<std::path::PathBuf> {
     let path = url.strip_prefix("sqlite://")?;
     let path = path.split('?').next()?;
     (!path.is_empty() && path != ":memory:").then(|| path.into())
