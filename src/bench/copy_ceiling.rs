@@ -61,10 +61,9 @@ pub async fn sqlite_insert_rows(
     let prepared: Vec<SqliteRow> = records
         .iter()
         .map(|record| SqliteRow {
-            ts: record
-                .timestamp
-                .as_ref()
-                .map_or(now, |ts| ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000),
+            ts: record.timestamp.as_ref().map_or(now, |ts| {
+                ts.seconds * 1_000_000 + i64::from(ts.nanos) / 1000
+            }),
             severity: i64::from(record.severity),
             service: record.service.clone(),
             message: record.message.clone(),
@@ -173,7 +172,13 @@ mod sqlite_ffi {
         let mut statement = std::ptr::null_mut();
         // SAFETY: a valid connection, a NUL-terminated statement (-1: read to the NUL).
         let code = unsafe {
-            ffi::sqlite3_prepare_v2(db.0, INSERT.as_ptr(), -1, &mut statement, std::ptr::null_mut())
+            ffi::sqlite3_prepare_v2(
+                db.0,
+                INSERT.as_ptr(),
+                -1,
+                &mut statement,
+                std::ptr::null_mut(),
+            )
         };
         db.check(code)?;
         let started = Instant::now();

@@ -186,7 +186,8 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_MAX_CONNECTION_AGE_GRACE", default_value = "30s")]
     pub max_connection_age_grace: HumanDuration,
 
-    /// On SIGTERM/SIGINT: how long open streams may take to finish before the final flush.
+    /// On SIGTERM/SIGINT: how long open streams and HTTP ingest requests in flight may take to
+    /// finish before the final flush.
     #[arg(long, env = "LOGHAUL_SHUTDOWN_GRACE", default_value = "20s")]
     pub shutdown_grace: HumanDuration,
 

@@ -41,6 +41,9 @@ pub(super) struct Background {
     pub http_addr: SocketAddr,
     console: Option<(SocketAddr, Listener)>,
     http_ingest: Option<(SocketAddr, Listener)>,
+    /// Cancelled once the HTTP ingest listener has answered its last request (at once when
+    /// there is none), so the drain can give those requests the shutdown grace.
+    http_ingest_done: CancellationToken,
 }
 
 impl Background {
@@ -77,12 +80,16 @@ impl Background {
             )),
             None => None,
         };
+        let http_ingest_done = CancellationToken::new();
         let http_ingest = match ingest_listener {
             Some(listener) => Some((
                 listener.local_addr()?,
-                serve_http_ingest(core, config, listener),
+                serve_http_ingest(core, config, listener, http_ingest_done.clone()),
             )),
-            None => None,
+            None => {
+                http_ingest_done.cancel();
+                None
+            }
         };
         let http_addr = http_listener.local_addr()?;
         let ingress = core.pipeline.ingress();
@@ -103,7 +110,13 @@ impl Background {
             http_addr,
             console,
             http_ingest,
+            http_ingest_done,
         })
+    }
+
+    /// Cancelled once the HTTP ingest listener has stopped and answered every request it took.
+    pub fn http_ingest_done(&self) -> CancellationToken {
+        self.http_ingest_done.clone()
     }
 
     /// The console's address, or `off`.
@@ -177,9 +190,15 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
     ))
 }
 
-/// Serves OTLP/HTTP and the Loki push API until the drain starts (requests in flight are answered
-/// once the pipeline is flushed), or until the rest stops when the gRPC server failed.
-fn serve_http_ingest(core: &Core, config: &ServeConfig, listener: TcpListener) -> Listener {
+/// Serves OTLP/HTTP and the Loki push API until the drain starts, or until the rest stops when the
+/// gRPC server failed; requests in flight are then let finish (the drain waits for them up to the
+/// shutdown grace, as for gRPC streams), and `done` is cancelled once they are answered.
+fn serve_http_ingest(
+    core: &Core,
+    config: &ServeConfig,
+    listener: TcpListener,
+    done: CancellationToken,
+) -> Listener {
     let ingest = HttpIngest::new(
         core.pipeline.ingress(),
         core.limits,
@@ -197,13 +216,12 @@ fn serve_http_ingest(core: &Core, config: &ServeConfig, listener: TcpListener) -
         max_connections: config.http_ingest_max_connections,
         ..HttpLimits::from_config(config)
     };
-    tokio::spawn(super::http::serve(
-        listener,
-        ingest,
-        limits,
-        core.http_tls.clone(),
-        shutdown,
-    ))
+    let tls = core.http_tls.clone();
+    tokio::spawn(async move {
+        let served = super::http::serve(listener, ingest, limits, tls, shutdown).await;
+        done.cancel();
+        served
+    })
 }
 
 /// Probes the store so readiness reflects it even when no writes are flowing. Through the read

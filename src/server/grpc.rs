@@ -44,7 +44,7 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the gRPC port until `shutdown` completes, then drains it: readiness and health off, no
-/// new streams, open streams get `--shutdown-grace` to finish.
+/// new streams, open streams and HTTP ingest requests in flight get `--shutdown-grace` to finish.
 pub(super) async fn serve(
     core: &Core,
     config: &ServeConfig,
@@ -94,10 +94,20 @@ pub(super) async fn serve(
         );
     let grace = config.shutdown_grace.0;
     let draining = core.draining.clone();
+    let http_ingest_done = background.http_ingest_done();
+    // Once draining, HTTP ingest requests in flight (a body still arriving, say) share the
+    // streams' grace: the pipeline is flushed and closed only after both.
+    let drained = async {
+        let served = grpc.await;
+        if served.is_ok() && draining.is_cancelled() {
+            http_ingest_done.cancelled().await;
+        }
+        served
+    };
     tokio::select! {
-        served = grpc => served.map_err(ServeError::from),
+        served = drained => served.map_err(ServeError::from),
         () = async { draining.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(grace = ?grace, "streams still open after the shutdown grace; flushing what they queued");
+            tracing::warn!(grace = ?grace, "streams or HTTP requests still open after the shutdown grace; flushing what they queued");
             Ok(())
         }
     }

@@ -14,6 +14,7 @@ use super::reply::HttpError;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 use crate::server::inflate::{inflate, Compression};
+use crate::server::otlp::export::EXPECTED_DECODED_RATIO;
 
 /// What a body may be.
 #[derive(Clone, Copy, Debug)]
@@ -64,7 +65,11 @@ pub async fn read(
         if length > limits.max_bytes {
             return Err(too_large(format!("a body of {length} bytes")).into());
         }
-        meter.expect(length).await?;
+        // What the records will take once decoded too, as gRPC reserves: most requests then
+        // wait for room once, before they hold any of it.
+        meter
+            .expect(length.saturating_mul(EXPECTED_DECODED_RATIO))
+            .await?;
     }
     let mut raw = BytesMut::with_capacity(announced.unwrap_or(0));
     let mut body = body;

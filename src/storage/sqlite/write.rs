@@ -92,6 +92,51 @@ fn claims_json(claims: &[Claim<'_>]) -> String {
     serde_json::to_string(&keys).expect("keys serialize")
 }
 
+/// Runs `work` on `conn` in a transaction of this module's own making: `BEGIN IMMEDIATE`, then
+/// `COMMIT` when `work` succeeds and `keep` is set, else `ROLLBACK`. sqlx's transactions count
+/// their depth on the side, and when SQLite has already rolled back on its own (as it does when a
+/// COMMIT finds the disk full), their ROLLBACK fails and the count stays one too high, so that the
+/// connection's next transaction is only a SAVEPOINT whose release commits nothing: batches were
+/// acknowledged and lost. Here a failed transaction always ends in a ROLLBACK that may fail
+/// harmlessly, and a connection still inside one (a write cancelled part-way) is rolled back first.
+async fn in_transaction<T>(
+    conn: &mut SqliteConnection,
+    keep: bool,
+    work: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, sqlx::Error>,
+) -> Result<T, sqlx::Error> {
+    if sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .is_err()
+    {
+        // Still inside a transaction (a write cancelled part-way): end it and begin again.
+        rollback(conn).await;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    }
+    let outcome = match work(&mut *conn).await {
+        Ok(value) if keep => sqlx::query("COMMIT")
+            .execute(&mut *conn)
+            .await
+            .map(|_| value),
+        Ok(value) => {
+            rollback(conn).await;
+            return Ok(value);
+        }
+        Err(err) => Err(err),
+    };
+    if outcome.is_err() {
+        rollback(conn).await;
+    }
+    outcome
+}
+
+/// Ends the transaction in progress, if SQLite has not already.
+async fn rollback(conn: &mut SqliteConnection) {
+    if let Err(err) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+        tracing::debug!(error = %err, "ROLLBACK after a failed write");
+    }
+}
+
 /// Primary result codes that blame the data: TOOBIG, CONSTRAINT, MISMATCH, RANGE.
 fn is_data_error(code: &str) -> bool {
     code.parse::<i32>()
@@ -103,10 +148,13 @@ impl SqliteStore {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
+        let mut conn = self.pool.acquire().await.map_err(fail)?;
         // A batch of several statements is still stored whole or not at all.
-        let mut tx = self.pool.begin().await.map_err(fail)?;
-        write_rows(&mut tx, rows, received_at).await.map_err(fail)?;
-        tx.commit().await.map_err(fail)
+        in_transaction(&mut conn, true, async |conn| {
+            write_rows(conn, rows, received_at).await
+        })
+        .await
+        .map_err(fail)
     }
 
     pub(in crate::storage) async fn insert_claimed(
@@ -117,30 +165,32 @@ impl SqliteStore {
         let received_at = chrono::Utc::now().timestamp_micros();
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
-        let mut tx = self.pool.begin().await.map_err(fail)?;
-        let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
-            .bind(claims_json(claims))
-            .bind(received_at)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(fail)?;
-        let claimed = claimed_in_order(claims, inserted);
-        let kept = kept_rows(rows, claims, &claimed);
-        write_rows(&mut tx, &kept, received_at)
-            .await
-            .map_err(fail)?;
-        tx.commit().await.map_err(fail)?;
-        Ok(claimed)
+        let mut conn = self.pool.acquire().await.map_err(fail)?;
+        in_transaction(&mut conn, true, async |conn| {
+            let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
+                .bind(claims_json(claims))
+                .bind(received_at)
+                .fetch_all(&mut *conn)
+                .await?;
+            let claimed = claimed_in_order(claims, inserted);
+            let kept = kept_rows(rows, claims, &claimed);
+            write_rows(conn, &kept, received_at).await?;
+            Ok(claimed)
+        })
+        .await
+        .map_err(fail)
     }
 
     pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
         let _turn = self.turn().await;
-        let mut tx = self.pool.begin().await.map_err(fail)?;
-        write_rows(&mut tx, rows, chrono::Utc::now().timestamp_micros())
-            .await
-            .map_err(fail)?;
-        tx.rollback().await.map_err(fail)
+        let mut conn = self.pool.acquire().await.map_err(fail)?;
+        let received_at = chrono::Utc::now().timestamp_micros();
+        in_transaction(&mut conn, false, async |conn| {
+            write_rows(conn, rows, received_at).await
+        })
+        .await
+        .map_err(fail)
     }
 
     pub(in crate::storage) async fn prune_chunk_keys(
