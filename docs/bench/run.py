@@ -81,6 +81,15 @@ def jobs(duration, repeat, shipper_records):
         )
         for i in range(1, repeat + 1)
     ]
+    out["sqlite-ceiling"] = [
+        Job(
+            "sqlite-ceiling",
+            f"run-{i}",
+            {"rep": i},
+            ["bench", "--json", *d, "--streams", "8", "--compare-copy"],
+        )
+        for i in range(1, repeat + 1)
+    ]
     out["protocol"] = []
     for i in range(1, repeat + 1):
         for protocol in PROTOCOLS:
@@ -451,7 +460,7 @@ def render_scaling(results):
     return table(header, rows), ordered
 
 
-def render_copy(results):
+def render_copy(results, ceiling="COPY rows/s"):
     rows, through, copies, ratios = [], [], [], []
     for result in results:
         for run in runs_of(result):
@@ -484,7 +493,7 @@ def render_copy(results):
     header = [
         "run",
         "loghaul records/s",
-        "COPY rows/s",
+        ceiling,
         "ratio",
         "ack p99 ms",
         "failed streams",
@@ -665,6 +674,7 @@ def render_shipper(results):
 RENDERERS = {
     "scaling": render_scaling,
     "copy": render_copy,
+    "sqlite-ceiling": lambda results: render_copy(results, "plain INSERT rows/s"),
     "protocol": render_protocol,
     "latency": render_latency,
     "memory": render_memory,
