@@ -3,7 +3,7 @@
 //! that can be a hundred times the size of their bytes (an empty record is 2 bytes on the wire).
 
 use bytes::{Buf, Bytes};
-use prost::encoding::{decode_key, decode_varint, WireType};
+use prost::encoding::{decode_key, decode_varint, encode_key, encode_varint, WireType};
 
 /// One field's value. Fixed-width fields are skipped: no ingest message has a field of that kind
 /// that the walkers read.
@@ -20,6 +20,14 @@ pub enum Value {
 /// The fields of one encoded message, in the order they were written.
 pub struct Fields {
     rest: Bytes,
+}
+
+/// Appends `bytes` to `out` as the length-delimited field `number`: how the JSON transcoders
+/// write the protobuf form that these walkers read.
+pub fn put_field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+    encode_key(number, WireType::LengthDelimited, out);
+    encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
 }
 
 /// The fields of `message`; walking it copies nothing.

@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::labels;
 use super::proto::{EntryAdapter, LabelPairAdapter};
+use crate::server::fields::put_field;
 use crate::server::validate::{Invalid, RejectReason};
 
 /// The protobuf encoding of the request, and the entries that were invalid, by index (their
@@ -45,12 +45,6 @@ pub fn to_protobuf(json: &[u8]) -> Result<Transcoded, String> {
 struct State {
     next_index: u64,
     invalid: Vec<(u64, Invalid)>,
-}
-
-fn put_field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
-    out.extend_from_slice(bytes);
 }
 
 /// The whole request: `{"streams": [...]}`.

@@ -8,8 +8,8 @@
 //! - [`json`]: the JSON form transcoded to the protobuf one.
 //! - [`labels`]: stream labels, and how they become a record's fields.
 
-pub(crate) mod json;
-pub(crate) mod labels;
+pub mod json;
+pub mod labels;
 
 /// Loki's push messages (`logproto`), with Loki's names and field numbers.
 #[allow(missing_docs, clippy::all)]

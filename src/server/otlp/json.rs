@@ -12,11 +12,11 @@ use std::fmt;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use crate::server::fields::put_field;
 use crate::server::validate::{Invalid, RejectReason};
 
 /// The protobuf encoding of the request, and the records that were invalid by index (their place
@@ -67,13 +67,6 @@ enum Level {
 struct Message_<'s> {
     state: &'s mut State,
     level: Level,
-}
-
-/// Appends `bytes` as the length-delimited field `tag`.
-fn put_field(out: &mut Vec<u8>, tag: u32, bytes: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(bytes.len() as u64, out);
-    out.extend_from_slice(bytes);
 }
 
 impl<'de> DeserializeSeed<'de> for Message_<'_> {

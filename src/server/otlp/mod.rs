@@ -6,10 +6,11 @@
 //!   memory budget, enqueues, and answers after the commit with OTLP's partial success.
 //! - [`service`]: the gRPC `Export` method: reads the request's message and exports it.
 //! - [`http`]: `POST /v1/logs`: reads the body (protobuf or JSON) and exports it.
+//! - [`json`]: OTLP/JSON transcoded to protobuf, record by record.
 
 pub(crate) mod export;
 pub(crate) mod http;
-pub(crate) mod json;
+pub mod json;
 pub mod mapping;
 pub(crate) mod service;
 
