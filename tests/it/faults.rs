@@ -404,3 +404,81 @@ async fn a_full_disk_is_a_clear_unavailable_and_recovers_when_space_returns() {
     assert_all_stored(&acked, &copies);
     assert!(copies.contains_key("room again"));
 }
+
+/// The same full disk for chunks stored once per (producer, sequence): a chunk is acknowledged
+/// only once stored, its key is claimed only with its records, and the chunk refused when the disk
+/// filled, sent again with the same key once there is room, is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deduplicated_chunks_on_a_full_disk_are_stored_once_each_when_space_returns() {
+    use loghaul::proto::v1::PushRequest;
+    let Some(disk) = SmallDisk::mount("4m") else {
+        assert!(
+            std::env::var("LOGHAUL_REQUIRE_FAULTS").as_deref() != Ok("1"),
+            "LOGHAUL_REQUIRE_FAULTS=1 but a tmpfs cannot be mounted (needs root)"
+        );
+        return;
+    };
+    let url = format!("sqlite://{}", disk.dir.path().join("logs.db").display());
+    let mut server = Process::serve(&url, &["--store-retry-timeout", "1s"]);
+    let mut client = LogIngestClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    let keyed = |sequence: u64| {
+        let messages: Vec<String> = (0..200)
+            .map(|n| format!("k{sequence}-n{n}-{}", "x".repeat(200)))
+            .collect();
+        let request = PushRequest {
+            records: messages.iter().map(record).collect(),
+            producer_id: Some(b"full-disk-producer".to_vec()),
+            sequence: Some(sequence),
+        };
+        (messages, request)
+    };
+    let mut acked = HashSet::new();
+    let mut refused = None;
+    for sequence in 0..400 {
+        let (messages, request) = keyed(sequence);
+        match client.push(tokio_stream::iter([request])).await {
+            Ok(response) => {
+                assert_eq!(response.into_inner().accepted, 200);
+                acked.extend(messages);
+            }
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+                refused = Some((sequence, messages));
+                break;
+            }
+        }
+    }
+    let (sequence, messages) = refused.expect("4 MiB fill up before 400 chunks of 200 records");
+    disk.resize("64m");
+    // The refused chunk again, under its key, until it is stored; then once more, as a client
+    // whose answer was lost would: that copy is a duplicate, not stored again.
+    wait_until("the refused chunk to be stored", DEADLINE, async || {
+        client
+            .push(tokio_stream::iter([keyed(sequence).1]))
+            .await
+            .is_ok()
+    })
+    .await;
+    let again = client
+        .push(tokio_stream::iter([keyed(sequence).1]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.duplicate_records, 200);
+    acked.extend(messages);
+    server.signal("TERM");
+    assert!(server.wait(Duration::from_secs(30)).success());
+    let copies = stored_copies_at(Backend::Sqlite, &url).await;
+    assert_all_stored(&acked, &copies);
+    assert!(
+        copies.values().all(|&count| count == 1),
+        "every record stored once"
+    );
+    assert_eq!(
+        copies.len(),
+        acked.len(),
+        "nothing stored that was not acknowledged"
+    );
+}
