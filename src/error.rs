@@ -184,6 +184,17 @@ impl From<IngestError> for Status {
 }
 
 impl AuthFailure {
+    /// The gRPC code of the refusal: PERMISSION_DENIED when no key the client could send would
+    /// help (the server's configuration decides), UNAUTHENTICATED otherwise.
+    pub fn code(self) -> Code {
+        match self {
+            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => Code::PermissionDenied,
+            AuthFailure::MissingKey | AuthFailure::UnknownKey | AuthFailure::NoTenant => {
+                Code::Unauthenticated
+            }
+        }
+    }
+
     /// The HTTP status of the refusal: 401 when a key would help, 403 when the configuration
     /// decides.
     pub fn http_status(self) -> u16 {
@@ -294,15 +305,7 @@ impl From<StreamFailure> for Status {
 
 impl From<AuthFailure> for Status {
     fn from(failure: AuthFailure) -> Self {
-        match failure {
-            // No key the client could send would help: the server's configuration decides.
-            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => {
-                Status::permission_denied(failure.to_string())
-            }
-            AuthFailure::MissingKey | AuthFailure::UnknownKey | AuthFailure::NoTenant => {
-                Status::unauthenticated(failure.to_string())
-            }
-        }
+        Status::new(failure.code(), failure.to_string())
     }
 }
 

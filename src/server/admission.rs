@@ -1,5 +1,6 @@
 //! What every ingest protocol does around the pipeline: charge a tenant's rate limit before records
-//! are queued, queue a request's records and wait for their commit, and count how each call ended.
+//! are queued, collect a unary request's records and wait for their commit ([`Collected`]), and
+//! count how each call ended.
 
 use std::sync::Arc;
 
@@ -9,9 +10,10 @@ use crate::auth::Tenant;
 use crate::error::{CallFailure, IngestError};
 use crate::model::reject::RejectionCounts;
 use crate::observability::metrics::{metrics, CounterVec, Protocol};
-use crate::pipeline::ack::Stored;
 use crate::pipeline::{ChunkSource, Ingress, Meter};
-use crate::record::Record;
+use crate::record::{Record, RECORD_OVERHEAD_BYTES};
+use crate::server::rejections::RequestTally;
+use crate::server::validate::Invalid;
 use crate::storage::StoreError;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
@@ -46,38 +48,108 @@ pub fn count_received(
     }
 }
 
-/// Queues the valid records of one request as one chunk, on the least loaded shard, and waits for
-/// their commit: what a unary request (an OTLP export, a Loki push) does once it has decoded its
-/// records under `meter`. The rate limit is charged first.
-pub async fn store_request(
-    ingress: &Ingress,
-    tenant: &Tenant,
+/// A unary request (an OTLP export, a Loki push) as its records are decoded one by one: the
+/// valid ones, each charged to the request's meter before the next is built, with the request
+/// index of each, and the tally of the refused.
+pub struct Collected {
     records: Vec<Record>,
-    meter: Meter<'_>,
-) -> Result<Stored, IngestError> {
-    if records.is_empty() {
-        return Ok(Stored::default());
+    queued_at: Vec<u64>,
+    /// Records the transport already refused (a JSON record that did not deserialize), by index,
+    /// in order; their place in the encoding holds an empty record.
+    upfront: std::iter::Peekable<std::vec::IntoIter<(u64, Invalid)>>,
+    tally: RequestTally,
+}
+
+impl Collected {
+    /// An empty collection, with the records the transport refused.
+    pub fn new(upfront: Vec<(u64, Invalid)>) -> Self {
+        Collected {
+            records: Vec::new(),
+            queued_at: Vec::new(),
+            upfront: upfront.into_iter().peekable(),
+            tally: RequestTally::default(),
+        }
     }
-    let bytes = admit(tenant, &records)?;
-    let deadline = meter.deadline();
-    let ack = ingress
-        .enqueue(
-            ingress.assign_shard(),
-            ChunkSource {
-                tenant: Arc::clone(tenant.name()),
-                counts: Arc::clone(tenant.metrics()),
-                key: None,
-            },
+
+    /// Makes room for `count` more records, charging their fixed cost before any is built: 2
+    /// bytes on the wire can be a few hundred in memory.
+    pub async fn reserve(
+        &mut self,
+        count: usize,
+        meter: &mut Meter<'_>,
+    ) -> Result<(), IngestError> {
+        meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
+        self.records.reserve(count);
+        Ok(())
+    }
+
+    /// Counts the next record and keeps what `check` makes of it, charged to `meter`, or its
+    /// rejection; `check` is not run for a record the transport already refused.
+    pub async fn take(
+        &mut self,
+        meter: &mut Meter<'_>,
+        check: impl FnOnce() -> Result<Record, Invalid>,
+    ) -> Result<(), IngestError> {
+        let index = self.tally.next_index();
+        if let Some((_, invalid)) = self.upfront.next_if(|(at, _)| *at == index) {
+            self.tally.invalid(index, &invalid);
+            return Ok(());
+        }
+        match check() {
+            Ok(record) => {
+                meter
+                    .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
+                    .await?;
+                self.records.push(record);
+                self.queued_at.push(index);
+            }
+            Err(invalid) => self.tally.invalid(index, &invalid),
+        }
+        Ok(())
+    }
+
+    /// Counts the request's records for `tenant` and `protocol`, queues the valid ones as one
+    /// chunk on the least loaded shard (its rate limit charged first), and waits for their commit;
+    /// returns the tally, the rows the database refused included.
+    pub async fn store(
+        self,
+        ingress: &Ingress,
+        tenant: &Tenant,
+        protocol: Protocol,
+        meter: Meter<'_>,
+    ) -> Result<RequestTally, IngestError> {
+        let Collected {
             records,
-            bytes,
-            meter.into_reservation(),
-            deadline,
-        )
-        .await?;
-    let stored = ack
-        .await
-        .map_err(|_| StoreError::Unavailable("the batch was dropped before its commit".into()))??;
-    Ok(stored)
+            queued_at,
+            mut tally,
+            ..
+        } = self;
+        count_received(tenant, protocol, tally.received, &tally.by_reason);
+        if records.is_empty() {
+            return Ok(tally);
+        }
+        let bytes = admit(tenant, &records)?;
+        let deadline = meter.deadline();
+        let ack = ingress
+            .enqueue(
+                ingress.assign_shard(),
+                ChunkSource {
+                    tenant: Arc::clone(tenant.name()),
+                    counts: Arc::clone(tenant.metrics()),
+                    key: None,
+                },
+                records,
+                bytes,
+                meter.into_reservation(),
+                deadline,
+            )
+            .await?;
+        let stored = ack.await.map_err(|_| {
+            StoreError::Unavailable("the batch was dropped before its commit".into())
+        })??;
+        tally.refused(stored.refused, &queued_at);
+        Ok(tally)
+    }
 }
 
 /// Counts the call in `calls` by outcome and turns the outcome into the gRPC answer.

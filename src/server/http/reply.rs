@@ -43,10 +43,7 @@ impl HttpError {
     /// The gRPC code of the same failure, for the `google.rpc.Status` OTLP/HTTP answers with.
     pub fn grpc_code(&self) -> tonic::Code {
         match self {
-            HttpError::Auth(AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch) => {
-                tonic::Code::PermissionDenied
-            }
-            HttpError::Auth(_) => tonic::Code::Unauthenticated,
+            HttpError::Auth(failure) => failure.code(),
             HttpError::Ingest(err) => err.code(),
             HttpError::UnsupportedMediaType(_) | HttpError::BadRequest(_) => {
                 tonic::Code::InvalidArgument
@@ -65,7 +62,9 @@ impl HttpError {
     /// The `outcome` label of `loghaul_http_ingest_requests_total`.
     pub fn kind(&self) -> &'static str {
         match self {
-            HttpError::Auth(AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch) => "forbidden",
+            HttpError::Auth(failure) if failure.code() == tonic::Code::PermissionDenied => {
+                "forbidden"
+            }
             HttpError::Auth(_) => "unauthenticated",
             HttpError::Ingest(err) => err.kind(),
             HttpError::UnsupportedMediaType(_) => "unsupported_media_type",

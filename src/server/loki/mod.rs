@@ -32,8 +32,7 @@ use crate::error::IngestError;
 use crate::observability::metrics::Protocol;
 use crate::pipeline::{Ingress, Meter};
 use crate::proto::v1::LogRecord;
-use crate::record::{Record, RECORD_OVERHEAD_BYTES};
-use crate::server::admission::{count_received, store_request};
+use crate::server::admission::Collected;
 use crate::server::fields::{last, repeated};
 use crate::server::http::body::content_encoding;
 use crate::server::http::reply::{self, HttpError};
@@ -156,66 +155,43 @@ impl Pusher {
         mut meter: Meter<'_>,
     ) -> Result<RequestTally, IngestError> {
         let wire_bytes = message.len();
-        let mut tally = RequestTally::default();
-        let (records, queued_at) = self
-            .decode(message, upfront, &mut meter, &mut tally)
-            .await?;
+        let mut collected = Collected::new(upfront);
+        self.decode(message, &mut meter, &mut collected).await?;
         meter.release(wire_bytes);
-        count_received(tenant, Protocol::Loki, tally.received, &tally.by_reason);
-        let stored = store_request(&self.ingress, tenant, records, meter).await?;
-        tally.refused(stored.refused, &queued_at);
-        Ok(tally)
+        collected
+            .store(&self.ingress, tenant, Protocol::Loki, meter)
+            .await
     }
 
     /// Walks the streams and decodes their entries one at a time, each charged to `meter` as it
-    /// is built. Returns the valid records and the request index of each.
+    /// is built.
     async fn decode(
         &self,
         message: Bytes,
-        upfront: Vec<(u64, Invalid)>,
         meter: &mut Meter<'_>,
-        tally: &mut RequestTally,
-    ) -> Result<(Vec<Record>, Vec<u64>), IngestError> {
+        collected: &mut Collected,
+    ) -> Result<(), IngestError> {
         let malformed = |detail: String| IngestError::Malformed(format!("PushRequest: {detail}"));
-        let mut upfront = upfront.into_iter().peekable();
         let now = Utc::now();
-        let mut records = Vec::new();
-        let mut queued_at = Vec::new();
         for stream in repeated(&message, 1) {
             let stream = stream.map_err(malformed)?;
             let fields = stream_fields(&stream);
-            let count = repeated(&stream, 2).count();
-            meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
-            records.reserve(count);
+            collected
+                .reserve(repeated(&stream, 2).count(), meter)
+                .await?;
             for entry in repeated(&stream, 2) {
                 let entry = entry.map_err(malformed)?;
-                let index = tally.next_index();
-                if let Some((_, invalid)) = upfront.next_if(|(at, _)| *at == index) {
-                    tally.invalid(index, &invalid);
-                    continue;
-                }
-                let checked = fields.as_ref().map_err(Clone::clone).and_then(|fields| {
-                    let entry = EntryAdapter::decode(entry).map_err(Invalid::malformed)?;
-                    validate_with(
-                        to_wire(entry, fields),
-                        &fields.attributes,
-                        &self.limits,
-                        now,
-                    )
-                });
-                match checked {
-                    Ok(record) => {
-                        meter
-                            .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
-                            .await?;
-                        records.push(record);
-                        queued_at.push(index);
-                    }
-                    Err(invalid) => tally.invalid(index, &invalid),
-                }
+                collected
+                    .take(meter, || {
+                        let fields = fields.as_ref().map_err(Clone::clone)?;
+                        let entry = EntryAdapter::decode(entry).map_err(Invalid::malformed)?;
+                        let wire = to_wire(entry, fields);
+                        validate_with(wire, &fields.attributes, &self.limits, now)
+                    })
+                    .await?;
             }
         }
-        Ok((records, queued_at))
+        Ok(())
     }
 }
 

@@ -19,8 +19,7 @@ use crate::auth::Tenant;
 use crate::error::IngestError;
 use crate::observability::metrics::Protocol;
 use crate::pipeline::{Ingress, Meter};
-use crate::record::{Record, RECORD_OVERHEAD_BYTES};
-use crate::server::admission::{count_received, store_request};
+use crate::server::admission::Collected;
 use crate::server::fields::{last, repeated};
 use crate::server::rejections::RequestTally;
 use crate::server::validate::{validate_with, Invalid, Limits};
@@ -60,35 +59,28 @@ impl Exporter {
         mut meter: Meter<'_>,
     ) -> Result<ExportLogsServiceResponse, IngestError> {
         let wire_bytes = message.len();
-        let mut tally = RequestTally::default();
-        let (records, queued_at) = self
-            .decode(message, upfront, &mut meter, &mut tally)
-            .await?;
+        let mut collected = Collected::new(upfront);
+        self.decode(message, &mut meter, &mut collected).await?;
         meter.release(wire_bytes);
-        count_received(tenant, protocol, tally.received, &tally.by_reason);
-        let stored = store_request(&self.ingress, tenant, records, meter).await?;
-        tally.refused(stored.refused, &queued_at);
+        let tally = collected
+            .store(&self.ingress, tenant, protocol, meter)
+            .await?;
         Ok(response(tally))
     }
 
     /// Walks the request's resources and scopes and decodes its records one at a time, each
     /// charged to `meter` as it is built: a record's stored size includes every resource and
     /// scope attribute it inherits, so a request whose shared attributes would be repeated past
-    /// the message limit is refused before it is all in memory. Returns the valid records and
-    /// the request index of each.
+    /// the message limit is refused before it is all in memory.
     async fn decode(
         &self,
         message: Bytes,
-        upfront: Vec<(u64, Invalid)>,
         meter: &mut Meter<'_>,
-        tally: &mut RequestTally,
-    ) -> Result<(Vec<Record>, Vec<u64>), IngestError> {
-        let mut upfront = upfront.into_iter().peekable();
+        collected: &mut Collected,
+    ) -> Result<(), IngestError> {
         let malformed =
             |detail: String| IngestError::Malformed(format!("ExportLogsServiceRequest: {detail}"));
         let now = Utc::now();
-        let mut records = Vec::new();
-        let mut queued_at = Vec::new();
         for resource_logs in repeated(&message, 1) {
             let resource_logs = resource_logs.map_err(malformed)?;
             let resource = decode_last::<Resource>(&resource_logs, 1).map_err(malformed)?;
@@ -98,36 +90,23 @@ impl Exporter {
                 let scope =
                     decode_last::<InstrumentationScope>(&scope_logs, 1).map_err(malformed)?;
                 let shared = resource.with_scope(scope.as_ref());
-                let count = repeated(&scope_logs, 2).count();
-                meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
-                records.reserve(count);
+                collected
+                    .reserve(repeated(&scope_logs, 2).count(), meter)
+                    .await?;
                 for record in repeated(&scope_logs, 2) {
                     let record = record.map_err(malformed)?;
-                    let index = tally.next_index();
-                    if let Some((_, invalid)) = upfront.next_if(|(at, _)| *at == index) {
-                        tally.invalid(index, &invalid);
-                        continue;
-                    }
-                    let checked = OtlpLogRecord::decode(record)
-                        .map_err(Invalid::malformed)
-                        .and_then(|record| mapping::to_wire(record, &shared))
-                        .and_then(|wire| {
+                    collected
+                        .take(meter, || {
+                            let record =
+                                OtlpLogRecord::decode(record).map_err(Invalid::malformed)?;
+                            let wire = mapping::to_wire(record, &shared)?;
                             validate_with(wire, &shared.attributes, &self.limits, now)
-                        });
-                    match checked {
-                        Ok(record) => {
-                            meter
-                                .charge(record.size_bytes() - RECORD_OVERHEAD_BYTES)
-                                .await?;
-                            records.push(record);
-                            queued_at.push(index);
-                        }
-                        Err(invalid) => tally.invalid(index, &invalid),
-                    }
+                        })
+                        .await?;
                 }
             }
         }
-        Ok((records, queued_at))
+        Ok(())
     }
 }
 
