@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
@@ -103,12 +103,10 @@ async fn otlp_logs(
     request: Request,
 ) -> Response<Body> {
     let origin = ingest.cors.allowed(request.headers());
-    let (mut response, outcome) =
+    let answer =
         crate::server::otlp::http::export(&ingest.reception, &ingest.exporter, request, peer.ip())
             .await;
-    count("otlp_http", outcome);
-    cors::allow(&mut response, origin);
-    response
+    finish("otlp_http", origin, answer)
 }
 
 async fn loki_push(
@@ -117,9 +115,18 @@ async fn loki_push(
     request: Request,
 ) -> Response<Body> {
     let origin = ingest.cors.allowed(request.headers());
-    let (mut response, outcome) =
+    let answer =
         crate::server::loki::push(&ingest.reception, &ingest.pusher, request, peer.ip()).await;
-    count("loki", outcome);
+    finish("loki", origin, answer)
+}
+
+/// Counts a protocol's answer by its outcome and lets an allowed browser origin read it.
+fn finish(
+    protocol: &'static str,
+    origin: Option<HeaderValue>,
+    (mut response, outcome): (Response<Body>, &'static str),
+) -> Response<Body> {
+    count(protocol, outcome);
     cors::allow(&mut response, origin);
     response
 }
