@@ -43,6 +43,10 @@ PROTOCOLS = {
 }
 # The share of OTLP/gRPC's throughput the HTTP protocols are held to.
 HTTP_TARGET = 0.8
+# The latency curve: shares of the maximum offered, and the p99 each is held to (ms).
+CURVE_SHARES = [25, 50, 75, 90]
+CURVE_TARGETS = {50: 100.0, 75: 250.0}
+CURVE_FIGURE = "latency-curve.svg"
 MEMORY_BUDGETS = ["16MiB", "64MiB", "128MiB"]
 MEMORY_STREAMS = 64
 
@@ -101,15 +105,19 @@ def jobs(duration, repeat, shipper_records):
                     ["bench", "--json", *d, "--streams", "16", "--protocol", protocol],
                 )
             )
-    out["latency"] = []
+    out["curve"] = []
+    shares = ",".join(str(share) for share in CURVE_SHARES)
     for i in range(1, repeat + 1):
         for database in ["sqlite", "postgres"]:
-            out["latency"].append(
+            out["curve"].append(
                 Job(
-                    "latency",
+                    "curve",
                     f"{database}-{i}",
                     {"database": database, "rep": i},
-                    ["bench", "--json", *d, "--streams", "8", "--rate", "80%"],
+                    # Two chunks per stream: an acknowledgement every 2,000 records, so that even
+                    # the 25 % point has enough of them for a p99.9.
+                    ["bench", "--json", *d, "--streams", "16", "--chunks-per-stream", "2"]
+                    + ["--curve", shares],
                     postgres=database == "postgres",
                 )
             )
@@ -332,8 +340,8 @@ def command_run(options):
         print(f"== {benchmark}", file=sys.stderr, flush=True)
         for order, job in enumerate(todo):
             job.order = order
-            # A --rate N% command measures twice; COPY and the count add some more.
-            timeout = 4 * seconds + 600
+            # A --curve command measures five times; COPY and the count add some more.
+            timeout = 8 * seconds + 600
             result = run_job(job, binary, options.postgres, facts, timeout)
             path = results / f"{benchmark}-{job.name}.json"
             path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -581,50 +589,162 @@ def render_protocol(results):
     return text, results
 
 
-def render_latency(results):
-    rows = []
-    names = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
-    for database in ["sqlite", "postgres"]:
-        mine = [r for r in results if r["params"]["database"] == database]
-        maxima, offered, shares, p50s, p99s, all_runs = [], [], [], [], [], []
-        for result in mine:
-            runs = runs_of(result)
-            saturated = [run for run in runs if run["offered_per_sec"] is None]
-            paced = [run for run in runs if run["offered_per_sec"] is not None]
-            if not saturated or not paced:
-                continue
-            all_runs += runs
-            maxima.append(saturated[0]["records_per_sec"])
-            run = paced[0]
-            offered.append(run["offered_per_sec"])
-            shares.append(100 * run["records_per_sec"] / run["offered_per_sec"])
-            p50s.append(run["ack_latency_ms"]["p50"])
-            p99s.append(run["ack_latency_ms"]["p99"])
-        if not maxima:
+DATABASES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+
+
+def curve_points(results, database):
+    """{share: [paced run of each command]} and the saturated runs, for one database."""
+    points, maxima = {}, []
+    for result in results:
+        if result["params"]["database"] != database:
+            continue
+        for run in runs_of(result):
+            share = run.get("share_of_maximum")
+            if share is None:
+                maxima.append(run)
+            else:
+                points.setdefault(round(share * 100), []).append(run)
+    return points, maxima
+
+
+def render_curve(results):
+    rows, verdicts = [], []
+    for database, name in DATABASES.items():
+        points, maxima = curve_points(results, database)
+        if not points:
             continue
         rows.append(
             [
-                names[database],
-                median_of(maxima, rate),
-                median_of(offered, rate),
-                median_of(shares, lambda v: f"{v:.1f} %"),
-                median_of(p50s, ms),
-                median_of(p99s, ms),
-                failed(all_runs),
-                verified(all_runs),
+                name,
+                "maximum",
+                median_of([run["records_per_sec"] for run in maxima], rate),
+                "",
+                median_of([run["ack_latency_ms"]["p50"] for run in maxima], ms),
+                median_of([run["ack_latency_ms"]["p99"] for run in maxima], ms),
+                median_of([run["ack_latency_ms"]["p999"] for run in maxima], ms),
+                failed(maxima),
+                verified(maxima),
             ]
         )
+        for share in sorted(points):
+            runs = points[share]
+            rows.append(
+                [
+                    name,
+                    f"{share} %",
+                    median_of([run["records_per_sec"] for run in runs], rate),
+                    median_of(
+                        [100 * run["records_per_sec"] / run["offered_per_sec"] for run in runs],
+                        lambda v: f"{v:.1f} %",
+                    ),
+                    median_of([run["ack_latency_ms"]["p50"] for run in runs], ms),
+                    median_of([run["ack_latency_ms"]["p99"] for run in runs], ms),
+                    median_of([run["ack_latency_ms"]["p999"] for run in runs], ms),
+                    failed(runs),
+                    verified(runs),
+                ]
+            )
+            target = CURVE_TARGETS.get(share)
+            if target is not None:
+                met = sum(run["ack_latency_ms"]["p99"] < target for run in runs)
+                verdict = "meets" if 2 * met > len(runs) else "misses"
+                verdicts.append(
+                    f"{name} at {share} %: p99 below {target:.0f} ms in {met} of {len(runs)} runs ({verdict})"
+                )
     header = [
         "database",
-        "maximum records/s",
-        "offered (80 %)",
+        "offered",
+        "records/s",
         "sustained",
         "ack p50 ms",
         "ack p99 ms",
+        "ack p99.9 ms",
         "failed streams",
         "count verified",
     ]
-    return table(header, rows), results
+    text = table(header, rows)
+    if verdicts:
+        text += "\n\nTargets: " + "; ".join(verdicts) + "."
+    text += f"\n\n![p50 and p99 ack latency against the offered share of the maximum](bench/{CURVE_FIGURE})"
+    return text, results
+
+
+def curve_svg(results):
+    """The curve as an SVG line chart: p99 (solid) and p50 (dashed) medians per database against
+    the offered share, each run's p99 as a dot, and the targets as crosses."""
+    width, height, left, right, top, bottom = 640, 360, 60, 150, 20, 50
+    series = []
+    for database, name in DATABASES.items():
+        points, _ = curve_points(results, database)
+        if points:
+            series.append((name, points))
+    highest = max(
+        [run["ack_latency_ms"]["p99"] for _, points in series for runs in points.values() for run in runs]
+        + list(CURVE_TARGETS.values())
+    )
+    step = next(s for s in [10, 25, 50, 100, 250, 500, 1000, 2500, 5000] if highest / s <= 8)
+    y_max = step * (int(highest // step) + 1)
+
+    def x(share):
+        return left + (width - left - right) * share / 100
+
+    def y(value):
+        return top + (height - top - bottom) * (1 - value / y_max)
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
+    for tick in range(0, y_max + 1, step):
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+            f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick}</text>'
+        )
+    for share in range(0, 101, 25):
+        out.append(
+            f'<text x="{x(share):.1f}" y="{height - bottom + 18}" text-anchor="middle">{share} %</text>'
+        )
+    out.append(
+        f'<line x1="{left}" x2="{width - right}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="black"/>'
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{y(0):.1f}" stroke="black"/>'
+        f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">offered load, share of the maximum</text>'
+        f'<text x="16" y="{(top + height - bottom) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(top + height - bottom) / 2})">ack latency, ms</text>'
+    )
+    colours = ["#1f77b4", "#d62728"]
+    for index, (name, points) in enumerate(series):
+        colour = colours[index % len(colours)]
+        for quantile, dash in [("p99", ""), ("p50", ' stroke-dasharray="5,4"')]:
+            line = " ".join(
+                f"{x(share):.1f},{y(statistics.median(run['ack_latency_ms'][quantile] for run in runs)):.1f}"
+                for share, runs in sorted(points.items())
+            )
+            out.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
+        for share, runs in sorted(points.items()):
+            for run in runs:
+                out.append(
+                    f'<circle cx="{x(share):.1f}" cy="{y(run["ack_latency_ms"]["p99"]):.1f}" r="2.5" fill="{colour}"/>'
+                )
+        legend_y = top + 20 + 40 * index
+        out.append(
+            f'<line x1="{width - right + 15}" x2="{width - right + 40}" y1="{legend_y}" y2="{legend_y}" stroke="{colour}" stroke-width="2"/>'
+            f'<text x="{width - right + 45}" y="{legend_y + 4}">{name} p99</text>'
+            f'<line x1="{width - right + 15}" x2="{width - right + 40}" y1="{legend_y + 16}" y2="{legend_y + 16}" stroke="{colour}" stroke-width="2" stroke-dasharray="5,4"/>'
+            f'<text x="{width - right + 45}" y="{legend_y + 20}">{name} p50</text>'
+        )
+    for share, target in CURVE_TARGETS.items():
+        cx, cy = x(share), y(target)
+        out.append(
+            f'<path d="M{cx - 5:.1f},{cy - 5:.1f} L{cx + 5:.1f},{cy + 5:.1f} M{cx - 5:.1f},{cy + 5:.1f} L{cx + 5:.1f},{cy - 5:.1f}" stroke="black" stroke-width="1.5"/>'
+        )
+    legend_y = top + 20 + 40 * len(series)
+    out.append(
+        f'<path d="M{width - right + 22},{legend_y - 5} L{width - right + 32},{legend_y + 5} M{width - right + 22},{legend_y + 5} L{width - right + 32},{legend_y - 5}" stroke="black" stroke-width="1.5"/>'
+        f'<text x="{width - right + 45}" y="{legend_y + 4}">p99 target</text>'
+    )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def render_memory(results):
@@ -676,10 +796,14 @@ RENDERERS = {
     "copy": render_copy,
     "sqlite-ceiling": lambda results: render_copy(results, "plain INSERT rows/s"),
     "protocol": render_protocol,
-    "latency": render_latency,
+    "curve": render_curve,
     "memory": render_memory,
     "shipper": render_shipper,
 }
+
+
+# Figures written beside the document, from the same results as its tables.
+FIGURES = {"curve": (CURVE_FIGURE, curve_svg)}
 
 
 def render_block(name, results):
@@ -704,6 +828,11 @@ def command_render(options):
         block = render_block(name, found[name])
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
         text = pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text, count=1)
+        if name in FIGURES:
+            file_name, draw = FIGURES[name]
+            figure = doc.parent / "bench" / file_name
+            figure.write_text(draw(found[name]), encoding="utf-8")
+            print(f"wrote {figure}", file=sys.stderr)
     doc.write_text(text, encoding="utf-8")
     print(f"wrote {doc}", file=sys.stderr)
 

@@ -73,7 +73,9 @@ pub struct Progress {
 pub struct AckSample {
     /// From the start of the run to the response.
     pub at: Duration,
-    /// From the stream's half-close (OTLP: the call; HTTP: the request) to its response.
+    /// To the response from the stream's half-close (OTLP: the call; HTTP: the request). Paced,
+    /// from when that was scheduled: a client held up by a slow answer falls behind its schedule,
+    /// and every send it delayed counts the delay (no coordinated omission).
     pub latency: Duration,
 }
 
@@ -240,19 +242,16 @@ impl StreamContext {
         let mut outcome = StreamOutcome::default();
         let mut grpc = tonic::client::Grpc::new(channel);
         let mut next_chunk = self.first_chunk;
-        let mut next_send = tokio::time::Instant::now() + self.phase;
+        let mut schedule = Schedule::new(self.interval, self.phase);
         while self.claim() {
-            if let Some(interval) = self.interval {
-                tokio::time::sleep_until(next_send).await;
-                next_send += interval;
-            }
+            let scheduled = schedule.next().await;
             if grpc.ready().await.is_err() {
                 outcome.failures.push(tonic::Code::Unavailable);
                 break;
             }
             let chunk = self.chunks[next_chunk % self.chunks.len()].clone();
             next_chunk += 1;
-            let sent = Instant::now();
+            let sent = scheduled.unwrap_or_else(Instant::now);
             let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
             let codec = PreEncoded::<ExportLogsServiceResponse>::default();
             match grpc.unary(self.request(chunk), path, codec).await {
@@ -285,17 +284,14 @@ impl StreamContext {
             HeaderValue::from_str(key).expect("bench::run refuses a key that cannot be sent")
         });
         let mut next_chunk = self.first_chunk;
-        let mut next_send = tokio::time::Instant::now() + self.phase;
+        let mut schedule = Schedule::new(self.interval, self.phase);
         while self.claim() {
-            if let Some(interval) = self.interval {
-                tokio::time::sleep_until(next_send).await;
-                next_send += interval;
-            }
+            let scheduled = schedule.next().await;
             let chunk = self.chunks[next_chunk % self.chunks.len()].clone();
             next_chunk += 1;
             let records = self.records_per_chunk as u64;
             match target
-                .post(&mut connection, chunk, key.as_ref(), records)
+                .post(&mut connection, chunk, key.as_ref(), records, scheduled)
                 .await
             {
                 Ok((rejected, latency)) => {
@@ -318,7 +314,7 @@ impl StreamContext {
         let mut outcome = StreamOutcome::default();
         let mut grpc = tonic::client::Grpc::new(channel);
         let mut next_chunk = self.first_chunk;
-        let mut next_send = tokio::time::Instant::now() + self.phase;
+        let mut schedule = Schedule::new(self.interval, self.phase);
         loop {
             if self
                 .deadline
@@ -330,12 +326,11 @@ impl StreamContext {
             let feeder = {
                 let chunks = Arc::clone(&self.chunks);
                 let budget = self.chunk_budget.clone();
-                let (count, interval, deadline) =
-                    (self.chunks_per_stream, self.interval, self.deadline);
+                let (count, deadline) = (self.chunks_per_stream, self.deadline);
                 let start = next_chunk;
-                let mut next = next_send;
                 tokio::spawn(async move {
                     let mut sent = 0;
+                    let mut last_scheduled = None;
                     for offset in 0..count {
                         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                             break;
@@ -349,19 +344,18 @@ impl StreamContext {
                                 break;
                             }
                         }
-                        if let Some(interval) = interval {
-                            tokio::time::sleep_until(next).await;
-                            next += interval;
-                        }
+                        let scheduled = schedule.next().await;
                         let chunk = chunks[(start + offset) % chunks.len()].clone();
                         if sender.send(chunk).await.is_err() {
                             break;
                         }
                         sent += 1;
+                        last_scheduled = scheduled;
                     }
-                    // Dropping the sender half-closes the stream: the latency clock starts here.
+                    // Dropping the sender half-closes the stream: the latency clock starts here,
+                    // or, paced, when its last chunk was due.
                     drop(sender);
-                    (sent, Instant::now(), next)
+                    (sent, last_scheduled.unwrap_or_else(Instant::now), schedule)
                 })
             };
             if grpc.ready().await.is_err() {
@@ -374,9 +368,9 @@ impl StreamContext {
                 .client_streaming(request, path, PreEncoded::<PushResponse>::default())
                 .await;
             let answered = Instant::now();
-            let (sent, closed, next) = feeder.await.expect("the feeder does not panic");
+            let (sent, closed, kept) = feeder.await.expect("the feeder does not panic");
             next_chunk += sent;
-            next_send = next;
+            schedule = kept;
             match response {
                 Ok(response) => {
                     let response = response.into_inner();
@@ -402,6 +396,33 @@ impl StreamContext {
             }
         }
         outcome
+    }
+}
+
+/// When a paced client's sends are due: every `interval` from its first, whether or not the
+/// previous answer has come. A client that falls behind sends what is overdue at once and keeps
+/// the schedule, so a stall shows in the latency of every send it delayed.
+struct Schedule {
+    /// `None`: unpaced, send when ready.
+    interval: Option<Duration>,
+    next: tokio::time::Instant,
+}
+
+impl Schedule {
+    fn new(interval: Option<Duration>, phase: Duration) -> Schedule {
+        Schedule {
+            interval,
+            next: tokio::time::Instant::now() + phase,
+        }
+    }
+
+    /// Waits until the next send is due and returns when that was; `None` when unpaced.
+    async fn next(&mut self) -> Option<Instant> {
+        let interval = self.interval?;
+        let due = self.next;
+        tokio::time::sleep_until(due).await;
+        self.next += interval;
+        Some(due.into_std())
     }
 }
 
@@ -464,14 +485,15 @@ impl HttpTarget {
     }
 
     /// Posts one chunk of `records` records; returns how many the server rejected and how long
-    /// the answer took, or the gRPC code of the failure. A connection that broke is dropped, and
-    /// the next post opens another.
+    /// the answer took (since `scheduled` when paced), or the gRPC code of the failure. A
+    /// connection that broke is dropped, and the next post opens another.
     async fn post(
         &self,
         connection: &mut Option<Connection>,
         chunk: Bytes,
         key: Option<&HeaderValue>,
         records: u64,
+        scheduled: Option<Instant>,
     ) -> Result<(u64, Duration), tonic::Code> {
         if connection.as_ref().is_none_or(SendRequest::is_closed) {
             *connection = None;
@@ -495,7 +517,7 @@ impl HttpTarget {
         let request = request
             .body(Full::new(chunk))
             .expect("the path and headers are valid");
-        let sent = Instant::now();
+        let sent = scheduled.unwrap_or_else(Instant::now);
         let answered = async {
             let response = sender.send_request(request).await?;
             let status = response.status().as_u16();
@@ -571,6 +593,39 @@ fn http_failure(status: u16) -> tonic::Code {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The paused clock is tokio's; the schedule hands out its instants as std ones.
+    fn clock() -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paced_client_that_falls_behind_keeps_its_schedule() {
+        let started = clock();
+        let mut schedule = Schedule::new(Some(Duration::from_millis(10)), Duration::from_millis(3));
+        let first = schedule.next().await.unwrap();
+        assert_eq!(first - started, Duration::from_millis(3));
+        // An answer takes 35 ms: the sends due meanwhile go at once, each dated when it was due,
+        // so each one's latency counts the wait it had.
+        tokio::time::sleep(Duration::from_millis(35)).await;
+        for due in [13, 23, 33] {
+            let scheduled = schedule.next().await.unwrap();
+            assert_eq!(scheduled - started, Duration::from_millis(due));
+            assert_eq!(clock() - started, Duration::from_millis(38));
+        }
+        // Caught up, it waits for the next due time again.
+        let scheduled = schedule.next().await.unwrap();
+        assert_eq!(scheduled - started, Duration::from_millis(43));
+        assert_eq!(clock() - started, Duration::from_millis(43));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unpaced_client_sends_when_ready() {
+        let mut schedule = Schedule::new(None, Duration::from_millis(3));
+        let started = clock();
+        assert_eq!(schedule.next().await, None);
+        assert_eq!(clock(), started);
+    }
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsPartialSuccess;
 
     #[test]

@@ -68,8 +68,13 @@ pub struct BenchArgs {
     /// Offered load across all streams: records per second (`120000`), or a share of the maximum
     /// (`80%`: a run as fast as acks allow first, then one offering that share of its rate).
     /// Default: as fast as acks allow.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "curve")]
     pub rate: Option<Rate>,
+    /// A latency curve: a run as fast as acks allow, then one paced run offering each of these
+    /// shares of the rate it measured (`25,50,75,90`, in percent), each against a fresh server.
+    /// Paced latency runs from each send's scheduled time, not from when it was sent.
+    #[arg(long, value_delimiter = ',', value_name = "PERCENTS")]
+    pub curve: Vec<Share>,
     /// Sent as `x-api-key`.
     #[arg(long, env = "LOGHAUL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -140,6 +145,30 @@ impl std::str::FromStr for Rate {
     }
 }
 
+/// A share of the maximum rate, given in percent (`75` or `75%`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Share(
+    /// Between 0 (excluded) and 1.
+    pub f64,
+);
+
+impl std::str::FromStr for Share {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Share, String> {
+        let percent = text.trim().trim_end_matches('%');
+        match percent.parse::<f64>() {
+            Ok(value) if value.is_finite() && value > 0.0 && value <= 100.0 => {
+                Ok(Share(value / 100.0))
+            }
+            _ => Err(format!(
+                "{text:?}: a share of the maximum, in percent, above 0 and at most 100"
+            )),
+        }
+    }
+}
+
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -161,7 +190,8 @@ pub enum BenchError {
     /// SQLite refused the ceiling's inserts.
     #[error(transparent)]
     Ceiling(#[from] copy_ceiling::SqliteCeilingError),
-    /// `--rate N%`: the run as fast as acks allow acknowledged nothing, so it has no maximum.
+    /// `--rate N%` or `--curve`: the run as fast as acks allow acknowledged nothing, so it has no
+    /// maximum.
     #[error("the run as fast as acks allow acknowledged nothing (failed streams: {0}), so there is no maximum to take a share of")]
     NoMaximum(String),
 }
@@ -173,6 +203,8 @@ pub struct RunReport {
     pub streams: usize,
     /// Records per second offered (`--rate`); `None` when sent as fast as acks allowed.
     pub offered_per_sec: Option<f64>,
+    /// The share of the maximum offered (`--rate N%`, `--curve`), when that is how it was paced.
+    pub share_of_maximum: Option<Share>,
     /// Committed and acknowledged records per second.
     pub records_per_sec: f64,
     /// Records acknowledged.
@@ -184,7 +216,7 @@ pub struct RunReport {
     pub failed_streams: Vec<(String, u64)>,
     /// Seconds from the first send to the last response.
     pub elapsed_sec: f64,
-    /// Ack latency from half-close to response.
+    /// Ack latency from half-close to response (paced: from when the half-close was due).
     pub ack_latency_ms: Latency,
     /// Rows the table gained during the run (None without database access).
     pub stored_delta: Option<i64>,
@@ -209,6 +241,8 @@ pub struct Latency {
     pub p50: f64,
     /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
     /// Largest.
     pub max: f64,
 }
@@ -269,6 +303,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "duration_sec": args.records.map_or(Some(args.duration.0.as_secs_f64()), |_| None),
         "records": args.records,
         "rate": args.rate,
+        "curve": args.curve,
         "server_args": args.server_args,
         "protocol": args.protocol,
         "http_endpoint": http_endpoint,
@@ -282,33 +317,41 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         args.attributes
     );
 
+    let shares = match args.rate {
+        Some(Rate::OfMaximum(fraction)) => vec![Share(fraction)],
+        _ => args.curve.clone(),
+    };
+    let database_url = database_url.as_deref();
     let mut runs = Vec::new();
     for &streams in &args.streams {
-        let offered = match args.rate {
-            None => None,
-            Some(Rate::PerSecond(rate)) => Some(rate),
-            Some(Rate::OfMaximum(fraction)) => {
-                // The maximum is this machine's, today: measure it with the same settings first.
-                let saturated =
-                    measure(&args, database_url.as_deref(), &workload, streams, None).await?;
-                if saturated.acked == 0 {
-                    return Err(BenchError::NoMaximum(format!(
-                        "{:?}",
-                        saturated.failed_streams
-                    )));
-                }
-                let rate = saturated.records_per_sec * fraction;
-                eprintln!(
-                    "maximum {:.0} records/s; now offering {:.0} ({:.0} %)",
-                    saturated.records_per_sec,
-                    rate,
-                    fraction * 100.0
-                );
-                runs.push(saturated);
-                Some(rate)
-            }
-        };
-        runs.push(measure(&args, database_url.as_deref(), &workload, streams, offered).await?);
+        if shares.is_empty() {
+            let offered = match args.rate {
+                Some(Rate::PerSecond(rate)) => Some(rate),
+                _ => None,
+            };
+            runs.push(measure(&args, database_url, &workload, streams, offered).await?);
+            continue;
+        }
+        // The maximum is this machine's, today: measure it with the same settings first.
+        let saturated = measure(&args, database_url, &workload, streams, None).await?;
+        if saturated.acked == 0 {
+            return Err(BenchError::NoMaximum(format!(
+                "{:?}",
+                saturated.failed_streams
+            )));
+        }
+        let maximum = saturated.records_per_sec;
+        runs.push(saturated);
+        for &share in &shares {
+            let rate = maximum * share.0;
+            eprintln!(
+                "maximum {maximum:.0} records/s; now offering {rate:.0} ({:.0} %)",
+                share.0 * 100.0
+            );
+            let mut paced = measure(&args, database_url, &workload, streams, Some(rate)).await?;
+            paced.share_of_maximum = Some(share);
+            runs.push(paced);
+        }
     }
     let report = BenchReport { settings, runs };
     print_table(&report);
@@ -422,6 +465,7 @@ async fn measure(
     Ok(RunReport {
         streams,
         offered_per_sec: offered,
+        share_of_maximum: None,
         records_per_sec,
         acked: outcome.acked,
         rejected: outcome.rejected,
@@ -587,6 +631,7 @@ fn latency(mut samples: Vec<Duration>) -> Latency {
     Latency {
         p50: at(0.50),
         p99: at(0.99),
+        p999: at(0.999),
         max: samples[samples.len() - 1].as_secs_f64() * 1000.0,
     }
 }
@@ -643,7 +688,7 @@ async fn queue_depth(addr: &str) -> Option<(f64, f64)> {
 
 fn print_table(report: &BenchReport) {
     println!(
-        "{:>8} {:>9} {:>12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>12} {:>6}",
+        "{:>8} {:>9} {:>12} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>12} {:>6}",
         "streams",
         "offered",
         "records/s",
@@ -651,6 +696,7 @@ fn print_table(report: &BenchReport) {
         "rejected",
         "p50 ms",
         "p99 ms",
+        "p99.9 ms",
         "max ms",
         "peak RSS",
         "verified",
@@ -663,15 +709,19 @@ fn print_table(report: &BenchReport) {
         };
         let failures: u64 = run.failed_streams.iter().map(|(_, count)| count).sum();
         println!(
-            "{:>8} {:>9} {:>12.0} {:>11} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>8} {:>12} {:>6}",
+            "{:>8} {:>9} {:>12.0} {:>11} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10} {:>8} {:>12} {:>6}",
             run.streams,
-            run.offered_per_sec
-                .map_or("max".to_owned(), |rate| format!("{rate:.0}")),
+            match (run.share_of_maximum, run.offered_per_sec) {
+                (Some(share), _) => format!("{:.0} %", share.0 * 100.0),
+                (None, Some(rate)) => format!("{rate:.0}"),
+                (None, None) => "max".to_owned(),
+            },
             run.records_per_sec,
             run.acked,
             run.rejected,
             run.ack_latency_ms.p50,
             run.ack_latency_ms.p99,
+            run.ack_latency_ms.p999,
             run.ack_latency_ms.max,
             run.server_peak_rss_bytes
                 .map_or("-".to_owned(), |bytes| format!(
@@ -719,6 +769,17 @@ mod tests {
     }
 
     #[test]
+    fn curve_shares_are_percents() {
+        let parse = |text: &str| text.parse::<Share>();
+        assert_eq!(parse("25"), Ok(Share(0.25)));
+        assert_eq!(parse("90%"), Ok(Share(0.9)));
+        assert_eq!(parse("100"), Ok(Share(1.0)));
+        for bad in ["0", "-5", "101", "half", "NaN", ""] {
+            assert!(parse(bad).is_err(), "{bad:?} was taken");
+        }
+    }
+
+    #[test]
     fn an_external_servers_http_listener_defaults_to_its_host_on_4318() {
         let default = |grpc: &str| external_http_endpoint(grpc, &None).unwrap();
         assert_eq!(default("http://127.0.0.1:4317"), "http://127.0.0.1:4318");
@@ -756,6 +817,8 @@ mod tests {
         let samples = (1..=100).map(Duration::from_millis).collect();
         let latency = latency(samples);
         assert_eq!((latency.p50, latency.p99, latency.max), (50.0, 99.0, 100.0));
+        let fine = super::latency((1..=1000).map(Duration::from_millis).collect());
+        assert_eq!((fine.p99, fine.p999), (990.0, 999.0));
         assert_eq!(super::latency(Vec::new()).max, 0.0);
     }
 }

@@ -291,13 +291,15 @@ fn hex_id(
     if text.is_empty() {
         return Ok(None);
     }
-    // One pass over the bytes: this runs twice per record on the hot path.
-    let (mut hex, mut zero, mut lower) = (text.len() == len, true, true);
-    for byte in text.bytes() {
-        hex &= byte.is_ascii_hexdigit();
-        zero &= byte == b'0';
-        lower &= !byte.is_ascii_uppercase();
-    }
+    // This runs twice per record on the hot path: the usual id (lowercase, not all zeros) is
+    // settled by one scan that stops at the first byte out of place and one that stops at the
+    // first nonzero one.
+    let lower = text.len() == len
+        && text
+            .bytes()
+            .all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f'));
+    let hex = lower || (text.len() == len && text.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    let zero = hex && text.bytes().all(|byte| byte == b'0');
     if !hex {
         let shown: String = text.chars().take(40).collect();
         return Err(Invalid::new(
@@ -474,6 +476,17 @@ mod tests {
         let mut wire = record();
         wire.trace_id = "0".repeat(32);
         assert_eq!(validate(wire, &LIMITS, now()).unwrap().trace_id, None);
+        for wrong_length in ["a".repeat(31), "A".repeat(33), "0".repeat(31)] {
+            let mut wire = record();
+            wire.trace_id = wrong_length;
+            assert_eq!(reason_of(wire), RejectReason::InvalidTraceId);
+        }
+        let mut wire = record();
+        wire.span_id = "00000000000000Af".into();
+        assert_eq!(
+            validate(wire, &LIMITS, now()).unwrap().span_id.as_deref(),
+            Some("00000000000000af")
+        );
         let mut wire = record();
         wire.severity = 25;
         assert_eq!(reason_of(wire), RejectReason::InvalidSeverity);

@@ -418,6 +418,60 @@ fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
     assert!(unpaced > 0 && at_offered > 0, "{csv}");
 }
 
+/// `--curve`: the maximum, then one paced run per share, each with its share, offered rate and
+/// latency percentiles in order.
+#[test]
+fn bench_curve_offers_each_share_of_the_maximum_in_turn() {
+    let bench = Command::new(BINARY)
+        .args(["bench", "--duration", "2s", "--streams", "2"])
+        .args(["--records-per-chunk", "100", "--chunks-per-stream", "2"])
+        .args(["--curve", "25,60%", "--json"])
+        .output()
+        .unwrap();
+    assert_success(&bench);
+    let stdout = String::from_utf8_lossy(&bench.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{stdout}");
+    assert!(runs[0]["share_of_maximum"].is_null(), "{stdout}");
+    let maximum = runs[0]["records_per_sec"].as_f64().unwrap();
+    for (run, share) in runs[1..].iter().zip([0.25, 0.6]) {
+        assert_eq!(run["share_of_maximum"].as_f64(), Some(share), "{stdout}");
+        let offered = run["offered_per_sec"].as_f64().unwrap();
+        assert!((offered - maximum * share).abs() < 1.0, "{stdout}");
+        let achieved = run["records_per_sec"].as_f64().unwrap();
+        assert!(achieved < offered * 1.2, "{stdout}");
+        let latency = &run["ack_latency_ms"];
+        let (p50, p99, p999, max) = (
+            latency["p50"].as_f64().unwrap(),
+            latency["p99"].as_f64().unwrap(),
+            latency["p999"].as_f64().unwrap(),
+            latency["max"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+            "{stdout}"
+        );
+        assert_eq!(run["verified"], true, "{stdout}");
+    }
+    // The table names the points by their share.
+    assert!(
+        stdout.contains("25 %") && stdout.contains("60 %"),
+        "{stdout}"
+    );
+
+    let both = Command::new(BINARY)
+        .args(["bench", "--curve", "50", "--rate", "80%"])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+}
+
 #[test]
 fn bench_at_a_share_of_a_maximum_of_nothing_says_so_instead_of_pacing_at_zero() {
     // Every stream of the saturated run is refused (wrong API key), so it acknowledges nothing.
