@@ -184,13 +184,7 @@ fn hex_id(
             ),
         });
     }
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(2 * bytes.len());
-    for byte in bytes {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    Ok(hex)
+    Ok(hex::encode(bytes))
 }
 
 /// A value as one string: strings as they are, bytes as standard base64 (as OTLP/JSON writes

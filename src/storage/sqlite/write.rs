@@ -80,13 +80,8 @@ fn claims_json(claims: &[Claim<'_>]) -> String {
     let keys: Vec<(&str, String, i64)> = claims
         .iter()
         .map(|claim| {
-            let hex: String = claim
-                .key
-                .producer_id
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            (claim.key.tenant, hex, claim.key.sequence as i64)
+            let producer_id = hex::encode(claim.key.producer_id);
+            (claim.key.tenant, producer_id, claim.key.sequence as i64)
         })
         .collect();
     serde_json::to_string(&keys).expect("keys serialize")
