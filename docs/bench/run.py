@@ -682,7 +682,7 @@ def curve_svg(results):
         [run["ack_latency_ms"]["p99"] for _, points in series for runs in points.values() for run in runs]
         + list(CURVE_TARGETS.values())
     )
-    step = next(s for s in [10, 25, 50, 100, 250, 500, 1000, 2500, 5000] if highest / s <= 8)
+    step = next((s for s in [10, 25, 50, 100, 250, 500, 1000, 2500, 5000] if highest / s <= 8), 10000)
     y_max = step * (int(highest // step) + 1)
 
     def x(share):

@@ -124,23 +124,15 @@ impl std::str::FromStr for Rate {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Rate, String> {
-        let positive = |value: f64| value.is_finite() && value > 0.0;
-        match text.strip_suffix('%') {
-            Some(percent) => match percent.trim().parse::<f64>() {
-                Ok(value) if positive(value) && value <= 100.0 => {
-                    Ok(Rate::OfMaximum(value / 100.0))
-                }
-                _ => Err(format!(
-                    "{text:?}: a share of the maximum is above 0% and at most 100%"
-                )),
-            },
-            None => match text.trim().parse::<f64>() {
-                // Below one record a second the pacing interval can outgrow what a timer holds.
-                Ok(value) if positive(value) && value >= 1.0 => Ok(Rate::PerSecond(value)),
-                _ => Err(format!(
-                    "{text:?}: records per second, at least 1 (120000), or a share of the maximum (80%)"
-                )),
-            },
+        if text.ends_with('%') {
+            return text.parse::<Share>().map(|share| Rate::OfMaximum(share.0));
+        }
+        match text.trim().parse::<f64>() {
+            // Below one record a second the pacing interval can outgrow what a timer holds.
+            Ok(value) if value.is_finite() && value >= 1.0 => Ok(Rate::PerSecond(value)),
+            _ => Err(format!(
+                "{text:?}: records per second, at least 1 (120000), or a share of the maximum (80%)"
+            )),
         }
     }
 }
@@ -157,7 +149,8 @@ impl std::str::FromStr for Share {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Share, String> {
-        let percent = text.trim().trim_end_matches('%');
+        let percent = text.trim();
+        let percent = percent.strip_suffix('%').unwrap_or(percent);
         match percent.parse::<f64>() {
             Ok(value) if value.is_finite() && value > 0.0 && value <= 100.0 => {
                 Ok(Share(value / 100.0))

@@ -362,23 +362,8 @@ async fn tail_resumes_after_the_server_closes_its_connection() {
 fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("acks.csv");
-    let bench = Command::new(BINARY)
-        .args([
-            "bench",
-            "--duration",
-            "2s",
-            "--streams",
-            "2",
-            "--rate",
-            "50%",
-        ])
-        .args(["--records-per-chunk", "100", "--json", "--latency-log"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert_success(&bench);
-    let stdout = String::from_utf8_lossy(&bench.stdout);
-    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let log_arg = log.to_str().unwrap();
+    let (report, stdout) = short_bench(&["--rate", "50%", "--latency-log", log_arg]);
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{stdout}");
     let (saturated, paced) = (&runs[0], &runs[1]);
@@ -422,15 +407,7 @@ fn bench_at_a_share_of_the_maximum_measures_the_maximum_first() {
 /// latency percentiles in order.
 #[test]
 fn bench_curve_offers_each_share_of_the_maximum_in_turn() {
-    let bench = Command::new(BINARY)
-        .args(["bench", "--duration", "2s", "--streams", "2"])
-        .args(["--records-per-chunk", "100", "--chunks-per-stream", "2"])
-        .args(["--curve", "25,60%", "--json"])
-        .output()
-        .unwrap();
-    assert_success(&bench);
-    let stdout = String::from_utf8_lossy(&bench.stdout);
-    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (report, stdout) = short_bench(&["--chunks-per-stream", "2", "--curve", "25,60%"]);
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "{stdout}");
     assert!(runs[0]["share_of_maximum"].is_null(), "{stdout}");
@@ -534,22 +511,24 @@ fn bench_compare_copy_on_sqlite_measures_the_plain_insert_ceiling() {
     assert_eq!(rows, 2 * run["acked"].as_i64().unwrap(), "{stdout}");
 }
 
-/// A short `bench --protocol PROTOCOL` against the server it starts: its report.
-fn bench_over(protocol: &str) -> serde_json::Value {
+/// A 2 s, two-stream `bench --json` of 100-record chunks with `args` against the server it
+/// starts: its report and everything it printed.
+fn short_bench(args: &[&str]) -> (serde_json::Value, String) {
     let bench = Command::new(BINARY)
         .args(["bench", "--duration", "2s", "--streams", "2"])
-        .args([
-            "--records-per-chunk",
-            "100",
-            "--protocol",
-            protocol,
-            "--json",
-        ])
+        .args(["--records-per-chunk", "100", "--json"])
+        .args(args)
         .output()
         .unwrap();
     assert_success(&bench);
-    let stdout = String::from_utf8_lossy(&bench.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    let stdout = String::from_utf8_lossy(&bench.stdout).into_owned();
+    let report = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (report, stdout)
+}
+
+/// A short `bench --protocol PROTOCOL` against the server it starts: its report.
+fn bench_over(protocol: &str) -> serde_json::Value {
+    short_bench(&["--protocol", protocol]).0
 }
 
 #[test]
