@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs loghaul's benchmarks and writes their tables into docs/benchmarks.md.
+"""Runs loghaul's benchmarks and writes their tables into docs/benchmarks.md and docs/scaling.md.
 
     cargo build --release
     python3 docs/bench/run.py run        # the benchmarks, one JSON file per command
@@ -12,6 +12,8 @@ each report, with the command and the machine's facts, to a results directory
 writes each between its `<!-- bench:begin NAME -->` and `<!-- bench:end NAME -->` markers, so a
 rerun regenerates them. Python 3 standard library only; PostgreSQL benchmarks need `psql` and a
 server that lets the given role create databases (each run gets a fresh one, dropped after).
+The `citus` benchmark also needs `--citus URL`: a Citus coordinator whose `postgres` database
+lists its workers (each run's database is made on every node, with the extension, and dropped).
 """
 
 import argparse
@@ -49,6 +51,15 @@ CURVE_TARGETS = {50: 100.0, 75: 250.0}
 CURVE_FIGURE = "latency-curve.svg"
 MEMORY_BUDGETS = ["16MiB", "64MiB", "128MiB"]
 MEMORY_STREAMS = 64
+# Replicas of the service on one PostgreSQL: how many are compared, the streams spread over them,
+# and the share of one replica's throughput three are held to.
+REPLICAS = [1, 3]
+REPLICA_STREAMS = 24
+REPLICA_TARGET = 0.95
+# One PostgreSQL against a Citus cluster: streams, each sending as a tenant of its own, since
+# tenants are what Citus spreads over its workers.
+CITUS_STREAMS = 16
+STORES = {"postgres": "PostgreSQL, one server", "citus": "Citus, coordinator and 2 workers"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -56,7 +67,8 @@ MEMORY_STREAMS = 64
 
 
 class Job:
-    """One command: `args` follow the binary; a PostgreSQL job gets `--database-url` appended."""
+    """One command: `args` follow the binary; a PostgreSQL job (`postgres` True, or "citus" for
+    the Citus cluster) gets `--database-url` appended."""
 
     def __init__(self, benchmark, name, params, args, postgres=False):
         self.order = 0
@@ -137,6 +149,31 @@ def jobs(duration, repeat, shipper_records):
         )
         for budget in MEMORY_BUDGETS
     ]
+    out["replicas"] = []
+    for i in range(1, repeat + 1):
+        for n in REPLICAS:
+            out["replicas"].append(
+                Job(
+                    "replicas",
+                    f"replicas-{n}-{i}",
+                    {"replicas": n, "rep": i},
+                    ["bench", "--json", *d, "--streams", str(REPLICA_STREAMS), "--replicas", str(n)],
+                    postgres=True,
+                )
+            )
+    out["citus"] = []
+    for i in range(1, repeat + 1):
+        for store in STORES:
+            out["citus"].append(
+                Job(
+                    "citus",
+                    f"{store}-{i}",
+                    {"store": store, "rep": i},
+                    ["bench", "--json", *d, "--streams", str(CITUS_STREAMS)]
+                    + ["--tenants", str(CITUS_STREAMS)],
+                    postgres="citus" if store == "citus" else True,
+                )
+            )
     out["shipper"] = [
         Job(
             "shipper",
@@ -239,6 +276,50 @@ def drop_database(base_url, name):
         print(f"  could not drop {name}: {err}", file=sys.stderr)
 
 
+def with_node(base_url, host, port):
+    """`base_url` (postgres://user@host:port) pointing at another node."""
+    scheme, rest = base_url.split("://", 1)
+    user = rest.rsplit("@", 1)[0] + "@" if "@" in rest else ""
+    return f"{scheme}://{user}{host}:{port}"
+
+
+def citus_nodes(base_url):
+    """The coordinator's own (host, port) and its workers', from its `postgres` database."""
+    rows = psql(base_url, "postgres", "SELECT groupid, nodename, nodeport FROM pg_dist_node ORDER BY groupid")
+    nodes = [line.split("|") for line in rows.splitlines() if line]
+    coordinator = [(host, port) for group, host, port in nodes if group == "0"]
+    workers = [(host, port) for group, host, port in nodes if group != "0"]
+    if not coordinator or not workers:
+        raise RuntimeError(f"{base_url} is not a Citus coordinator with workers: {nodes}")
+    return coordinator[0], workers
+
+
+def fresh_citus_database(base_url):
+    """A fresh database made a Citus cluster: on every worker, with the extension, and added."""
+    (host, port), workers = citus_nodes(base_url)
+    name = fresh_database(base_url)
+    for worker in workers:
+        url = with_node(base_url, *worker)
+        psql(url, "postgres", f"CREATE DATABASE {name}")
+        psql(url, name, "CREATE EXTENSION citus")
+    psql(base_url, name, "CREATE EXTENSION citus")
+    psql(base_url, name, f"SELECT citus_set_coordinator_host('{host}', {port})")
+    for worker_host, worker_port in workers:
+        psql(base_url, name, f"SELECT citus_add_node('{worker_host}', {worker_port})")
+    return name
+
+
+def drop_citus_database(base_url, name):
+    drop_database(base_url, name)
+    try:
+        _, workers = citus_nodes(base_url)
+    except RuntimeError as err:
+        print(f"  could not list the workers to drop {name}: {err}", file=sys.stderr)
+        return
+    for worker in workers:
+        drop_database(with_node(base_url, *worker), name)
+
+
 def last_json_line(stdout):
     for line in reversed(stdout.splitlines()):
         line = line.strip()
@@ -247,11 +328,13 @@ def last_json_line(stdout):
     raise ValueError("no JSON object on the output's last lines")
 
 
-def run_job(job, binary, base_url, facts, timeout):
+def run_job(job, binary, urls, facts, timeout):
     args = list(job.args)
     database = None
+    citus = job.postgres == "citus"
+    base_url = urls["citus" if citus else "postgres"]
     if job.postgres:
-        database = fresh_database(base_url)
+        database = fresh_citus_database(base_url) if citus else fresh_database(base_url)
         args += ["--database-url", f"{base_url}/{database}"]
     command = "loghaul " + shlex.join(args)
     print(f"$ {command}", file=sys.stderr, flush=True)
@@ -290,7 +373,7 @@ def run_job(job, binary, base_url, facts, timeout):
         result["error"] = str(err)
     finally:
         if database:
-            drop_database(base_url, database)
+            (drop_citus_database if citus else drop_database)(base_url, database)
     if "error" in result:
         print(f"  failed: {result['error'][:500]}", file=sys.stderr)
     else:
@@ -326,14 +409,26 @@ def command_run(options):
                 postgres = postgres_facts(options.postgres)
             except (RuntimeError, subprocess.TimeoutExpired) as err:
                 print(f"PostgreSQL not usable ({err}): skipping its benchmarks", file=sys.stderr)
+    citus = None
+    if postgres and options.citus:
+        try:
+            citus = {"version": psql(options.citus, "postgres", "SELECT extversion FROM pg_extension WHERE extname = 'citus'")}
+            citus_nodes(options.citus)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            print(f"Citus not usable ({err}): skipping its benchmark", file=sys.stderr)
+            citus = None
     facts = machine_facts(postgres)
+    facts["citus"] = citus
     results = Path(options.results)
     results.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     for benchmark in chosen:
         todo = [job for job in every[benchmark] if postgres or not job.postgres]
+        if benchmark == "citus" and not citus:
+            todo = []
         if not todo:
-            print(f"skipping {benchmark}: it needs PostgreSQL", file=sys.stderr)
+            needs = "a Citus coordinator (--citus)" if benchmark == "citus" else "PostgreSQL"
+            print(f"skipping {benchmark}: it needs {needs}", file=sys.stderr)
             continue
         for stale in results.glob(f"{benchmark}-*.json"):
             stale.unlink()
@@ -342,7 +437,8 @@ def command_run(options):
             job.order = order
             # A --curve command measures five times; COPY and the count add some more.
             timeout = 8 * seconds + 600
-            result = run_job(job, binary, options.postgres, facts, timeout)
+            urls = {"postgres": options.postgres, "citus": options.citus}
+            result = run_job(job, binary, urls, facts, timeout)
             path = results / f"{benchmark}-{job.name}.json"
             path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     minutes = (time.monotonic() - started) / 60
@@ -589,6 +685,76 @@ def render_protocol(results):
     return text, results
 
 
+def run_for_run(results, key, option, base):
+    """Each repetition's ratio of `option`'s throughput to `base`'s, in the order they ran."""
+    reps = {}
+    for result in results:
+        for run in runs_of(result):
+            reps.setdefault(result["params"]["rep"], {})[result["params"][key]] = run
+    return [
+        rep[option]["records_per_sec"] / rep[base]["records_per_sec"]
+        for _, rep in sorted(reps.items())
+        if option in rep and base in rep and rep[base]["records_per_sec"]
+    ]
+
+
+def render_compared(results, key, names, base):
+    """One row per `key` value (named by `names`): medians over the runs, and against `base`."""
+    micros = lambda v: f"{v:.2f}"
+    rows = []
+    for option, name in names.items():
+        runs = [run for result in results if result["params"][key] == option for run in runs_of(result)]
+        if not runs:
+            continue
+        rows.append(
+            [
+                name,
+                median_of([run["records_per_sec"] for run in runs], rate),
+                "—" if option == base else median_of(run_for_run(results, key, option, base), ratio),
+                median_of([run["ack_latency_ms"]["p99"] for run in runs], ms),
+                median_of([per_record_us(run.get("server_cpu_sec"), run) for run in runs], micros),
+                median_of([run["server_peak_rss_bytes"] for run in runs], mib),
+                failed(runs),
+                verified(runs),
+            ]
+        )
+    header = [
+        key,
+        "records/s",
+        f"÷ {names[base].split(',')[0]}",
+        "ack p99 ms",
+        "server CPU µs/record",
+        "server peak RSS",
+        "failed",
+        "count verified",
+    ]
+    ordered = sorted(results, key=lambda r: r["order"])
+    return table(header, rows), ordered
+
+
+def render_replicas(results):
+    names = {n: f"{n} replica{'s' if n > 1 else ''}" for n in REPLICAS}
+    text, ordered = render_compared(results, "replicas", names, 1)
+    ratios = run_for_run(results, "replicas", 3, 1)
+    if ratios:
+        median = statistics.median(ratios)
+        verdict = "meets" if median >= REPLICA_TARGET else "misses"
+        text += (
+            f"\n\nThree replicas against one, median of the run-for-run ratios: {ratio(median)} "
+            f"(target: at least {REPLICA_TARGET:.2f}; {verdict}). Server CPU and memory are the "
+            "replicas' together."
+        )
+    return text, ordered
+
+
+def render_citus(results):
+    text, ordered = render_compared(results, "store", STORES, "postgres")
+    citus = results[0]["machine"].get("citus") if results else None
+    if citus:
+        text += f"\n\nCitus {citus['version']}; both stores on this machine's cores, on loopback."
+    return text, ordered
+
+
 DATABASES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
 
 
@@ -799,8 +965,13 @@ RENDERERS = {
     "curve": render_curve,
     "memory": render_memory,
     "shipper": render_shipper,
+    "replicas": render_replicas,
+    "citus": render_citus,
 }
 
+
+# Documents beside the main one that hold benchmark blocks of their own.
+EXTRA_DOCS = ["scaling.md"]
 
 # Figures written beside the document, from the same results as its tables.
 FIGURES = {"curve": (CURVE_FIGURE, curve_svg)}
@@ -812,29 +983,35 @@ def render_block(name, results):
 
 
 def command_render(options):
-    doc = Path(options.doc)
-    text = doc.read_text(encoding="utf-8")
+    """Writes each benchmark's block between its markers, in the document given and in the
+    documents beside it that hold markers too (docs/scaling.md)."""
+    main_doc = Path(options.doc)
+    docs = [main_doc] + [main_doc.parent / name for name in EXTRA_DOCS if name != main_doc.name]
+    texts = {doc: doc.read_text(encoding="utf-8") for doc in docs if doc.exists()}
     found = load_results(options.results)
     if not found:
         sys.exit(f"no results in {options.results}: run `{Path(__file__).name} run` first")
     for name in RENDERERS:
         begin, end = f"<!-- bench:begin {name} -->", f"<!-- bench:end {name} -->"
-        if begin not in text or end not in text:
-            print(f"{doc.name} has no {begin} … {end} markers: {name} not written", file=sys.stderr)
+        holders = [doc for doc, text in texts.items() if begin in text and end in text]
+        if not holders:
+            print(f"no document has {begin} … {end} markers: {name} not written", file=sys.stderr)
             continue
         if name not in found:
             print(f"no results for {name}: its table is left as it was", file=sys.stderr)
             continue
         block = render_block(name, found[name])
         pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
-        text = pattern.sub(lambda _: f"{begin}\n{block}\n{end}", text, count=1)
+        for doc in holders:
+            texts[doc] = pattern.sub(lambda _: f"{begin}\n{block}\n{end}", texts[doc], count=1)
         if name in FIGURES:
             file_name, draw = FIGURES[name]
-            figure = doc.parent / "bench" / file_name
+            figure = main_doc.parent / "bench" / file_name
             figure.write_text(draw(found[name]), encoding="utf-8")
             print(f"wrote {figure}", file=sys.stderr)
-    doc.write_text(text, encoding="utf-8")
-    print(f"wrote {doc}", file=sys.stderr)
+    for doc, text in texts.items():
+        doc.write_text(text, encoding="utf-8")
+        print(f"wrote {doc}", file=sys.stderr)
 
 
 def main():
@@ -871,6 +1048,12 @@ def main():
             "(env LOGHAUL_BENCH_POSTGRES; default %(default)s)",
         )
         p.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL benchmarks")
+        p.add_argument(
+            "--citus",
+            default=os.environ.get("LOGHAUL_BENCH_CITUS"),
+            help="a Citus coordinator's URL without a database, whose postgres database lists "
+            "its workers; the citus benchmark is skipped without it (env LOGHAUL_BENCH_CITUS)",
+        )
         if mode == "all":
             p.add_argument("--doc", **doc)
     p = sub.add_parser("render", help="write the tables from a results directory")

@@ -42,9 +42,9 @@ pub enum Stop {
 /// How to load the server.
 #[derive(Clone, Debug)]
 pub struct LoadPlan {
-    /// The server's gRPC address, `http://host:port`; for OTLP/HTTP and Loki, its HTTP ingest
-    /// listener's (plaintext).
-    pub endpoint: String,
+    /// The servers' gRPC addresses, `http://host:port`; for OTLP/HTTP and Loki, their HTTP
+    /// ingest listeners' (plaintext). Stream `i` sends to endpoint `i` modulo their number.
+    pub endpoints: Vec<String>,
     /// Concurrent streams, each on its own connection.
     pub streams: usize,
     /// Chunks a stream sends before it half-closes and waits for its response.
@@ -53,8 +53,8 @@ pub struct LoadPlan {
     pub stop: Stop,
     /// Records per second across all streams; `None` sends as fast as acknowledgements allow.
     pub rate: Option<f64>,
-    /// Sent as `x-api-key`.
-    pub api_key: Option<String>,
+    /// Sent as `x-api-key`: stream `i` sends key `i` modulo their number; none when empty.
+    pub api_keys: Vec<String>,
     /// Push streams, OTLP exports over gRPC or HTTP, or Loki pushes.
     pub protocol: Protocol,
     /// TLS to the server (gRPC only).
@@ -118,13 +118,16 @@ pub async fn run(
         .rate
         .map(|rate| Duration::from_secs_f64(records_per_chunk as f64 * plan.streams as f64 / rate));
     let http = match plan.protocol {
-        Protocol::Native | Protocol::Otlp => None,
-        Protocol::OtlpHttp | Protocol::Loki => {
-            Some(Arc::new(HttpTarget::new(&plan.endpoint, plan.protocol)?))
-        }
+        Protocol::Native | Protocol::Otlp => Vec::new(),
+        Protocol::OtlpHttp | Protocol::Loki => plan
+            .endpoints
+            .iter()
+            .map(|endpoint| HttpTarget::new(endpoint, plan.protocol).map(Arc::new))
+            .collect::<Result<_, _>>()?,
     };
     let mut tasks = Vec::with_capacity(plan.streams);
     for stream in 0..plan.streams {
+        let endpoint = &plan.endpoints[stream % plan.endpoints.len()];
         let ctx = StreamContext {
             chunks: Arc::clone(&chunks),
             first_chunk: stream * 7919,
@@ -139,10 +142,11 @@ pub async fn run(
             phase: interval.map_or(Duration::ZERO, |interval| {
                 interval.mul_f64(stream as f64 / plan.streams as f64)
             }),
-            api_key: plan.api_key.clone(),
+            api_key: (!plan.api_keys.is_empty())
+                .then(|| plan.api_keys[stream % plan.api_keys.len()].clone()),
             progress: Arc::clone(&progress),
         };
-        tasks.push(match &http {
+        tasks.push(match http.get(stream % plan.endpoints.len()) {
             Some(target) => {
                 // Connected here, as the gRPC channels are, so that a wrong address fails the run.
                 let connection = target.connect().await?;
@@ -151,7 +155,7 @@ pub async fn run(
             None => {
                 let channel = plan
                     .tls
-                    .endpoint(&plan.endpoint)?
+                    .endpoint(endpoint)?
                     .tcp_nodelay(true)
                     .connect()
                     .await

@@ -32,13 +32,22 @@ use workload::{Protocol, WorkloadShape};
 /// Options of `loghaul bench`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Drive this running server instead of starting one (its gRPC address).
-    #[arg(long)]
+    /// Drive these running servers instead of starting one: gRPC addresses, comma-separated
+    /// (replicas of one service); the streams are spread over them in turn.
+    #[arg(long, conflicts_with_all = ["replicas", "tenants"])]
     pub endpoint: Option<String>,
-    /// The HTTP ingest listener of the --endpoint server, for --protocol otlp-http and loki
-    /// (plaintext). Default: the --endpoint's host on port 4318.
-    #[arg(long, requires = "endpoint", value_name = "URL")]
+    /// The HTTP ingest listeners of the --endpoint servers, comma-separated, for --protocol
+    /// otlp-http and loki (plaintext). Default: each --endpoint's host on port 4318.
+    #[arg(long, requires = "endpoint", value_name = "URLS")]
     pub http_endpoint: Option<String>,
+    /// Servers the benchmark starts on the same database (PostgreSQL), each a `loghaul serve` of
+    /// its own; the streams are spread over them in turn, and their CPU and memory are summed.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Tenants the streams send as, in turn: the servers the benchmark starts get one API key per
+    /// tenant (`bench-0`, `bench-1`, …). On Citus, tenants are what spreads rows over workers.
+    #[arg(long, default_value_t = 1, conflicts_with = "api_key")]
+    pub tenants: usize,
     /// Database for the server the benchmark starts (and for the final count(*) and
     /// --compare-copy). Default: a fresh SQLite file in a temporary directory.
     #[arg(long, env = "LOGHAUL_DATABASE_URL", hide_env_values = true)]
@@ -267,12 +276,22 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             "--tls-ca, --tls-cert and --tls-key are for gRPC; --protocol otlp-http and loki send plaintext HTTP".into(),
         ));
     }
+    if args.replicas == 0 || args.tenants == 0 {
+        return Err(BenchError::Usage(
+            "--replicas and --tenants need positive numbers".into(),
+        ));
+    }
     let http_endpoint = match (&args.endpoint, args.protocol.is_http()) {
-        (Some(endpoint), true) => Some(external_http_endpoint(endpoint, &args.http_endpoint)?),
+        (Some(endpoints), true) => Some(external_http_endpoints(endpoints, &args.http_endpoint)?),
         _ => None,
     };
     let scratch = tempfile::tempdir()?;
     let database_url = bench_database(&args.database_url, &args.endpoint, scratch.path());
+    if args.replicas > 1 && !database_url.as_deref().is_some_and(Backend::is_postgres) {
+        return Err(BenchError::Usage(
+            "--replicas share one database: give a PostgreSQL --database-url".into(),
+        ));
+    }
     if args.compare_copy && database_url.is_none() {
         return Err(BenchError::Usage(
             "--compare-copy loads the same rows straight into the database: with --endpoint, give the server's --database-url too".into(),
@@ -298,6 +317,8 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "rate": args.rate,
         "curve": args.curve,
         "server_args": args.server_args,
+        "replicas": args.replicas,
+        "tenants": args.tenants,
         "protocol": args.protocol,
         "http_endpoint": http_endpoint,
         "client_timestamps": args.client_timestamps,
@@ -367,30 +388,38 @@ async fn measure(
     offered: Option<f64>,
 ) -> Result<RunReport, BenchError> {
     let chunks = Arc::new(workload.encoded.clone());
-    let (endpoint, server) = start_target(&args.endpoint, database_url, &args.server_args)?;
-    let endpoint = match (args.protocol.is_http(), &server, &args.endpoint) {
-        (false, _, _) => endpoint,
-        (true, Some(server), _) if server.http_ingest.is_empty() || server.http_ingest == "off" => {
-            return Err(BenchError::Usage(format!(
-                "--protocol {}: the server's HTTP ingest listener is off",
-                protocol_name(args.protocol)
-            )))
-        }
-        (true, Some(server), _) => format!("http://{}", server.http_ingest),
-        (true, None, Some(grpc)) => external_http_endpoint(grpc, &args.http_endpoint)?,
-        (true, None, None) => {
-            unreachable!("start_target starts a server when there is no --endpoint")
-        }
+    let targets = Targets::start(
+        &args.endpoint,
+        database_url,
+        &args.server_args,
+        args.replicas,
+        args.tenants,
+    )?;
+    let endpoints = match (args.protocol.is_http(), &args.endpoint) {
+        (false, _) => targets.endpoints.clone(),
+        (true, Some(grpc)) => external_http_endpoints(grpc, &args.http_endpoint)?,
+        (true, None) => targets
+            .servers
+            .iter()
+            .map(|server| match server.http_ingest.as_str() {
+                "" | "off" => Err(BenchError::Usage(format!(
+                    "--protocol {}: the server's HTTP ingest listener is off",
+                    protocol_name(args.protocol)
+                ))),
+                listener => Ok(format!("http://{listener}")),
+            })
+            .collect::<Result<_, _>>()?,
     };
+    let server = targets.servers.first();
     let metrics_url = args
         .metrics_url
         .clone()
-        .or_else(|| server.as_ref().map(|server| server.http.clone()));
+        .or_else(|| server.map(|server| server.http.clone()));
     let before = match database_url {
         Some(url) => {
             let count = count_rows(url).await?;
             // Only a database behind a server the benchmark started is its own to checkpoint.
-            if server.is_some() {
+            if !targets.servers.is_empty() {
                 settle(url).await;
             }
             Some(count)
@@ -398,20 +427,23 @@ async fn measure(
         None => None,
     };
     let plan = LoadPlan {
-        endpoint,
+        endpoints,
         streams,
         chunks_per_stream: args.chunks_per_stream,
         stop: args
             .records
             .map_or(Stop::After(args.duration.0), Stop::Records),
         rate: offered,
-        api_key: args.api_key.clone(),
+        api_keys: match &args.api_key {
+            Some(key) => vec![key.clone()],
+            None => targets.api_keys.clone(),
+        },
         protocol: args.protocol,
         tls: args.tls.clone(),
     };
     let progress = Arc::new(Progress::default());
     let reporter = tokio::spawn(report_progress(Arc::clone(&progress), metrics_url));
-    let server_cpu_before = server.as_ref().and_then(ServerProcess::cpu_seconds);
+    let server_cpu_before = targets.cpu_seconds();
     let cpu_before = own_cpu_seconds();
     let outcome = load::run(plan, chunks, args.records_per_chunk, progress).await?;
     let client_cpu_sec = own_cpu_seconds()
@@ -421,15 +453,12 @@ async fn measure(
     if let Some(path) = &args.latency_log {
         write_latency_log(path, streams, offered, &outcome.acks)?;
     }
-    let server_peak_rss_bytes = server.as_ref().and_then(ServerProcess::peak_rss_bytes);
-    let server_cpu_sec = server
-        .as_ref()
-        .and_then(ServerProcess::cpu_seconds)
+    let server_peak_rss_bytes = targets.peak_rss_bytes();
+    let server_cpu_sec = targets
+        .cpu_seconds()
         .zip(server_cpu_before)
         .map(|(after, before)| after - before);
-    if let Some(server) = server {
-        server.stop()?;
-    }
+    targets.stop()?;
     let stored_delta = match (database_url, before) {
         (Some(url), Some(before)) => Some(count_rows(url).await? - before),
         _ => None,
@@ -493,19 +522,111 @@ pub(crate) fn bench_database(
     }
 }
 
-/// Where a benchmark sends: `endpoint` when given, else a server it starts on `database_url`
-/// (returned too, so the caller measures and stops it).
-pub(crate) fn start_target(
-    endpoint: &Option<String>,
-    database_url: Option<&str>,
-    server_args: &[String],
-) -> Result<(String, Option<ServerProcess>), BenchError> {
-    if let Some(endpoint) = endpoint {
-        return Ok((endpoint.clone(), None));
+/// Where a measurement sends, and the servers the benchmark started for it.
+pub(crate) struct Targets {
+    /// gRPC addresses, `http://host:port`.
+    pub endpoints: Vec<String>,
+    /// The servers started (none when driving `--endpoint` servers).
+    pub servers: Vec<ServerProcess>,
+    /// One API key per tenant of `--tenants`; none for one tenant.
+    pub api_keys: Vec<String>,
+}
+
+impl Targets {
+    /// The `endpoint` servers when given (comma-separated), else `replicas` servers started on
+    /// `database_url`, with one API key per tenant when there are several.
+    pub(crate) fn start(
+        endpoint: &Option<String>,
+        database_url: Option<&str>,
+        server_args: &[String],
+        replicas: usize,
+        tenants: usize,
+    ) -> Result<Targets, BenchError> {
+        if let Some(endpoints) = endpoint {
+            return Ok(Targets {
+                endpoints: split_list(endpoints),
+                servers: Vec::new(),
+                api_keys: Vec::new(),
+            });
+        }
+        let database_url =
+            database_url.expect("bench_database names one when there is no endpoint");
+        let api_keys: Vec<String> = if tenants > 1 {
+            (0..tenants)
+                .map(|tenant| format!("bench-key-{tenant}"))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut args = server_args.to_vec();
+        if !api_keys.is_empty() {
+            let ring: Vec<String> = api_keys
+                .iter()
+                .enumerate()
+                .map(|(tenant, key)| format!("{key}=bench-{tenant}"))
+                .collect();
+            args.push(format!("--api-keys={}", ring.join(",")));
+        }
+        // One after the other: each migrates (a no-op after the first) before it serves.
+        let servers = (0..replicas)
+            .map(|_| ServerProcess::start(database_url, &args))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Targets {
+            endpoints: servers
+                .iter()
+                .map(|server| format!("http://{}", server.grpc))
+                .collect(),
+            servers,
+            api_keys,
+        })
     }
-    let database_url = database_url.expect("bench_database names one when there is no endpoint");
-    let server = ServerProcess::start(database_url, server_args)?;
-    Ok((format!("http://{}", server.grpc), Some(server)))
+
+    /// The servers' peak memory, summed.
+    fn peak_rss_bytes(&self) -> Option<u64> {
+        self.servers
+            .iter()
+            .map(ServerProcess::peak_rss_bytes)
+            .sum::<Option<u64>>()
+            .filter(|_| !self.servers.is_empty())
+    }
+
+    /// The servers' CPU time so far, summed.
+    fn cpu_seconds(&self) -> Option<f64> {
+        self.servers
+            .iter()
+            .map(ServerProcess::cpu_seconds)
+            .sum::<Option<f64>>()
+            .filter(|_| !self.servers.is_empty())
+    }
+
+    /// Stops every server started, cleanly.
+    pub(crate) fn stop(self) -> Result<(), BenchError> {
+        for server in self.servers {
+            server.stop()?;
+        }
+        Ok(())
+    }
+}
+
+/// The items of a comma-separated list, trimmed, empty ones left out.
+fn split_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The HTTP ingest listeners of `--endpoint` servers: `--http-endpoint`'s list, else each gRPC
+/// endpoint's host on port 4318.
+fn external_http_endpoints(grpc: &str, http: &Option<String>) -> Result<Vec<String>, BenchError> {
+    match http {
+        Some(http) => Ok(split_list(http)),
+        None => split_list(grpc)
+            .iter()
+            .map(|grpc| external_http_endpoint(grpc, &None))
+            .collect(),
+    }
 }
 
 /// The HTTP ingest listener of an `--endpoint` server: `--http-endpoint`, else the gRPC
@@ -787,6 +908,23 @@ mod tests {
             "http://other:9000"
         );
         assert!(external_http_endpoint("not a url at all", &None).is_err());
+    }
+
+    #[test]
+    fn several_external_servers_are_a_comma_separated_list() {
+        assert_eq!(
+            external_http_endpoints("http://a:4317, http://b:4317,", &None).unwrap(),
+            ["http://a:4318", "http://b:4318"]
+        );
+        let given = Some("http://x:1,http://y:2".to_owned());
+        assert_eq!(
+            external_http_endpoints("http://a:4317,http://b:4317", &given).unwrap(),
+            ["http://x:1", "http://y:2"]
+        );
+        let targets =
+            Targets::start(&Some("http://a:4317,http://b:4317".into()), None, &[], 1, 1).unwrap();
+        assert_eq!(targets.endpoints, ["http://a:4317", "http://b:4317"]);
+        assert!(targets.servers.is_empty() && targets.api_keys.is_empty());
     }
 
     #[test]

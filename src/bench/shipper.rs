@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::workload::{self, Protocol, WorkloadShape};
-use super::{bench_database, count_rows, start_target, BenchError};
+use super::{bench_database, count_rows, BenchError, Targets};
 use crate::client::{Client, FullPolicy, ShipperConfig, ShipperStats};
 
 /// Options of `loghaul bench-shipper`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct BenchShipperArgs {
-    /// Drive this running server instead of starting one.
+    /// Drive these running servers instead of starting one: gRPC addresses, comma-separated
+    /// (replicas of one service, which the shipper balances over).
     #[arg(long)]
     pub endpoint: Option<String>,
     /// Database for the server the benchmark starts. Default: a fresh SQLite file in a
@@ -99,8 +100,13 @@ pub async fn run(args: BenchShipperArgs) -> Result<ShipperReport, BenchError> {
     }
     let scratch = tempfile::tempdir()?;
     let database_url = bench_database(&args.database_url, &args.endpoint, scratch.path());
-    let (endpoint, server) =
-        start_target(&args.endpoint, database_url.as_deref(), &args.server_args)?;
+    let targets = Targets::start(
+        &args.endpoint,
+        database_url.as_deref(),
+        &args.server_args,
+        1,
+        1,
+    )?;
     let before = match &database_url {
         Some(url) => Some(count_rows(url).await?),
         None => None,
@@ -113,7 +119,7 @@ pub async fn run(args: BenchShipperArgs) -> Result<ShipperReport, BenchError> {
         client_timestamps: false,
     };
     let pool = Arc::new(workload::generate(shape, Protocol::Native).records);
-    let mut builder = Client::builder(endpoint);
+    let mut builder = Client::builder_balanced(targets.endpoints.clone());
     if let Some(key) = &args.api_key {
         builder = builder.api_key(key.clone());
     }
@@ -152,9 +158,7 @@ pub async fn run(args: BenchShipperArgs) -> Result<ShipperReport, BenchError> {
     .expect("the pushers are joined");
     let stats = shipper.close_async(Duration::from_secs(600)).await;
     let elapsed = started.elapsed();
-    if let Some(server) = server {
-        server.stop()?;
-    }
+    targets.stop()?;
     let stored_delta = match (&database_url, before) {
         (Some(url), Some(before)) => Some(count_rows(url).await? - before),
         _ => None,

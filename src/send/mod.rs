@@ -22,7 +22,7 @@ use crate::proto::v1::LogRecord;
 /// Options of `loghaul send`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SendArgs {
-    /// Server to send to.
+    /// Server to send to; replicas of one service comma-separated (streams are spread over them).
     #[arg(
         long,
         env = "LOGHAUL_ENDPOINT",
@@ -107,7 +107,7 @@ pub async fn send(args: SendArgs, stop: Arc<AtomicBool>) -> Result<SendSummary, 
     if args.follow && args.files.len() != 1 {
         return Err(SendError::Usage("--follow needs exactly one file".into()));
     }
-    let mut builder = Client::builder(args.endpoint.clone());
+    let mut builder = Client::builder_balanced(args.endpoint.split(',').map(str::trim));
     if let Some(key) = &args.api_key {
         builder = builder.api_key(key.clone());
     }

@@ -58,18 +58,7 @@ async fn restart_keeps_exactly_once(db: &TestDb) {
             ..brisk()
         },
     );
-    let pusher = {
-        let shipper = shipper.clone();
-        std::thread::spawn(move || {
-            for n in 0..TOTAL {
-                shipper.push(record(format!("msg-{n:06}"))).unwrap();
-                // Paced, so that the run lasts long enough for the kill to land in its middle.
-                if n % 500 == 0 {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        })
-    };
+    let pusher = common::push_paced(&shipper, TOTAL);
     // Kill the server once at least ten chunks are committed but not acknowledged, then start
     // it again on the same port.
     wait_until(

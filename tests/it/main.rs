@@ -13,6 +13,7 @@
 mod common;
 
 mod chaos;
+mod citus;
 mod cli;
 mod client;
 mod console;
@@ -26,6 +27,7 @@ mod probes;
 mod process;
 mod query;
 mod reads;
+mod replicas;
 mod retention;
 mod secrets;
 mod send_follow;

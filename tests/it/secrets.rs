@@ -26,6 +26,12 @@ async fn passwords_and_keys_never_appear_in_logs_or_errors() {
     let Some(db) = TestDb::create(Backend::Postgres, "secrets").await else {
         return;
     };
+    if db.skipped_on_citus(
+        "secrets",
+        "its clean-up's REASSIGN OWNED crashes the Citus 13.2 coordinator; redaction does not depend on the store",
+    ) {
+        return;
+    }
     let (base, name) = db.url.rsplit_once('/').unwrap();
     let host = base.rsplit_once('@').unwrap().1;
     let role = format!("loghaul_secret_{:08x}", fastrand::u32(..));

@@ -13,6 +13,9 @@
 //! # Ok::<(), loghaul_client::ClientError>(())
 //! ```
 //!
+//! [`Client::builder_balanced`] names several replicas of one service: the shipper spreads its
+//! streams over those that answer, so one replica going away only moves its streams.
+//!
 //! Every chunk carries the shipper's random producer id and a sequence number, so the server
 //! stores a chunk sent again (after a lost acknowledgement, a reset stream or a restarted server)
 //! only once, within its dedup window.
@@ -51,6 +54,9 @@ pub enum ClientError {
     /// The API key cannot be sent as metadata.
     #[error(transparent)]
     ApiKey(#[from] InvalidApiKey),
+    /// A balanced client was given no endpoint.
+    #[error("no endpoint given")]
+    NoEndpoint,
     /// The shipper's thread could not be started.
     #[error("cannot start the shipper thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -59,7 +65,7 @@ pub enum ClientError {
 /// Builds a [`Client`].
 #[derive(Clone)]
 pub struct ClientBuilder {
-    endpoint: String,
+    endpoints: Vec<String>,
     api_key: Option<String>,
     connect_timeout: Duration,
     tls: Option<ClientTlsConfig>,
@@ -84,40 +90,52 @@ impl ClientBuilder {
         self
     }
 
-    /// Checks the endpoint and key; connects nothing yet.
+    /// Checks the endpoints and key; connects nothing yet.
     pub fn build(self) -> Result<Client, ClientError> {
         request_with_key((), self.api_key.as_deref())?;
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|endpoint| self.endpoint(endpoint))
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err(ClientError::NoEndpoint);
+        }
+        Ok(Client {
+            endpoints,
+            api_key: self.api_key,
+        })
+    }
+
+    fn endpoint(&self, given: &str) -> Result<Endpoint, ClientError> {
         let invalid = |source| ClientError::Endpoint {
-            endpoint: self.endpoint.clone(),
+            endpoint: given.to_owned(),
             source,
         };
-        let url = match (&self.tls, self.endpoint.strip_prefix("http://")) {
+        let url = match (&self.tls, given.strip_prefix("http://")) {
             (Some(_), Some(rest)) => format!("https://{rest}"),
-            _ => self.endpoint.clone(),
+            _ => given.to_owned(),
         };
         let mut endpoint = Endpoint::from_shared(url).map_err(invalid)?;
         if let Some(tls) = self.tls.clone() {
             endpoint = endpoint.tls_config(tls).map_err(invalid)?;
         }
-        let endpoint = endpoint
+        Ok(endpoint
             .connect_timeout(self.connect_timeout)
             // A server that vanished without closing the connection (a dead host, a partition)
             // is noticed by keep-alive pings instead of waiting for the ack timeout.
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(10))
             .keep_alive_while_idle(true)
-            .tcp_nodelay(true);
-        Ok(Client {
-            endpoint,
-            api_key: self.api_key,
-        })
+            .tcp_nodelay(true))
     }
 }
 
 /// A loghaul server to ship to.
 #[derive(Clone)]
 pub struct Client {
-    endpoint: Endpoint,
+    /// One server, or replicas of one service to spread streams over.
+    endpoints: Vec<Endpoint>,
     api_key: Option<String>,
 }
 
@@ -129,7 +147,7 @@ fn redacted_key(key: &Option<String>) -> Option<&'static str> {
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientBuilder")
-            .field("endpoint", &self.endpoint)
+            .field("endpoints", &self.endpoints)
             .field("api_key", &redacted_key(&self.api_key))
             .field("connect_timeout", &self.connect_timeout)
             .field("tls", &self.tls.is_some())
@@ -140,7 +158,10 @@ impl fmt::Debug for ClientBuilder {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("endpoint", &self.endpoint.uri())
+            .field(
+                "endpoints",
+                &self.endpoints.iter().map(Endpoint::uri).collect::<Vec<_>>(),
+            )
             .field("api_key", &redacted_key(&self.api_key))
             .finish()
     }
@@ -149,8 +170,20 @@ impl fmt::Debug for Client {
 impl Client {
     /// Starts building a client for `endpoint` (`http://host:4317`).
     pub fn builder(endpoint: impl Into<String>) -> ClientBuilder {
+        Client::builder_balanced([endpoint])
+    }
+
+    /// Starts building a client for several replicas of one service (`http://a:4317`,
+    /// `http://b:4317`): each stream goes to the least busy replica that answers, and streams
+    /// move off one that fails. The replicas must share one database, so a chunk retried on
+    /// another is still stored once.
+    pub fn builder_balanced<I, E>(endpoints: I) -> ClientBuilder
+    where
+        I: IntoIterator<Item = E>,
+        E: Into<String>,
+    {
         ClientBuilder {
-            endpoint: endpoint.into(),
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
             api_key: None,
             connect_timeout: Duration::from_secs(5),
             tls: None,
@@ -160,7 +193,7 @@ impl Client {
     /// Starts a shipper on a thread of its own.
     pub fn shipper(&self, config: ShipperConfig) -> Result<Shipper, ClientError> {
         Ok(Shipper::start(
-            self.endpoint.clone(),
+            self.endpoints.clone(),
             self.api_key.clone(),
             config,
         )?)

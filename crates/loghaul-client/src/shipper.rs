@@ -135,9 +135,11 @@ struct Shared {
 }
 
 impl Shipper {
-    /// Starts the shipper's thread; `endpoint` is connected lazily (and again after failures).
+    /// Starts the shipper's thread; the endpoints are connected lazily (and again after
+    /// failures), and several are balanced: each new stream goes to the least loaded replica
+    /// whose connection is ready.
     pub(crate) fn start(
-        endpoint: Endpoint,
+        endpoints: Vec<Endpoint>,
         api_key: Option<String>,
         config: ShipperConfig,
     ) -> std::io::Result<Shipper> {
@@ -164,7 +166,10 @@ impl Shipper {
                     .build()
                     .expect("a current-thread runtime starts");
                 runtime.block_on(async move {
-                    let channel = endpoint.connect_lazy();
+                    let channel = match <[Endpoint; 1]>::try_from(endpoints) {
+                        Ok([endpoint]) => endpoint.connect_lazy(),
+                        Err(endpoints) => Channel::balance_list(endpoints.into_iter()),
+                    };
                     let task = Task::new(channel, api_key, config, task_shared, incoming, closing);
                     task.run().await;
                 });

@@ -1,7 +1,9 @@
 //! PostgreSQL, the production backend: a batch is one statement (`write.rs`), reads run on a pool
 //! of their own (`read.rs`, and `tail.rs` for live follows), and retention drops daily partitions
-//! whole (`retention.rs`).
+//! whole (`retention.rs`). On a Citus coordinator the tables are distributed by tenant
+//! (`citus.rs`).
 
+mod citus;
 mod copy;
 mod read;
 mod retention;
@@ -11,7 +13,9 @@ mod write;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::Connection;
 
+pub use citus::{CitusError, Flavor};
 pub use read::{PgReader, APPLICATION_NAME};
 pub use retention::{
     create_partitions, partition_day, partition_name, partitions, PgRetention, RETENTION_LOCK_KEY,
@@ -29,17 +33,25 @@ pub struct PostgresStore {
     pool: PgPool,
     /// For the connections opened beside the pool: the read pool, retention sessions.
     url: DatabaseUrl,
+    /// One server, or a Citus coordinator.
+    flavor: Flavor,
 }
 
 /// Sets up a writer session: durable commits whatever the server's or the database's default,
 /// and early writeback of the pages it dirties.
-async fn prepare_writer_session(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+async fn prepare_writer_session(
+    connection: &mut sqlx::PgConnection,
+    flavor: Flavor,
+) -> Result<(), sqlx::Error> {
     // An acknowledgement promises the records survive a crash of the database server; with
     // `synchronous_commit = off` (a setting some servers run with for speed) a commit returns
     // before its WAL is on disk, so a crash could lose acknowledged records.
     sqlx::query("SET synchronous_commit = on")
         .execute(&mut *connection)
         .await?;
+    if flavor == Flavor::Citus {
+        citus::prepare_writer_session(connection).await?;
+    }
     ask_for_early_writeback(connection).await;
     Ok(())
 }
@@ -59,25 +71,46 @@ async fn ask_for_early_writeback(connection: &mut sqlx::PgConnection) {
     }
 }
 
+/// Asks the server, on a connection of its own, which flavor it is: the pool's sessions are set
+/// up by it.
+async fn detect_flavor(url: &str) -> Result<Flavor, sqlx::Error> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let flavor = Flavor::detect(&mut conn).await?;
+    let _ = conn.close().await;
+    Ok(flavor)
+}
+
 impl PostgresStore {
     /// Opens the pool and checks that the database answers.
     pub(in crate::storage) async fn connect(
         url: &str,
         options: PoolOptions,
     ) -> Result<Self, StoreError> {
+        let unreachable =
+            |err| StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)));
+        let flavor = detect_flavor(url).await.map_err(unreachable)?;
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .after_connect(|connection, _| Box::pin(prepare_writer_session(connection)))
+            .after_connect(move |connection, _| {
+                Box::pin(prepare_writer_session(connection, flavor))
+            })
             .connect(url)
             .await
-            .map_err(|err| {
-                StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)))
-            })?;
+            .map_err(unreachable)?;
+        if flavor == Flavor::Citus {
+            tracing::info!("the database is a Citus coordinator; tables are distributed by tenant");
+        }
         Ok(PostgresStore {
             pool,
             url: DatabaseUrl::new(url),
+            flavor,
         })
+    }
+
+    /// One server, or a Citus coordinator.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
     }
 
     /// The underlying pool, for tests and tools that read back what was written.
@@ -99,7 +132,16 @@ impl PostgresStore {
         MIGRATOR
             .run(&self.pool)
             .await
-            .map_err(|err| StoreError::Migrate(err.to_string()))
+            .map_err(|err| StoreError::Migrate(err.to_string()))?;
+        if self.flavor == Flavor::Citus {
+            let mut conn = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|err| StoreError::Migrate(err.to_string()))?;
+            citus::distribute(&mut conn).await?;
+        }
+        Ok(())
     }
 
     pub(in crate::storage) async fn close(&self) {

@@ -7,12 +7,12 @@
 //! it would take from ingest for as long as the run lasts. DDL on a partition briefly needs a
 //! strong lock on `logs`; every statement of the session runs with a short `lock_timeout`, so
 //! ingest never queues behind it for longer than that (a run that cannot get its lock fails and
-//! the next one tries again).
+//! the next one tries again). On Citus the deletes and summaries run shard by shard.
 
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use sqlx::{Connection, PgConnection};
 
-use super::PostgresStore;
+use super::{citus, Flavor, PostgresStore};
 use crate::storage::chunked_delete::{CHUNK_PAUSE, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
 
@@ -83,6 +83,7 @@ pub async fn create_partitions(
 #[derive(Debug)]
 pub struct PgRetention {
     conn: PgConnection,
+    flavor: Flavor,
 }
 
 impl PostgresStore {
@@ -94,7 +95,10 @@ impl PostgresStore {
             .execute(&mut conn)
             .await
             .map_err(unavailable)?;
-        Ok(PgRetention { conn })
+        Ok(PgRetention {
+            conn,
+            flavor: self.flavor,
+        })
     }
 }
 
@@ -126,7 +130,10 @@ impl PgRetention {
     }
 
     pub(in crate::storage) async fn summarize_recent(&mut self, now: DateTime<Utc>) -> u64 {
-        summarize_recent(&mut self.conn, now).await
+        match self.flavor {
+            Flavor::Plain => summarize_recent(&mut self.conn, now).await,
+            Flavor::Citus => summarize_recent_per_shard(&mut self.conn, now).await,
+        }
     }
 
     /// Drops every daily partition whose day ends at or before `cutoff`; returns how many.
@@ -162,6 +169,11 @@ impl PgRetention {
         &mut self,
         horizon: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
+        if self.flavor == Flavor::Citus {
+            return Ok(
+                citus::delete_per_shard(&mut self.conn, "logs_default", "ts", horizon).await?,
+            );
+        }
         let mut deleted = 0;
         loop {
             let chunk = sqlx::query(
@@ -187,6 +199,42 @@ impl PgRetention {
     }
 }
 
+/// The tables whose BRIN ranges are summarized: the partitions of today and yesterday, and the
+/// default one.
+fn recent_tables(now: DateTime<Utc>) -> Vec<String> {
+    let today = now.date_naive();
+    vec![
+        partition_name(today),
+        partition_name(today - Days::new(1)),
+        "logs_default".to_owned(),
+    ]
+}
+
+/// Summarizes the new BRIN ranges of the recent tables' shards. Each shard holds a fraction of a
+/// day, so one statement per shard is the pacing.
+async fn summarize_recent_per_shard(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
+    let existing = match partitions(conn).await {
+        Ok(existing) => existing,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot list partitions to summarize");
+            return 0;
+        }
+    };
+    let mut summarized = 0;
+    for table in recent_tables(now) {
+        if !existing.contains(&table) {
+            continue;
+        }
+        match citus::summarize_per_shard(conn, &table).await {
+            Ok(ranges) => summarized += ranges,
+            Err(err) => {
+                tracing::warn!(table = %table, error = %err, "BRIN summarization failed; retrying next run")
+            }
+        }
+    }
+    summarized
+}
+
 /// BRIN ranges summarized per statement: 16 of the default 128 pages, 16 MiB of heap.
 const SUMMARIZE_STEP_RANGES: i64 = 16;
 
@@ -201,12 +249,7 @@ const SUMMARIZE_STEP_RANGES: i64 = 16;
 /// (`brin_summarize_new_values`) would read a whole day's partition at once, holding a core and
 /// the disk for seconds while the acks of every batch written meanwhile wait.
 async fn summarize_recent(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
-    let today = now.date_naive();
-    let tables = vec![
-        partition_name(today),
-        partition_name(today - Days::new(1)),
-        "logs_default".to_owned(),
-    ];
+    let tables = recent_tables(now);
     let indexes: Vec<(String, i64, i64)> = match sqlx::query_as(
         "SELECT ic.oid::regclass::text, \
                 pg_relation_size(t.oid) / current_setting('block_size')::bigint, \

@@ -8,9 +8,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::{copy, PostgresStore};
+use super::{citus, copy, Flavor, PostgresStore};
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
-use crate::storage::error::{classify, StoreError};
+use crate::storage::error::{classify, unavailable, StoreError};
 use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
 
 /// Claims chunk keys; RETURNING names those inserted now (a key already present, or claimed by a
@@ -39,11 +39,33 @@ fn is_data_error(code: &str) -> bool {
     code.starts_with("22") || code.starts_with("23") || code.starts_with("54")
 }
 
+/// Citus's SQLSTATE for a worker's refusal of a copied row: its COPY reports the worker's message
+/// and detail as an internal error, without the worker's code. It uses the same code for a lost
+/// connection to a worker, whose message says so.
+const CITUS_COPY_ERROR: &str = "XX000";
+
 impl PostgresStore {
+    /// Sorts an error of the COPY itself. On Citus, an internal error that is not about a
+    /// connection is a refused row: the batch is split to find it.
+    fn copy_failed(&self, err: sqlx::Error) -> StoreError {
+        if self.flavor == Flavor::Citus {
+            if let sqlx::Error::Database(db) = &err {
+                if db.code().as_deref() == Some(CITUS_COPY_ERROR)
+                    && !db.message().contains("connection")
+                {
+                    return StoreError::RowRejected(db.message().to_owned());
+                }
+            }
+        }
+        classify(err, is_data_error)
+    }
+
     pub(in crate::storage) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
         let mut conn = self.pool.acquire().await.map_err(fail)?;
-        write_rows(&mut conn, rows).await.map_err(fail)
+        write_rows(&mut conn, rows)
+            .await
+            .map_err(|err| self.copy_failed(err))
     }
 
     pub(in crate::storage) async fn insert_claimed(
@@ -78,7 +100,9 @@ impl PostgresStore {
         let claimed = claimed_in_order(claims, inserted);
         let kept = kept_rows(rows, claims, &claimed);
         if !kept.is_empty() {
-            write_rows(&mut tx, &kept).await.map_err(fail)?;
+            write_rows(&mut tx, &kept)
+                .await
+                .map_err(|err| self.copy_failed(err))?;
         }
         tx.commit().await.map_err(fail)?;
         Ok(claimed)
@@ -87,7 +111,9 @@ impl PostgresStore {
     pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let fail = |err| classify(err, is_data_error);
         let mut tx = self.pool.begin().await.map_err(fail)?;
-        write_rows(&mut tx, rows).await.map_err(fail)?;
+        write_rows(&mut tx, rows)
+            .await
+            .map_err(|err| self.copy_failed(err))?;
         tx.rollback().await.map_err(fail)
     }
 
@@ -96,6 +122,12 @@ impl PostgresStore {
         before: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         let pool = &self.pool;
+        if self.flavor == Flavor::Citus {
+            let mut conn = pool.acquire().await.map_err(unavailable)?;
+            return Ok(
+                citus::delete_per_shard(&mut conn, "producer_chunks", "stored_at", before).await?,
+            );
+        }
         delete_in_chunks(move || async move {
             sqlx::query(PRUNE_SQL)
                 .bind(before)

@@ -4,6 +4,12 @@
 //! then as `root`, database `test`), create a database of their own and drop it afterwards. When no
 //! PostgreSQL answers they print a loud SKIPPED line, unless `LOGHAUL_REQUIRE_POSTGRES=1` (CI sets
 //! it), in which case they fail.
+//!
+//! When that server is a Citus coordinator (its database has the `citus` extension), each test's
+//! database is made a cluster of its own: created on the coordinator and on every worker it
+//! lists, with the extension in each and the workers added, so the service distributes its
+//! tables as it would in production. `LOGHAUL_REQUIRE_CITUS=1` fails a test whose server is not
+//! Citus, so a Citus run cannot quietly test one server.
 
 pub mod held_lock;
 pub mod http;
@@ -41,6 +47,8 @@ pub struct TestDb {
     pub backend: Backend,
     pub url: String,
     admin_url: Option<String>,
+    /// A Citus cluster's workers (host, port); the test's database is also made on each.
+    citus_workers: Vec<(String, i32)>,
     name: String,
     _dir: Option<tempfile::TempDir>,
 }
@@ -73,7 +81,113 @@ fn with_database(url: &str, database: &str) -> String {
     format!("{base}/{database}")
 }
 
+/// The workers (host, port) of the Citus cluster `admin` is the coordinator of; none when it is a
+/// plain server. Panics on a plain server when
+/// `LOGHAUL_REQUIRE_CITUS=1`.
+async fn citus_workers(admin: &mut sqlx::PgConnection, admin_url: &str) -> Vec<(String, i32)> {
+    let citus: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')")
+            .fetch_one(&mut *admin)
+            .await
+            .unwrap();
+    if !citus {
+        assert!(
+            std::env::var("LOGHAUL_REQUIRE_CITUS").as_deref() != Ok("1"),
+            "Citus is required (LOGHAUL_REQUIRE_CITUS=1) but {admin_url} has no citus extension"
+        );
+        return Vec::new();
+    }
+    let workers: Vec<(String, i32)> = sqlx::query_as(
+        "SELECT nodename::text, nodeport FROM pg_dist_node WHERE groupid <> 0 AND noderole = 'primary' ORDER BY nodeport",
+    )
+    .fetch_all(admin)
+    .await
+    .unwrap();
+    assert!(
+        !workers.is_empty(),
+        "the Citus coordinator {admin_url} lists no workers"
+    );
+    workers
+}
+
+/// `url` with its host and port replaced.
+fn with_host(url: &str, host_port: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a url has a scheme");
+    let (user, rest) = rest
+        .rsplit_once('@')
+        .map_or(("", rest), |(user, rest)| (user, rest));
+    let path = rest.find('/').map_or("", |at| &rest[at..]);
+    let at = if user.is_empty() { "" } else { "@" };
+    format!("{scheme}://{user}{at}{host_port}{path}")
+}
+
 impl TestDb {
+    /// Makes the test's database a Citus cluster: the database and the extension on every
+    /// worker, the extension on the coordinator, which is told its own address, and the workers
+    /// added to it.
+    async fn form_citus_cluster(&self) {
+        // Adding a node updates catalogs the worker shares among its databases: two tests adding
+        // the same worker at once fail with "tuple concurrently updated".
+        static FORMING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one_at_a_time = FORMING.lock().await;
+        let admin_url = self.admin_url.as_deref().expect("a PostgreSQL database");
+        for (host, port) in &self.citus_workers {
+            let worker = with_host(admin_url, &format!("{host}:{port}"));
+            let mut admin = sqlx::PgConnection::connect(&worker).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {}", self.name))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let mut conn = sqlx::PgConnection::connect(&with_database(&worker, &self.name))
+                .await
+                .unwrap();
+            sqlx::query("CREATE EXTENSION citus")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let (host, port): (String, i32) =
+            sqlx::query_as("SELECT nodename::text, nodeport FROM pg_dist_node WHERE groupid = 0")
+                .fetch_one(&mut sqlx::PgConnection::connect(admin_url).await.unwrap())
+                .await
+                .unwrap();
+        let mut conn = sqlx::PgConnection::connect(&self.url).await.unwrap();
+        sqlx::query("CREATE EXTENSION citus")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("SELECT citus_set_coordinator_host($1, $2)")
+            .bind(host)
+            .bind(port)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        for (host, port) in &self.citus_workers {
+            sqlx::query("SELECT citus_add_node($1, $2)")
+                .bind(host)
+                .bind(port)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// True when the test's database is a Citus cluster.
+    pub fn is_citus(&self) -> bool {
+        !self.citus_workers.is_empty()
+    }
+
+    /// True (after a loud line saying `why`) when the test's database is a Citus cluster and the
+    /// test is one server's only.
+    pub fn skipped_on_citus(&self, test: &str, why: &str) -> bool {
+        if !self.is_citus() {
+            return false;
+        }
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "*** SKIPPED {test} on Citus: {why} ***");
+        true
+    }
+
     /// A fresh, empty database; `None` (after a loud message) when PostgreSQL is not reachable
     /// and not required.
     pub async fn create(backend: Backend, test: &str) -> Option<TestDb> {
@@ -86,6 +200,7 @@ impl TestDb {
                     backend,
                     url,
                     admin_url: None,
+                    citus_workers: Vec::new(),
                     name,
                     _dir: Some(dir),
                 })
@@ -107,18 +222,24 @@ impl TestDb {
                     return None;
                 };
                 let mut admin = sqlx::PgConnection::connect(&admin_url).await.unwrap();
+                let citus_workers = citus_workers(&mut admin, &admin_url).await;
                 sqlx::query(&format!("CREATE DATABASE {name}"))
                     .execute(&mut admin)
                     .await
                     .unwrap();
                 let url = with_database(&admin_url, &name);
-                Some(TestDb {
+                let db = TestDb {
                     backend,
                     url,
                     admin_url: Some(admin_url),
+                    citus_workers,
                     name,
                     _dir: None,
-                })
+                };
+                if db.is_citus() {
+                    db.form_citus_cluster().await;
+                }
+                Some(db)
             }
         }
     }
@@ -201,17 +322,25 @@ impl Drop for TestDb {
             return;
         };
         let name = self.name.clone();
+        // The coordinator first: its sessions hold connections to the workers' databases.
+        let workers = self
+            .citus_workers
+            .drain(..)
+            .map(|(host, port)| with_host(&admin_url, &format!("{host}:{port}")));
+        let admins: Vec<String> = std::iter::once(admin_url.clone()).chain(workers).collect();
         let dropped = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut admin)
-                    .await
-                    .map(|_| ())
+                for admin_url in admins {
+                    let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+                    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await?;
+                }
+                Ok::<(), sqlx::Error>(())
             })
         })
         .join();
@@ -232,6 +361,35 @@ pub struct StoredRow {
     pub attributes: serde_json::Value,
     pub trace_id: Option<String>,
     pub span_id: Option<String>,
+}
+
+/// A store on the test's database, with its schema in place.
+pub async fn migrated(db: &TestDb) -> loghaul::storage::Store {
+    let store = loghaul::storage::Store::connect(
+        &db.url,
+        loghaul::storage::PoolOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(5),
+        },
+    )
+    .await
+    .unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+/// Pushes `total` records `msg-000000`… into `shipper` on a thread of its own, pausing 10 ms every
+/// 500, so that a run lasts long enough for what a test does in its middle.
+pub fn push_paced(shipper: &loghaul::client::Shipper, total: usize) -> std::thread::JoinHandle<()> {
+    let shipper = shipper.clone();
+    std::thread::spawn(move || {
+        for n in 0..total {
+            shipper.push(record(format!("msg-{n:06}"))).unwrap();
+            if n % 500 == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    })
 }
 
 /// Options with test-friendly defaults: loopback listeners, two shards, short linger.
