@@ -16,6 +16,8 @@
 //!   ingest rate limits ([`ratelimit`]).
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
 //!   through [`storage::Reader`] on connections separate from ingest.
+//! - [`logql`]: LogQL, the query language of Loki's HTTP API (the subset Grafana uses), parsed
+//!   into what a query says, with errors that say where.
 //! - [`retention`]: when it runs and what the window keeps; the store drops daily partitions whole
 //!   (PostgreSQL) or deletes in chunks (SQLite).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
@@ -70,6 +72,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod console;
 pub mod error;
+pub mod logql;
 pub(crate) mod model;
 pub mod observability;
 pub(crate) mod pipeline;

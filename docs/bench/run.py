@@ -269,9 +269,11 @@ def fresh_database(base_url):
     raise RuntimeError("no free loghaul_bench_N database name")
 
 
-def drop_database(base_url, name):
+def drop_database(base_url, name, force=False):
+    # A Citus worker keeps connections from the coordinator to each database open for a while.
+    sql = f"DROP DATABASE IF EXISTS {name}" + (" WITH (FORCE)" if force else "")
     try:
-        psql(base_url, "postgres", f"DROP DATABASE IF EXISTS {name}")
+        psql(base_url, "postgres", sql)
     except RuntimeError as err:
         print(f"  could not drop {name}: {err}", file=sys.stderr)
 
@@ -310,14 +312,14 @@ def fresh_citus_database(base_url):
 
 
 def drop_citus_database(base_url, name):
-    drop_database(base_url, name)
+    drop_database(base_url, name, force=True)
     try:
         _, workers = citus_nodes(base_url)
     except RuntimeError as err:
         print(f"  could not list the workers to drop {name}: {err}", file=sys.stderr)
         return
     for worker in workers:
-        drop_database(with_node(base_url, *worker), name)
+        drop_database(with_node(base_url, *worker), name, force=True)
 
 
 def last_json_line(stdout):

@@ -1,0 +1,337 @@
+//! LogQL's tokens, each with the byte offset where it starts, so an error can say where.
+
+use super::ParseError;
+
+/// One token.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Token {
+    /// `{`
+    LBrace,
+    /// `}`
+    RBrace,
+    /// `(`
+    LParen,
+    /// `)`
+    RParen,
+    /// `[`
+    LBracket,
+    /// `]`
+    RBracket,
+    /// `,`
+    Comma,
+    /// `|`
+    Pipe,
+    /// `|=`
+    PipeEq,
+    /// `|~`
+    PipeTilde,
+    /// `=`
+    Eq,
+    /// `==`
+    EqEq,
+    /// `!=`
+    Ne,
+    /// `=~`
+    Re,
+    /// `!~`
+    NotRe,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `+`
+    Plus,
+    /// `-`
+    Minus,
+    /// `*`
+    Star,
+    /// `/`
+    Slash,
+    /// A name: a label, a function, a keyword.
+    Ident(String),
+    /// A quoted string, unescaped.
+    Str(String),
+    /// A number.
+    Number(f64),
+    /// A number with a unit of time or size (`5m`, `1h30m`, `10KB`), as written.
+    Unit(String),
+}
+
+impl Token {
+    /// How the token reads in an error message.
+    pub fn describe(&self) -> String {
+        match self {
+            Token::Ident(name) => format!("{name:?}"),
+            Token::Str(text) => format!("string {text:?}"),
+            Token::Number(value) => format!("number {value}"),
+            Token::Unit(text) => text.clone(),
+            other => {
+                let text = match other {
+                    Token::LBrace => "{",
+                    Token::RBrace => "}",
+                    Token::LParen => "(",
+                    Token::RParen => ")",
+                    Token::LBracket => "[",
+                    Token::RBracket => "]",
+                    Token::Comma => ",",
+                    Token::Pipe => "|",
+                    Token::PipeEq => "|=",
+                    Token::PipeTilde => "|~",
+                    Token::Eq => "=",
+                    Token::EqEq => "==",
+                    Token::Ne => "!=",
+                    Token::Re => "=~",
+                    Token::NotRe => "!~",
+                    Token::Gt => ">",
+                    Token::Ge => ">=",
+                    Token::Lt => "<",
+                    Token::Le => "<=",
+                    Token::Plus => "+",
+                    Token::Minus => "-",
+                    Token::Star => "*",
+                    Token::Slash => "/",
+                    _ => unreachable!("handled above"),
+                };
+                format!("{text:?}")
+            }
+        }
+    }
+}
+
+/// Splits `text` into tokens with their byte offsets.
+pub fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
+    let bytes = text.as_bytes();
+    let mut tokens = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let start = at;
+        let byte = bytes[at];
+        if byte.is_ascii_whitespace() {
+            at += 1;
+            continue;
+        }
+        let two = bytes.get(at + 1).copied();
+        let (token, width) = match (byte, two) {
+            (b'|', Some(b'=')) => (Token::PipeEq, 2),
+            (b'|', Some(b'~')) => (Token::PipeTilde, 2),
+            (b'|', _) => (Token::Pipe, 1),
+            (b'=', Some(b'=')) => (Token::EqEq, 2),
+            (b'=', Some(b'~')) => (Token::Re, 2),
+            (b'=', _) => (Token::Eq, 1),
+            (b'!', Some(b'=')) => (Token::Ne, 2),
+            (b'!', Some(b'~')) => (Token::NotRe, 2),
+            (b'>', Some(b'=')) => (Token::Ge, 2),
+            (b'>', _) => (Token::Gt, 1),
+            (b'<', Some(b'=')) => (Token::Le, 2),
+            (b'<', _) => (Token::Lt, 1),
+            (b'{', _) => (Token::LBrace, 1),
+            (b'}', _) => (Token::RBrace, 1),
+            (b'(', _) => (Token::LParen, 1),
+            (b')', _) => (Token::RParen, 1),
+            (b'[', _) => (Token::LBracket, 1),
+            (b']', _) => (Token::RBracket, 1),
+            (b',', _) => (Token::Comma, 1),
+            (b'+', _) => (Token::Plus, 1),
+            (b'-', _) => (Token::Minus, 1),
+            (b'*', _) => (Token::Star, 1),
+            (b'/', _) => (Token::Slash, 1),
+            (b'"', _) => {
+                let (value, end) = quoted(text, at)?;
+                tokens.push((start, Token::Str(value)));
+                at = end;
+                continue;
+            }
+            (b'`', _) => {
+                let close = text[at + 1..]
+                    .find('`')
+                    .ok_or_else(|| ParseError::at(start, "a raw string is not closed with `"))?;
+                tokens.push((start, Token::Str(text[at + 1..at + 1 + close].to_owned())));
+                at += close + 2;
+                continue;
+            }
+            (b'0'..=b'9', _) | (b'.', Some(b'0'..=b'9')) => {
+                let (token, end) = number(text, at)?;
+                tokens.push((start, token));
+                at = end;
+                continue;
+            }
+            (b'a'..=b'z' | b'A'..=b'Z' | b'_', _) => {
+                let end = at
+                    + text[at..]
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(text.len() - at);
+                tokens.push((start, Token::Ident(text[at..end].to_owned())));
+                at = end;
+                continue;
+            }
+            _ => {
+                let shown = text[at..].chars().next().unwrap_or('?');
+                return Err(ParseError::at(
+                    start,
+                    format!("syntax error: unexpected character {shown:?}"),
+                ));
+            }
+        };
+        tokens.push((start, token));
+        at += width;
+    }
+    Ok(tokens)
+}
+
+/// A double-quoted string starting at `start`: its value and the offset after its closing quote.
+fn quoted(text: &str, start: usize) -> Result<(String, usize), ParseError> {
+    let mut value = String::new();
+    let mut chars = text[start + 1..].char_indices();
+    while let Some((offset, c)) = chars.next() {
+        match c {
+            '"' => return Ok((value, start + 1 + offset + 1)),
+            '\\' => {
+                let Some((_, escaped)) = chars.next() else {
+                    break;
+                };
+                match escaped {
+                    'n' => value.push('\n'),
+                    't' => value.push('\t'),
+                    'r' => value.push('\r'),
+                    '"' => value.push('"'),
+                    '\\' => value.push('\\'),
+                    // Regular expressions keep their own escapes: `"\\d+"` and `"\d+"` alike.
+                    other => {
+                        value.push('\\');
+                        value.push(other);
+                    }
+                }
+            }
+            c => value.push(c),
+        }
+    }
+    Err(ParseError::at(start, "a string is not closed with \""))
+}
+
+/// A number at `start`, with the unit that may follow it (`5m`, `1h30m`, `10KB`).
+fn number(text: &str, start: usize) -> Result<(Token, usize), ParseError> {
+    let rest = &text[start..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .unwrap_or(rest.len());
+    let written = &rest[..end];
+    if let Ok(value) = written.parse::<f64>() {
+        return Ok((Token::Number(value), start + end));
+    }
+    if written.starts_with(|c: char| c.is_ascii_digit())
+        && written.chars().any(|c| c.is_ascii_alphabetic())
+    {
+        return Ok((Token::Unit(written.to_owned()), start + end));
+    }
+    Err(ParseError::at(
+        start,
+        format!("{written:?} is not a number"),
+    ))
+}
+
+/// `5m`, `1h30m`, `250ms`, `1.5s` as a duration; `None` when it is not one.
+pub fn duration(text: &str) -> Option<std::time::Duration> {
+    let mut total = 0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&at| at > 0)?;
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            "w" => 604_800.0,
+            "y" => 31_536_000.0,
+            _ => return None,
+        };
+        total += value * seconds;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total >= 0.0).then(|| std::time::Duration::from_secs_f64(total))
+}
+
+/// `10KB`, `1MiB`, `512B` as bytes; `None` when it is not a size.
+pub fn bytes(text: &str) -> Option<u64> {
+    let digits = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let value: f64 = text[..digits].parse().ok()?;
+    let scale = match text[digits..].to_ascii_uppercase().as_str() {
+        "B" => 1.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        "KIB" => 1024.0,
+        "MIB" => 1024.0 * 1024.0,
+        "GIB" => 1024.0 * 1024.0 * 1024.0,
+        "TIB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let total = value * scale;
+    (total.is_finite() && total >= 0.0 && total < u64::MAX as f64).then_some(total as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn operators_strings_and_units_are_tokens_with_their_offsets() {
+        let tokens = tokenize(r#"{app="a\"b"} |= `raw\d` != "x" | n >= 1.5 [5m]"#).unwrap();
+        let kinds: Vec<Token> = tokens.into_iter().map(|(_, token)| token).collect();
+        assert_eq!(
+            kinds,
+            [
+                Token::LBrace,
+                Token::Ident("app".into()),
+                Token::Eq,
+                Token::Str("a\"b".into()),
+                Token::RBrace,
+                Token::PipeEq,
+                Token::Str("raw\\d".into()),
+                Token::Ne,
+                Token::Str("x".into()),
+                Token::Pipe,
+                Token::Ident("n".into()),
+                Token::Ge,
+                Token::Number(1.5),
+                Token::LBracket,
+                Token::Unit("5m".into()),
+                Token::RBracket,
+            ]
+        );
+        let error = tokenize("{a=\"open}").unwrap_err();
+        assert_eq!(error.position, 3);
+        assert!(tokenize("{a=1} # x").is_err());
+    }
+
+    #[test]
+    fn durations_and_sizes_read_as_loki_writes_them() {
+        assert_eq!(duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(duration("5"), None);
+        assert_eq!(duration("5q"), None);
+        assert_eq!(bytes("10KB"), Some(10_000));
+        assert_eq!(bytes("1MiB"), Some(1_048_576));
+        assert_eq!(bytes("10"), None);
+    }
+}
