@@ -264,7 +264,8 @@ pub fn duration(text: &str) -> Option<std::time::Duration> {
         total += value * seconds;
         rest = &rest[unit_len..];
     }
-    (total.is_finite() && total >= 0.0).then(|| std::time::Duration::from_secs_f64(total))
+    // A duration longer than a Duration holds is no duration, not a panic.
+    std::time::Duration::try_from_secs_f64(total).ok()
 }
 
 /// `10KB`, `1MiB`, `512B` as bytes; `None` when it is not a size.
@@ -330,6 +331,7 @@ mod tests {
         assert_eq!(duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(duration("5"), None);
         assert_eq!(duration("5q"), None);
+        assert_eq!(duration(&format!("{}s", "1".repeat(400))), None);
         assert_eq!(bytes("10KB"), Some(10_000));
         assert_eq!(bytes("1MiB"), Some(1_048_576));
         assert_eq!(bytes("10"), None);
