@@ -79,6 +79,22 @@ class Job:
         self.postgres = postgres
 
 
+def alternated(benchmark, key, options, repeat, args, postgres=lambda option: False):
+    """One job per option per repetition, the options in turn within each repetition, so that
+    their ratios are taken run for run: `args(option)` and `postgres(option)` give each job's."""
+    return [
+        Job(
+            benchmark,
+            f"{option}-{i}",
+            {key: option, "rep": i},
+            args(option),
+            postgres=postgres(option),
+        )
+        for i in range(1, repeat + 1)
+        for option in options
+    ]
+
+
 def jobs(duration, repeat, shipper_records):
     """Every benchmark's commands, in the order they run (pairs alternated run for run)."""
     d = ["--duration", duration]
@@ -106,33 +122,25 @@ def jobs(duration, repeat, shipper_records):
         )
         for i in range(1, repeat + 1)
     ]
-    out["protocol"] = []
-    for i in range(1, repeat + 1):
-        for protocol in PROTOCOLS:
-            out["protocol"].append(
-                Job(
-                    "protocol",
-                    f"{protocol}-{i}",
-                    {"protocol": protocol, "rep": i},
-                    ["bench", "--json", *d, "--streams", "16", "--protocol", protocol],
-                )
-            )
-    out["curve"] = []
+    out["protocol"] = alternated(
+        "protocol",
+        "protocol",
+        PROTOCOLS,
+        repeat,
+        lambda protocol: ["bench", "--json", *d, "--streams", "16", "--protocol", protocol],
+    )
     shares = ",".join(str(share) for share in CURVE_SHARES)
-    for i in range(1, repeat + 1):
-        for database in ["sqlite", "postgres"]:
-            out["curve"].append(
-                Job(
-                    "curve",
-                    f"{database}-{i}",
-                    {"database": database, "rep": i},
-                    # Two chunks per stream: an acknowledgement every 2,000 records, so that even
-                    # the 25 % point has enough of them for a p99.9.
-                    ["bench", "--json", *d, "--streams", "16", "--chunks-per-stream", "2"]
-                    + ["--curve", shares],
-                    postgres=database == "postgres",
-                )
-            )
+    out["curve"] = alternated(
+        "curve",
+        "database",
+        ["sqlite", "postgres"],
+        repeat,
+        # Two chunks per stream: an acknowledgement every 2,000 records, so that even the 25 %
+        # point has enough of them for a p99.9.
+        lambda _: ["bench", "--json", *d, "--streams", "16", "--chunks-per-stream", "2"]
+        + ["--curve", shares],
+        postgres=lambda database: database == "postgres",
+    )
     out["memory"] = [
         Job(
             "memory",
@@ -149,31 +157,23 @@ def jobs(duration, repeat, shipper_records):
         )
         for budget in MEMORY_BUDGETS
     ]
-    out["replicas"] = []
-    for i in range(1, repeat + 1):
-        for n in REPLICAS:
-            out["replicas"].append(
-                Job(
-                    "replicas",
-                    f"replicas-{n}-{i}",
-                    {"replicas": n, "rep": i},
-                    ["bench", "--json", *d, "--streams", str(REPLICA_STREAMS), "--replicas", str(n)],
-                    postgres=True,
-                )
-            )
-    out["citus"] = []
-    for i in range(1, repeat + 1):
-        for store in STORES:
-            out["citus"].append(
-                Job(
-                    "citus",
-                    f"{store}-{i}",
-                    {"store": store, "rep": i},
-                    ["bench", "--json", *d, "--streams", str(CITUS_STREAMS)]
-                    + ["--tenants", str(CITUS_STREAMS)],
-                    postgres="citus" if store == "citus" else True,
-                )
-            )
+    out["replicas"] = alternated(
+        "replicas",
+        "replicas",
+        REPLICAS,
+        repeat,
+        lambda n: ["bench", "--json", *d, "--streams", str(REPLICA_STREAMS), "--replicas", str(n)],
+        postgres=lambda _: True,
+    )
+    out["citus"] = alternated(
+        "citus",
+        "store",
+        STORES,
+        repeat,
+        lambda _: ["bench", "--json", *d, "--streams", str(CITUS_STREAMS)]
+        + ["--tenants", str(CITUS_STREAMS)],
+        postgres=lambda store: "citus" if store == "citus" else True,
+    )
     out["shipper"] = [
         Job(
             "shipper",
@@ -620,18 +620,8 @@ def render_protocol(results):
     for result in results:
         for run in runs_of(result):
             runs_by.setdefault(result["params"]["protocol"], []).append(run)
-    # Run for run: each repetition runs every protocol once, one after the other.
-    reps = {}
-    for result in results:
-        for run in runs_of(result):
-            reps.setdefault(result["params"]["rep"], {})[result["params"]["protocol"]] = run
-
     def shares(protocol, base):
-        return [
-            rep[protocol]["records_per_sec"] / rep[base]["records_per_sec"]
-            for _, rep in sorted(reps.items())
-            if protocol in rep and base in rep and rep[base]["records_per_sec"]
-        ]
+        return run_for_run(results, "protocol", protocol, base)
 
     micros = lambda v: f"{v:.2f}"
 
