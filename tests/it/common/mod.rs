@@ -172,6 +172,27 @@ impl TestDb {
         }
     }
 
+    /// Drops the test's database, then `role` on every node (a Citus worker has its own copy of
+    /// the role, which a drop on the coordinator outside the test's database leaves behind).
+    pub async fn drop_with_role(self, role: &str) {
+        let admin_url = self.admin_url.clone().expect("a PostgreSQL database");
+        let nodes: Vec<String> = std::iter::once(admin_url.clone())
+            .chain(
+                self.citus_workers
+                    .iter()
+                    .map(|(host, port)| with_host(&admin_url, &format!("{host}:{port}"))),
+            )
+            .collect();
+        drop(self);
+        for node in nodes {
+            let mut admin = sqlx::PgConnection::connect(&node).await.unwrap();
+            sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        }
+    }
+
     /// True when the test's database is a Citus cluster.
     pub fn is_citus(&self) -> bool {
         !self.citus_workers.is_empty()
