@@ -64,41 +64,36 @@ pub enum Token {
 impl Token {
     /// How the token reads in an error message.
     pub fn describe(&self) -> String {
-        match self {
-            Token::Ident(name) => format!("{name:?}"),
-            Token::Str(text) => format!("string {text:?}"),
-            Token::Number(value) => format!("number {value}"),
-            Token::Unit(text) => text.clone(),
-            other => {
-                let text = match other {
-                    Token::LBrace => "{",
-                    Token::RBrace => "}",
-                    Token::LParen => "(",
-                    Token::RParen => ")",
-                    Token::LBracket => "[",
-                    Token::RBracket => "]",
-                    Token::Comma => ",",
-                    Token::Pipe => "|",
-                    Token::PipeEq => "|=",
-                    Token::PipeTilde => "|~",
-                    Token::Eq => "=",
-                    Token::EqEq => "==",
-                    Token::Ne => "!=",
-                    Token::Re => "=~",
-                    Token::NotRe => "!~",
-                    Token::Gt => ">",
-                    Token::Ge => ">=",
-                    Token::Lt => "<",
-                    Token::Le => "<=",
-                    Token::Plus => "+",
-                    Token::Minus => "-",
-                    Token::Star => "*",
-                    Token::Slash => "/",
-                    _ => unreachable!("handled above"),
-                };
-                format!("{text:?}")
-            }
-        }
+        let symbol = match self {
+            Token::Ident(name) => return format!("{name:?}"),
+            Token::Str(text) => return format!("string {text:?}"),
+            Token::Number(value) => return format!("number {value}"),
+            Token::Unit(text) => return text.clone(),
+            Token::LBrace => "{",
+            Token::RBrace => "}",
+            Token::LParen => "(",
+            Token::RParen => ")",
+            Token::LBracket => "[",
+            Token::RBracket => "]",
+            Token::Comma => ",",
+            Token::Pipe => "|",
+            Token::PipeEq => "|=",
+            Token::PipeTilde => "|~",
+            Token::Eq => "=",
+            Token::EqEq => "==",
+            Token::Ne => "!=",
+            Token::Re => "=~",
+            Token::NotRe => "!~",
+            Token::Gt => ">",
+            Token::Ge => ">=",
+            Token::Lt => "<",
+            Token::Le => "<=",
+            Token::Plus => "+",
+            Token::Minus => "-",
+            Token::Star => "*",
+            Token::Slash => "/",
+        };
+        format!("{symbol:?}")
     }
 }
 
