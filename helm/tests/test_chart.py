@@ -86,6 +86,7 @@ FULL = {
         "grpc": {"from": [{"namespaceSelector": {"matchLabels": {"loghaul-client": "true"}}}]},
     },
     "dashboards": {"enabled": True, "annotations": {"grafana_folder": "Logging"}},
+    "grafanaDatasource": {"enabled": True},
     "service": {"headless": {"enabled": True}},
     "preStopSleepSeconds": 5,
     "imagePullSecrets": [{"name": "regcred"}],
@@ -116,6 +117,9 @@ EXPECTED_ALERTS = {
     "LoghaulNotReady": ("loghaul_ready == 0", "5m"),
     "LoghaulStoreDown": ("loghaul_store_up == 0", None),
 }
+
+DATASOURCE = f"{FULLNAME}-datasource"
+DATASOURCE_FILE = f"{FULLNAME}-datasource.yaml"
 
 KEYS_FILE = "/etc/loghaul-keys/keys.toml"
 KEYS_SECRET = f"{FULLNAME}-api-keys"
@@ -570,7 +574,7 @@ def all_features_render():
     docs = manifests(rendered)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted([
-        "ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Job", "NetworkPolicy",
+        "ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "Job", "NetworkPolicy",
         "PodDisruptionBudget", "PrometheusRule", "Secret", "Secret", "Secret", "Service", "Service", "ServiceAccount",
         "ServiceMonitor",
     ]), kinds
@@ -731,7 +735,8 @@ def http_ingest_listener_is_on_by_default():
 
 @check
 def http_ingest_off_switch_removes_the_port():
-    values = merged(FULL, {"config": {"httpListenEnabled": False}})
+    # (the Grafana data source needs the port: grafana_datasource_url_follows_tls_or_override)
+    values = merged(FULL, {"config": {"httpListenEnabled": False}, "grafanaDatasource": {"enabled": False}})
     rendered = render(values)
     docs = manifests(rendered)
     cfg = config_toml(docs)
@@ -809,6 +814,165 @@ def grafana_dashboard():
     assert "histogram_quantile(0.5" in exprs["Flush latency"] and "histogram_quantile(0.99" in exprs["Flush latency"]
     assert "shard" in json.dumps([p for p in dash["panels"] if p["title"].startswith("Queue depth")])
     assert not of_kind(manifests(render()), "ConfigMap")[1:], "no dashboard by default"
+
+
+def datasource_labelled(docs: list[dict]) -> list[dict]:
+    """Every rendered resource the Grafana sidecar would load as a data source (its default label)."""
+    return [d for d in docs if d["metadata"].get("labels", {}).get("grafana_datasource") == "1"]
+
+
+def datasource_file(doc: dict, key: str = DATASOURCE_FILE) -> dict:
+    """The provisioning file in the data source ConfigMap or Secret, parsed."""
+    assert list(doc["data"]) == [key], list(doc["data"])
+    text = secret_data(doc)[key] if doc["kind"] == "Secret" else doc["data"][key]
+    parsed = yaml.safe_load(text)
+    assert parsed["apiVersion"] == 1, parsed
+    assert len(parsed["datasources"]) == 1, parsed
+    return parsed["datasources"][0]
+
+
+def grafana_expands(value: str, env: dict[str, str]) -> str:
+    """What Grafana makes of a provisioning value: "$$" is a literal "$"; ${NAME} and $NAME are environment lookups."""
+    def expand(part: str) -> str:
+        return re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda m: env.get(m.group(1) or m.group(2), ""), part)
+    return "$".join(expand(part) for part in value.split("$$"))
+
+
+@check
+def grafana_datasource_is_off_by_default():
+    for values in ({}, EXISTING_SECRETS, {"dashboards": {"enabled": True}}):
+        docs = manifests(render(values))
+        assert not datasource_labelled(docs), values
+        assert not [d for d in docs if d["metadata"]["name"] == DATASOURCE], values
+
+
+@check
+def grafana_datasource_configmap_references_the_key():
+    rendered = render({"grafanaDatasource": {"enabled": True}})
+    docs = manifests(rendered)
+    labelled = datasource_labelled(docs)
+    assert [(d["kind"], d["metadata"]["name"]) for d in labelled] == [("ConfigMap", DATASOURCE)], labelled
+    cm = labelled[0]
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    assert cm["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert "annotations" not in cm["metadata"]
+    ds = datasource_file(cm)
+    assert ds == {
+        "name": "loghaul",
+        "type": "loki",
+        "access": "proxy",
+        # the chart's Service, HTTP ingest port (Grafana appends /loki/api/v1/...)
+        "url": f"http://{FULLNAME}.{NAMESPACE}.svc:4318",
+        "isDefault": False,
+        "jsonData": {"maxLines": 1000, "timeout": 60, "httpHeaderName1": "X-API-Key"},
+        "secureJsonData": {"httpHeaderValue1": "${LOGHAUL_API_KEY}"},
+    }, ds
+    assert grafana_expands(ds["secureJsonData"]["httpHeaderValue1"], {"LOGHAUL_API_KEY": "k3y"}) == "k3y"
+    # The port is the Service's otlp-http port, not the container's.
+    svc_ports = {p["name"]: p["port"] for p in one(docs, "Service", FULLNAME)["spec"]["ports"]}
+    assert ds["url"].endswith(f":{svc_ports[HTTP_PORT_NAME]}")
+    # No key in any ConfigMap: neither the generated one nor explicit ones.
+    generated = secret_data(one(docs, "Secret", KEYS_SECRET))["api-key"]
+    for values, keys in [({}, [generated]), ({"apiKeys": {"team-a-k3y-1234": "tenant_a"}}, ["team-a-k3y-1234"])]:
+        docs_k = docs if not values else manifests(render(merged(values, {"grafanaDatasource": {"enabled": True}})))
+        for doc in of_kind(docs_k, "ConfigMap"):
+            text = json.dumps(doc)
+            assert not [k for k in keys if k in text], f"{doc['metadata']['name']} carries an API key"
+        assert not [d for d in of_kind(docs_k, "Secret") if d["metadata"]["name"] == DATASOURCE]
+    # Every knob reaches the file.
+    custom = {"grafanaDatasource": {
+        "enabled": True, "name": "loghaul (prod)", "isDefault": True, "maxLines": 5000, "timeout": 120,
+        "namespace": "monitoring", "labels": {"grafana_datasource": "1", "team": "logging"},
+        "annotations": {"grafana_folder": "Logging"}, "apiKey": {"envVar": "GF_LOGHAUL_KEY"}},
+        "service": {"ports": {"http": 8080}}, "containerPorts": {"http": 5318}}
+    cm2 = one(manifests(render(custom)), "ConfigMap", DATASOURCE)
+    assert cm2["metadata"]["namespace"] == "monitoring"
+    assert cm2["metadata"]["labels"]["team"] == "logging" and cm2["metadata"]["labels"]["grafana_datasource"] == "1"
+    assert cm2["metadata"]["annotations"] == {"grafana_folder": "Logging"}
+    ds2 = datasource_file(cm2)
+    assert ds2["name"] == "loghaul (prod)" and ds2["isDefault"] is True
+    assert ds2["jsonData"] == {"maxLines": 5000, "timeout": 120, "httpHeaderName1": "X-API-Key"}, ds2["jsonData"]
+    assert ds2["secureJsonData"] == {"httpHeaderValue1": "${GF_LOGHAUL_KEY}"}
+    # the URL names the release's namespace, wherever the ConfigMap goes
+    assert ds2["url"] == f"http://{FULLNAME}.{NAMESPACE}.svc:8080", ds2["url"]
+    # a renamed release
+    other = chart().render({"grafanaDatasource": {"enabled": True}}, name="edge", namespace="ops", is_install=True)
+    ds3 = datasource_file(one(manifests(other), "ConfigMap", "edge-loghaul-datasource"), "edge-loghaul-datasource.yaml")
+    assert ds3["url"] == "http://edge-loghaul.ops.svc:4318", ds3["url"]
+
+
+@check
+def grafana_datasource_with_key_value_is_a_secret():
+    key = "graf-k3y_7.x"
+    values = {"apiKeys": {key: "tenant_a", "other": "tenant_b"}, "grafanaDatasource": {"enabled": True, "apiKey": {"value": key}}}
+    rendered = render(values)
+    docs = manifests(rendered)
+    labelled = datasource_labelled(docs)
+    assert [(d["kind"], d["metadata"]["name"]) for d in labelled] == [("Secret", DATASOURCE)], labelled
+    secret = labelled[0]
+    assert secret["type"] == "Opaque" and secret["metadata"]["namespace"] == NAMESPACE
+    ds = datasource_file(secret)
+    assert ds["type"] == "loki" and ds["url"] == f"http://{FULLNAME}.{NAMESPACE}.svc:4318"
+    assert ds["jsonData"]["httpHeaderName1"] == "X-API-Key"
+    assert ds["secureJsonData"] == {"httpHeaderValue1": key}, ds["secureJsonData"]
+    # The key is in no ConfigMap, and nowhere in plain text outside the Secrets' base64.
+    assert not [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"] == DATASOURCE]
+    for path, body in rendered.items():
+        assert key not in body, f"{path} shows the key in plain text"
+    # Keys are literal: Grafana's $ expansion and YAML quoting must not change them.
+    for odd in ['k$y"with: quotes', "$LOGHAUL_API_KEY", "ends-with$", "a$$b", "#hash and 'single'"]:
+        s = one(manifests(render({"grafanaDatasource": {"enabled": True, "apiKey": {"value": odd}}})), "Secret", DATASOURCE)
+        header = datasource_file(s)["secureJsonData"]["httpHeaderValue1"]
+        assert grafana_expands(header, {"LOGHAUL_API_KEY": "wrong", "y": "wrong"}) == odd, (odd, header)
+    # A key this release does not accept would make every query fail.
+    expect_render_failure({"apiKeys": {"k1": "t"}, "grafanaDatasource": {"enabled": True, "apiKey": {"value": "nope"}}},
+                          "grafanaDatasource.apiKey.value", "apiKeys")
+    # ...unless Grafana queries some other loghaul.
+    elsewhere = {"apiKeys": {"k1": "t"}, "grafanaDatasource": {"enabled": True, "url": "https://logs.example.com",
+                                                              "apiKey": {"value": "remote-key"}}}
+    assert datasource_file(one(manifests(render(elsewhere)), "Secret", DATASOURCE))["url"] == "https://logs.example.com"
+
+
+@check
+def grafana_datasource_url_follows_tls_or_override():
+    tls = {"tls": {"enabled": True, "secretName": "loghaul-tls"}, "grafanaDatasource": {"enabled": True}}
+    ds = datasource_file(one(manifests(render(tls)), "ConfigMap", DATASOURCE))
+    assert ds["url"] == f"https://{FULLNAME}.{NAMESPACE}.svc:4318", f"tls.enabled must make it https: {ds['url']}"
+    full = datasource_file(one(manifests(render(FULL)), "ConfigMap", DATASOURCE))
+    assert full["url"] == f"https://{FULLNAME}.{NAMESPACE}.svc:4318", full["url"]
+    for url in ["https://loghaul.example.com", "http://loghaul-gateway.logging:3100/loghaul", "http://${LOGHAUL_HOST}:4318"]:
+        ds = datasource_file(one(manifests(render(merged(tls, {"grafanaDatasource": {"url": url}}))), "ConfigMap", DATASOURCE))
+        assert ds["url"] == url, (url, ds["url"])
+    # Without the HTTP listener there is nothing in-cluster to query, unless the URL points elsewhere.
+    off = {"config": {"httpListenEnabled": False}, "grafanaDatasource": {"enabled": True}}
+    expect_render_failure(off, "grafanaDatasource", "httpListenEnabled")
+    ds = datasource_file(one(manifests(render(merged(off, {"grafanaDatasource": {"url": "https://logs.example.com"}}))),
+                             "ConfigMap", DATASOURCE))
+    assert ds["url"] == "https://logs.example.com"
+    # NOTES say where the data source is and how Grafana gets the key.
+    notes = render(tls)["loghaul/templates/NOTES.txt"]
+    assert f"https://{FULLNAME}.{NAMESPACE}.svc:4318" in notes and "LOGHAUL_API_KEY" in notes and DATASOURCE in notes, notes
+    assert "LOGHAUL_API_KEY" not in render()["loghaul/templates/NOTES.txt"]
+
+
+@check
+def grafana_datasource_schema_is_strict():
+    chart().validate_schema({"grafanaDatasource": {"enabled": True, "url": "https://a.example.com/x", "apiKey": {"value": "k"}}})
+    expect_schema_rejects({"grafanaDatasource": {"enabled": True, "uri": "http://x"}}, "uri")
+    expect_schema_rejects({"grafanaDatasource": {"apiKey": {"secret": "k"}}}, "secret")
+    expect_schema_rejects({"grafanaDatasource": {"enabled": "yes"}}, "enabled")
+    expect_schema_rejects({"grafanaDatasource": {"isDefault": "true"}}, "isDefault")
+    expect_schema_rejects({"grafanaDatasource": {"maxLines": "1000"}}, "maxLines")
+    expect_schema_rejects({"grafanaDatasource": {"maxLines": 0}}, "maxLines")
+    expect_schema_rejects({"grafanaDatasource": {"timeout": "60s"}}, "timeout")
+    expect_schema_rejects({"grafanaDatasource": {"timeout": 0}}, "timeout")
+    expect_schema_rejects({"grafanaDatasource": {"name": ""}}, "name")
+    expect_schema_rejects({"grafanaDatasource": {"url": "loghaul.logs.svc:4318"}}, "url")
+    expect_schema_rejects({"grafanaDatasource": {"url": "http://loghaul:4318/?x=1"}}, "url")
+    expect_schema_rejects({"grafanaDatasource": {"apiKey": {"envVar": "LOGHAUL-KEY"}}}, "envVar")
+    expect_schema_rejects({"grafanaDatasource": {"apiKey": {"envVar": ""}}}, "envVar")
+    expect_schema_rejects({"grafanaDatasource": {"apiKey": {"value": 12345}}}, "value")
+    expect_schema_rejects({"grafanaDatasource": {"labels": {"grafana_datasource": 1}}}, "labels")
 
 
 @check
@@ -975,9 +1139,11 @@ def manifests_pass_kubernetes_validate_strict():
         "sqlite existing claim + storage class": {"persistence": {"existingClaim": "c", "storageClass": "fast"}},
         "sqlite storage class": {"persistence": {"storageClass": "-"}, "preStopSleepSeconds": 3},
         "hard anti-affinity + min pdb": {"podAntiAffinityPreset": "hard", "podDisruptionBudget": {"minAvailable": 1}},
-        "http ingest off": merged(FULL, {"config": {"httpListenEnabled": False}}),
+        "http ingest off": merged(FULL, {"config": {"httpListenEnabled": False}, "grafanaDatasource": {"enabled": False}}),
         "http ingest own peers + cors": merged(FULL, {"networkPolicy": {"http": {"from": [{"podSelector": {}}]}},
                                                       "config": {"httpCorsOrigins": "*"}}),
+        "grafana data source as a Secret": merged(FULL, {"grafanaDatasource": {
+            "apiKey": {"value": "key-a"}, "namespace": "monitoring", "annotations": {"grafana_folder": "Logging"}}}),
     }
     validated = 0
     skipped: set[str] = set()

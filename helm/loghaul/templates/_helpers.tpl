@@ -204,6 +204,41 @@ tls-client-ca = "/etc/loghaul-tls/ca.crt"
 {{- end }}
 {{- end }}
 
+{{/* Base URL of the Grafana data source: grafanaDatasource.url, or this release's Service on the HTTP ingest port
+(Grafana appends /loki/api/v1/...). */}}
+{{- define "loghaul.grafanaDatasourceUrl" -}}
+{{- if .Values.grafanaDatasource.url }}
+{{- .Values.grafanaDatasource.url }}
+{{- else }}
+{{- printf "%s://%s.%s.svc:%d" (ternary "https" "http" .Values.tls.enabled) (include "loghaul.fullname" .) .Release.Namespace (int .Values.service.ports.http) }}
+{{- end }}
+{{- end }}
+
+{{/* Grafana's data source provisioning file: loghaul as a Loki data source. The API key is sent as X-API-Key; it is a
+${ENV} reference that Grafana expands when it loads the file, or, with apiKey.value, the key itself (then the file is
+only ever rendered into a Secret). Grafana expands $ in every value of the file; "$$" is its literal "$". */}}
+{{- define "loghaul.grafanaDatasourceFile" -}}
+{{- $ds := .Values.grafanaDatasource }}
+{{- $header := printf "${%s}" $ds.apiKey.envVar }}
+{{- with $ds.apiKey.value }}
+{{- $header = replace "$" "$$" (toString .) }}
+{{- end -}}
+# Grafana data source provisioning file, rendered by the loghaul Helm chart.
+apiVersion: 1
+datasources:
+  - name: {{ toJson (toString $ds.name) }}
+    type: loki
+    access: proxy
+    url: {{ include "loghaul.grafanaDatasourceUrl" . | toJson }}
+    isDefault: {{ $ds.isDefault }}
+    jsonData:
+      maxLines: {{ int64 $ds.maxLines }}
+      timeout: {{ int64 $ds.timeout }}
+      httpHeaderName1: X-API-Key
+    secureJsonData:
+      httpHeaderValue1: {{ toJson $header }}
+{{- end }}
+
 {{/* Combinations that render but cannot work; fails with a message saying what to change. */}}
 {{- define "loghaul.validate" -}}
 {{- if and .Values.tls.enabled (not .Values.tls.secretName) }}
@@ -220,6 +255,15 @@ tls-client-ca = "/etc/loghaul-tls/ca.crt"
 {{- end }}
 {{- if and .Values.apiKeys .Values.apiKeysExistingSecret }}
 {{- fail "loghaul: set either apiKeys or apiKeysExistingSecret, not both" }}
+{{- end }}
+{{- if .Values.grafanaDatasource.enabled }}
+{{- if and (not .Values.grafanaDatasource.url) (not (include "loghaul.httpEnabled" .)) }}
+{{- fail "loghaul: grafanaDatasource needs config.httpListenEnabled (Grafana queries the Loki API on the HTTP ingest port), or a grafanaDatasource.url to query instead" }}
+{{- end }}
+{{- $key := toString (default "" .Values.grafanaDatasource.apiKey.value) }}
+{{- if and $key (not .Values.grafanaDatasource.url) .Values.apiKeys (not (hasKey .Values.apiKeys $key)) }}
+{{- fail "loghaul: grafanaDatasource.apiKey.value is not one of apiKeys, so this release would refuse Grafana's queries; use one of its keys" }}
+{{- end }}
 {{- end }}
 {{- if eq (include "loghaul.dbMode" .) "sqlite" }}
 {{- if gt (int .Values.replicaCount) 1 }}
