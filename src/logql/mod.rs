@@ -9,8 +9,12 @@
 //! - [`parser`]: the grammar, and the limits (length, nesting, range) a hostile query meets first.
 
 pub mod ast;
+pub mod eval;
+pub mod labels;
 pub mod lexer;
 pub mod parser;
+pub mod pipeline;
+pub mod plan;
 
 pub use ast::Query;
 pub use parser::parse;

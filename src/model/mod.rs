@@ -6,6 +6,7 @@
 pub mod cursor;
 pub mod filter;
 pub mod reject;
+pub mod selection;
 
 /// A read request that cannot be served as asked (a bad time range, page size or cursor); the
 /// message says which and why. Becomes `INVALID_ARGUMENT` (HTTP 400).

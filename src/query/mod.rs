@@ -16,6 +16,7 @@
 pub mod admission;
 pub use crate::model::{cursor, filter};
 pub mod limits;
+pub mod loki;
 pub mod render;
 pub mod service;
 pub mod tail;

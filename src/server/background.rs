@@ -201,6 +201,7 @@ fn serve_http_ingest(
 ) -> Listener {
     let ingest = HttpIngest::new(
         core.pipeline.ingress(),
+        core.reads.clone(),
         core.limits,
         Arc::clone(&core.keys),
         config,

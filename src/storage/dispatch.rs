@@ -15,6 +15,7 @@ use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
 use super::stored::{Batch, Budget, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
+use crate::model::selection::{Order, Selection, VolumeRow};
 
 /// Runs the same code on whichever backend the handle `$handle` (an enum with a `Postgres` and a
 /// `Sqlite` variant) holds, with `$backend` bound to the backend's own value. With `into Other(…)`
@@ -138,6 +139,31 @@ impl Reader {
         budget: Budget,
     ) -> Result<Batch, StoreError> {
         dispatch!(self, reader => reader.page(tenant, filter, after, budget).await)
+    }
+
+    /// Streams the tenant's rows of `selection` in `order` to `sink` until it returns false, at
+    /// most `limit` (given only when the selection holds every condition of the query). A row
+    /// the selection lets through may still fail the query: its engine checks each one.
+    pub async fn select(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        order: Order,
+        limit: Option<usize>,
+        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        dispatch!(self, reader => reader.select(tenant, selection, order, limit, sink).await)
+    }
+
+    /// The tenant's volume rollup over `selection` (its time range, services and severities):
+    /// per minute, service and severity, in that order, at most `max_rows` rows.
+    pub async fn volume(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        max_rows: usize,
+    ) -> Result<Vec<VolumeRow>, StoreError> {
+        dispatch!(self, reader => reader.volume(tenant, selection, max_rows).await)
     }
 
     /// A tail reading on this pool: after the cursor's record, or from now.

@@ -28,6 +28,7 @@ pub mod postgres;
 mod row;
 pub(crate) mod sqlite;
 mod stored;
+mod volume;
 
 pub use connect::{redact_url, Backend, PoolOptions};
 pub use dispatch::{Reader, RetentionSession, Store, Tail};

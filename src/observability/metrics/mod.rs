@@ -181,6 +181,12 @@ pub struct Metrics {
     pub queries: CounterVec<1>,
     /// Time to answer one Query page.
     pub query_duration: Histogram,
+    /// Loki query API requests, by endpoint and outcome.
+    pub loki_queries: CounterVec<2>,
+    /// Time to answer one Loki query API request.
+    pub loki_query_duration: Histogram,
+    /// Metric queries' range functions, by what answered them: the rollup or a scan.
+    pub loki_metric_sources: CounterVec<1>,
     /// Reads refused before they ran, by reason and tenant.
     pub reads_refused: CounterVec<2>,
     /// Tail streams open now.
@@ -374,6 +380,15 @@ impl Metrics {
                 ["outcome"],
             ),
             query_duration: seconds("loghaul_query_duration_seconds", "Time to answer one Query page."),
+            loki_queries: CounterVec::register(
+                Series::new("loghaul_loki_queries_total", Count, "Loki query API requests (the HTTP listener's /loki/api/v1/... reads), by endpoint (query_range, query, labels, label_values, series, volume, volume_range, tail) and outcome (ok, bad_request, unauthenticated, forbidden, too_many_reads, deadline_exceeded, store_unavailable, ...)."),
+                ["endpoint", "outcome"],
+            ),
+            loki_query_duration: seconds("loghaul_loki_query_duration_seconds", "Time to answer one Loki query API request."),
+            loki_metric_sources: CounterVec::register(
+                Series::new("loghaul_loki_metric_sources_total", Count, "Range functions of LogQL metric queries, by what answered them: rollup (the per-minute log_volume table) or scan (the rows)."),
+                ["source"],
+            ),
             reads_refused: CounterVec::register(
                 Series::new("loghaul_reads_refused_total", Count, "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant; tenant_tails, tails: a Tail past --max-tails-per-tenant, --max-tails) and tenant."),
                 ["reason", "tenant"],

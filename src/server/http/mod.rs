@@ -8,7 +8,8 @@
 //!    validates each record and queues the valid ones through the shared pipeline;
 //! 4. [`reply`]: the answer, sent once the records are committed, in the protocol's own form.
 //!
-//! [`cors`] lets listed browser origins send.
+//! [`cors`] lets listed browser origins send. The same listener serves Loki's query API
+//! ([`crate::server::loki::query`]), so one URL is both where shippers push and where Grafana reads.
 
 pub(crate) mod auth;
 pub(crate) mod body;
@@ -32,7 +33,9 @@ use crate::auth::{KeyStore, Tenant};
 use crate::config::ServeConfig;
 use crate::observability::metrics::metrics;
 use crate::pipeline::{Ingress, Meter};
+use crate::query::Reads;
 use crate::server::inflate::Compression;
+use crate::server::loki::query::LokiApi;
 use crate::server::loki::Pusher;
 use crate::server::otlp::export::Exporter;
 use crate::server::validate::Limits;
@@ -53,18 +56,21 @@ pub struct HttpIngest {
     exporter: Exporter,
     pusher: Pusher,
     cors: Arc<Cors>,
+    loki_api: LokiApi,
 }
 
 impl HttpIngest {
-    /// The handlers of `loghaul serve`, feeding `ingress`.
+    /// The handlers of `loghaul serve`, feeding `ingress` and reading through `reads`.
     pub fn new(
         ingress: Ingress,
+        reads: Reads,
         limits: Limits,
         keys: Arc<KeyStore>,
         config: &ServeConfig,
     ) -> Self {
         let idle = config.stream_idle_timeout.0;
         HttpIngest {
+            loki_api: LokiApi::new(reads, Arc::clone(&keys)),
             reception: Reception {
                 ingress: ingress.clone(),
                 keys,
@@ -89,11 +95,13 @@ pub async fn serve(
     tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let reads = crate::server::loki::query::routes(ingest.loki_api.clone());
     let app = Router::new()
         .route(OTLP_LOGS_PATH, post(otlp_logs).options(preflight))
         .route(LOKI_PUSH_PATH, post(loki_push).options(preflight))
         .fallback(unknown_path)
-        .with_state(ingest);
+        .with_state(ingest)
+        .merge(reads);
     serve_http(listener, app, limits, tls, "ingest", shutdown).await
 }
 
@@ -145,7 +153,7 @@ async fn preflight(State(ingest): State<HttpIngest>, headers: HeaderMap) -> Resp
 async fn unknown_path() -> Response<Body> {
     count("other", "not_found");
     let text = format!(
-        "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP) and POST {LOKI_PUSH_PATH} (Loki push)\n"
+        "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP), POST {LOKI_PUSH_PATH} (Loki push) and GET /loki/api/v1/query_range, /query, /labels, /label/NAME/values, /series, /index/volume, /index/volume_range (Loki's query API)\n"
     );
     reply::response(
         StatusCode::NOT_FOUND,

@@ -7,9 +7,11 @@
 //! - [`proto`]: Loki's messages, generated from `proto/logproto/push.proto`.
 //! - [`json`]: the JSON form transcoded to the protobuf one.
 //! - [`labels`]: stream labels, and how they become a record's fields.
+//! - [`query`]: the other direction, Loki's query API, for Grafana.
 
 pub mod json;
 pub mod labels;
+pub mod query;
 
 /// Loki's push messages (`logproto`), with Loki's names and field numbers.
 #[allow(missing_docs, clippy::all)]

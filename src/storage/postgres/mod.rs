@@ -7,6 +7,7 @@ mod citus;
 mod copy;
 mod read;
 mod retention;
+mod select;
 mod tail;
 mod write;
 

@@ -87,7 +87,7 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str
     }
 }
 
-fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
+pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
     Ok(StoredRow {
         id: row.try_get("id")?,
         ts: row.try_get("ts")?,

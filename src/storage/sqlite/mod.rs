@@ -7,6 +7,7 @@
 mod checkpoint;
 mod read;
 mod retention;
+mod select;
 mod tail;
 mod write;
 

@@ -107,7 +107,7 @@ impl DerefMut for ReadConnection {
     }
 }
 
-fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
+pub(super) fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
     Ok(StoredRow {
         id: row.try_get("id")?,
         ts: from_micros(row.try_get("ts")?),
@@ -132,6 +132,8 @@ impl SqliteReader {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|err| StoreError::Url(format!("{url}: {err}")))?
             .read_only(true)
+            // LogQL's regular expressions, with Rust's engine (the one the query engine uses).
+            .with_regexp()
             .busy_timeout(timeout.min(MAX_BUSY_TIMEOUT));
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.max(1))

@@ -1,6 +1,6 @@
-//! Writing to SQLite: a batch in one transaction (with the claim of its chunk keys), as a few
-//! multi-row `INSERT … VALUES` with every value bound, each write in a writer's turn (see
-//! `checkpoint.rs`).
+//! Writing to SQLite: a batch in one transaction (with the claim of its chunk keys and its counts
+//! in the volume rollup), as a few multi-row `INSERT … VALUES` with every value bound, each write
+//! in a writer's turn (see `checkpoint.rs`).
 
 use std::sync::OnceLock;
 
@@ -11,6 +11,7 @@ use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{classify, StoreError};
 use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
+use crate::storage::volume;
 
 /// Rows per multi-row `INSERT … VALUES`: the largest statement binds 9 values a row, 2304 in all,
 /// far below SQLite's limit of 32766. A batch is written as statements of 256 rows and one of each
@@ -62,6 +63,28 @@ async fn write_rows(
         query.execute(&mut *conn).await?;
         rest = tail;
     }
+    Ok(())
+}
+
+/// Adds a batch's groups, bound as one JSON array `[[tenant, minute, service, severity, records,
+/// bytes], …]`, to the rollup.
+const VOLUME_SQL: &str = "INSERT INTO log_volume (tenant, minute, service, severity, records, bytes) \
+     SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 FROM json_each(?1) WHERE true \
+     ON CONFLICT (tenant, minute, service, severity) DO UPDATE \
+     SET records = records + excluded.records, bytes = bytes + excluded.bytes";
+
+/// Adds `rows` to the volume rollup on `conn`.
+async fn add_volume(conn: &mut SqliteConnection, rows: &[Row<'_>]) -> Result<(), sqlx::Error> {
+    let groups: Vec<(&str, i64, &str, i16, i64, i64)> = volume::groups(rows)
+        .into_iter()
+        .map(|g| {
+            (
+                g.tenant, g.minute, g.service, g.severity, g.records, g.bytes,
+            )
+        })
+        .collect();
+    let groups = serde_json::to_string(&groups).expect("groups serialize");
+    sqlx::query(VOLUME_SQL).bind(groups).execute(conn).await?;
     Ok(())
 }
 
@@ -146,7 +169,8 @@ impl SqliteStore {
         let mut conn = self.pool.acquire().await.map_err(fail)?;
         // A batch of several statements is still stored whole or not at all.
         in_transaction(&mut conn, true, async |conn| {
-            write_rows(conn, rows, received_at).await
+            write_rows(conn, rows, received_at).await?;
+            add_volume(conn, rows).await
         })
         .await
         .map_err(fail)
@@ -170,6 +194,9 @@ impl SqliteStore {
             let claimed = claimed_in_order(claims, inserted);
             let kept = kept_rows(rows, claims, &claimed);
             write_rows(conn, &kept, received_at).await?;
+            if !kept.is_empty() {
+                add_volume(conn, &kept).await?;
+            }
             Ok(claimed)
         })
         .await

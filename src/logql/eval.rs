@@ -1,0 +1,446 @@
+//! Metric queries as numbers: the steps of a range query, the series a range function makes
+//! from the lines it is given, and the aggregations and arithmetic over them, as Loki computes
+//! them. A step with no line in its range has no point (Loki leaves it out).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::ast::*;
+use super::labels::Labels;
+
+/// The most points one series may have, as in Loki.
+pub const MAX_POINTS: i64 = 11_000;
+/// The most series one query may make, as Loki's default `max_query_series`.
+pub const MAX_SERIES: usize = 500;
+
+/// Why a metric query cannot be computed as asked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EvalError(pub String);
+
+/// The instants a query is evaluated at: `start`, `start + step`, … up to `end`, in nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Steps {
+    /// The first instant.
+    pub start: i64,
+    /// Between two instants (positive).
+    pub step: i64,
+    /// How many instants.
+    pub count: usize,
+}
+
+impl Steps {
+    /// The instants from `start` to `end` inclusive, refused past [`MAX_POINTS`].
+    pub fn new(start: i64, end: i64, step: i64) -> Result<Self, EvalError> {
+        if step <= 0 {
+            return Err(EvalError(
+                "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
+            ));
+        }
+        if end < start {
+            return Err(EvalError("the end is before the start".into()));
+        }
+        let count = (end - start) / step + 1;
+        if count > MAX_POINTS {
+            return Err(EvalError(format!(
+                "exceeded maximum resolution of {MAX_POINTS} points per timeseries; try increasing the value of the step parameter (the query asks for {count})"
+            )));
+        }
+        Ok(Steps {
+            start,
+            step,
+            count: count as usize,
+        })
+    }
+
+    /// The instant at `index`.
+    pub fn at(&self, index: usize) -> i64 {
+        self.start + self.step * index as i64
+    }
+
+    /// The last instant.
+    pub fn end(&self) -> i64 {
+        self.at(self.count - 1)
+    }
+
+    /// The indexes of the instants whose range `(t - range, t]` holds `ts`, that is the `t` in
+    /// `[ts, ts + range)`.
+    fn covering(&self, ts: i64, range: i64) -> std::ops::Range<usize> {
+        let first = ceil_div(ts - self.start, self.step).max(0);
+        let past = ceil_div(ts + range - self.start, self.step).clamp(0, self.count as i64);
+        (first.min(past) as usize)..(past as usize)
+    }
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    let q = a.div_euclid(b);
+    if a.rem_euclid(b) == 0 {
+        q
+    } else {
+        q + 1
+    }
+}
+
+/// One series: its labels and its value at each step (`None`: no point).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// The labels.
+    pub labels: Labels,
+    /// One value per step.
+    pub points: Vec<Option<f64>>,
+}
+
+/// What a metric expression evaluates to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A plain number.
+    Scalar(f64),
+    /// Series over the steps.
+    Matrix(Vec<Series>),
+}
+
+/// Sums lines into a range function's series: each line counts (or its bytes do) at every step
+/// whose range holds it.
+#[derive(Debug)]
+pub struct RangeAccumulator {
+    function: RangeFunction,
+    range: i64,
+    steps: Steps,
+    series: HashMap<Labels, Vec<Option<f64>>>,
+}
+
+impl RangeAccumulator {
+    /// An empty accumulator of `function` over `range` nanoseconds at `steps`.
+    pub fn new(function: RangeFunction, range: i64, steps: Steps) -> Self {
+        RangeAccumulator {
+            function,
+            range,
+            steps,
+            series: HashMap::new(),
+        }
+    }
+
+    /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`; refused once the
+    /// query has more series than [`MAX_SERIES`].
+    pub fn add(&mut self, labels: Labels, ts: i64, bytes: usize) -> Result<(), EvalError> {
+        self.add_many(labels, ts, 1, bytes as u64)
+    }
+
+    /// Adds `count` lines of `bytes` in all, all at `ts`.
+    pub fn add_many(
+        &mut self,
+        labels: Labels,
+        ts: i64,
+        count: u64,
+        bytes: u64,
+    ) -> Result<(), EvalError> {
+        let covering = self.steps.covering(ts, self.range);
+        if covering.is_empty() {
+            return Ok(());
+        }
+        let series_count = self.series.len();
+        let points = match self.series.get_mut(&labels) {
+            Some(points) => points,
+            None => {
+                if series_count >= MAX_SERIES {
+                    return Err(EvalError(format!(
+                        "maximum number of series ({MAX_SERIES}) reached for a single query; narrow the selector or aggregate with sum by (…)"
+                    )));
+                }
+                self.series
+                    .entry(labels)
+                    .or_insert_with(|| vec![None; self.steps.count])
+            }
+        };
+        let amount = match self.function {
+            RangeFunction::CountOverTime | RangeFunction::Rate => count as f64,
+            RangeFunction::BytesOverTime | RangeFunction::BytesRate => bytes as f64,
+        };
+        for point in &mut points[covering] {
+            *point.get_or_insert(0.0) += amount;
+        }
+        Ok(())
+    }
+
+    /// The series, rates divided by the range in seconds.
+    pub fn finish(self) -> Vec<Series> {
+        let per_second = matches!(
+            self.function,
+            RangeFunction::Rate | RangeFunction::BytesRate
+        );
+        let seconds = self.range as f64 / 1e9;
+        let mut series: Vec<Series> = self
+            .series
+            .into_iter()
+            .map(|(labels, mut points)| {
+                if per_second {
+                    for value in points.iter_mut().flatten() {
+                        *value /= seconds;
+                    }
+                }
+                Series { labels, points }
+            })
+            .collect();
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        series
+    }
+}
+
+/// The labels an aggregation keeps of `labels`.
+fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
+    match grouping {
+        None => Labels::new(),
+        Some(Grouping {
+            without: false,
+            labels: by,
+        }) => labels
+            .iter()
+            .filter(|(name, _)| by.contains(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+        Some(Grouping {
+            without: true,
+            labels: without,
+        }) => labels
+            .iter()
+            .filter(|(name, _)| !without.contains(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect(),
+    }
+}
+
+/// `op by/without (…) (series)`, step by step; `parameter` is topk's k.
+pub fn aggregate(
+    op: AggregateOp,
+    grouping: &Option<Grouping>,
+    parameter: Option<f64>,
+    series: Vec<Series>,
+    steps: usize,
+) -> Result<Vec<Series>, EvalError> {
+    let mut groups: BTreeMap<Labels, Vec<Series>> = BTreeMap::new();
+    for one in series {
+        groups
+            .entry(group_key(grouping, &one.labels))
+            .or_default()
+            .push(one);
+    }
+    if op == AggregateOp::Topk {
+        let k = parameter.unwrap_or(0.0);
+        if !(k >= 1.0 && k.fract() == 0.0) {
+            return Err(EvalError(format!(
+                "topk's parameter must be a whole number of at least 1, not {k}"
+            )));
+        }
+        return Ok(groups
+            .into_values()
+            .flat_map(|members| top_k(members, k as usize, steps))
+            .collect());
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(labels, members)| {
+            let points = (0..steps)
+                .map(|at| {
+                    let values: Vec<f64> = members.iter().filter_map(|s| s.points[at]).collect();
+                    if values.is_empty() {
+                        return None;
+                    }
+                    Some(match op {
+                        AggregateOp::Sum => values.iter().sum(),
+                        AggregateOp::Count => values.len() as f64,
+                        AggregateOp::Avg => values.iter().sum::<f64>() / values.len() as f64,
+                        AggregateOp::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
+                        AggregateOp::Max => {
+                            values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                        }
+                        AggregateOp::Topk => unreachable!("handled above"),
+                    })
+                })
+                .collect();
+            Series { labels, points }
+        })
+        .filter(|series| series.points.iter().any(Option::is_some))
+        .collect())
+}
+
+/// The `k` largest of `members` at each step; a series keeps the points where it is among them.
+fn top_k(members: Vec<Series>, k: usize, steps: usize) -> Vec<Series> {
+    let mut kept: Vec<Series> = members
+        .iter()
+        .map(|s| Series {
+            labels: s.labels.clone(),
+            points: vec![None; steps],
+        })
+        .collect();
+    for at in 0..steps {
+        let mut present: Vec<(usize, f64)> = members
+            .iter()
+            .enumerate()
+            .filter_map(|(index, s)| s.points[at].map(|value| (index, value)))
+            .collect();
+        present.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (index, value) in present.into_iter().take(k) {
+            kept[index].points[at] = Some(value);
+        }
+    }
+    kept.retain(|series| series.points.iter().any(Option::is_some));
+    kept
+}
+
+fn apply(op: BinaryOp, left: f64, right: f64) -> f64 {
+    match op {
+        BinaryOp::Add => left + right,
+        BinaryOp::Sub => left - right,
+        BinaryOp::Mul => left * right,
+        BinaryOp::Div => left / right,
+    }
+}
+
+/// `left op right`: numbers with numbers, each point with a number, and series with the series
+/// of the other side that have the same labels.
+pub fn binary(op: BinaryOp, left: Value, right: Value) -> Value {
+    let map = |series: Vec<Series>, f: &dyn Fn(f64) -> f64| {
+        series
+            .into_iter()
+            .map(|s| Series {
+                labels: s.labels,
+                points: s.points.into_iter().map(|p| p.map(f)).collect(),
+            })
+            .collect()
+    };
+    match (left, right) {
+        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(apply(op, a, b)),
+        (Value::Matrix(series), Value::Scalar(b)) => {
+            Value::Matrix(map(series, &|a| apply(op, a, b)))
+        }
+        (Value::Scalar(a), Value::Matrix(series)) => {
+            Value::Matrix(map(series, &|b| apply(op, a, b)))
+        }
+        (Value::Matrix(left), Value::Matrix(right)) => {
+            let by_labels: HashMap<&Labels, &Series> =
+                right.iter().map(|s| (&s.labels, s)).collect();
+            Value::Matrix(
+                left.iter()
+                    .filter_map(|l| {
+                        let r = by_labels.get(&l.labels)?;
+                        let points = l
+                            .points
+                            .iter()
+                            .zip(&r.points)
+                            .map(|(a, b)| Some(apply(op, (*a)?, (*b)?)))
+                            .collect::<Vec<_>>();
+                        points.iter().any(Option::is_some).then(|| Series {
+                            labels: l.labels.clone(),
+                            points,
+                        })
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// `vector(value)`: one series without labels, `value` at every step.
+pub fn vector(value: f64, steps: usize) -> Value {
+    Value::Matrix(vec![Series {
+        labels: Labels::new(),
+        points: vec![Some(value); steps],
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_line_counts_at_every_step_whose_range_holds_it() {
+        let steps = Steps::new(60 * S, 180 * S, 60 * S).unwrap();
+        assert_eq!(steps.count, 3);
+        // (t - 120s, t]: a line at 61s counts at 120s and 180s, one at 60s at 60s and 120s.
+        assert_eq!(steps.covering(61 * S, 120 * S), 1..3);
+        assert_eq!(steps.covering(60 * S, 120 * S), 0..2);
+        assert_eq!(
+            steps.covering(0, 60 * S),
+            0..0,
+            "its range ends before the first step"
+        );
+        assert_eq!(steps.covering(500 * S, 60 * S), 3..3);
+        let mut acc = RangeAccumulator::new(RangeFunction::Rate, 60 * S, steps);
+        let api = labels(&[("service_name", "api")]);
+        for ts in [61, 62, 119, 150] {
+            acc.add(api.clone(), ts * S, 10).unwrap();
+        }
+        let series = acc.finish();
+        assert_eq!(series.len(), 1);
+        assert_eq!(series[0].points, [None, Some(3.0 / 60.0), Some(1.0 / 60.0)]);
+    }
+
+    #[test]
+    fn too_many_points_or_series_are_refused() {
+        assert!(Steps::new(0, 20_000 * S, S).is_err());
+        assert!(Steps::new(0, 10 * S, 0).is_err());
+        let steps = Steps::new(0, 0, S).unwrap();
+        let mut acc = RangeAccumulator::new(RangeFunction::CountOverTime, S, steps);
+        for n in 0..MAX_SERIES {
+            acc.add(labels(&[("n", &n.to_string())]), 0, 1).unwrap();
+        }
+        let err = acc.add(labels(&[("n", "last")]), 0, 1).unwrap_err();
+        assert!(err.0.contains("maximum number of series"), "{err}");
+    }
+
+    #[test]
+    fn aggregations_and_arithmetic_work_point_by_point() {
+        let series = vec![
+            Series {
+                labels: labels(&[("level", "info"), ("pod", "a")]),
+                points: vec![Some(1.0), None],
+            },
+            Series {
+                labels: labels(&[("level", "info"), ("pod", "b")]),
+                points: vec![Some(3.0), Some(5.0)],
+            },
+            Series {
+                labels: labels(&[("level", "error"), ("pod", "a")]),
+                points: vec![Some(2.0), None],
+            },
+        ];
+        let by_level = Some(Grouping {
+            without: false,
+            labels: vec!["level".into()],
+        });
+        let sum = aggregate(AggregateOp::Sum, &by_level, None, series.clone(), 2).unwrap();
+        assert_eq!(sum[0].labels, labels(&[("level", "error")]));
+        assert_eq!(sum[1].points, [Some(4.0), Some(5.0)]);
+        let avg = aggregate(AggregateOp::Avg, &None, None, series.clone(), 2).unwrap();
+        assert_eq!(avg[0].points, [Some(2.0), Some(5.0)]);
+        let count = aggregate(AggregateOp::Count, &None, None, series.clone(), 2).unwrap();
+        assert_eq!(count[0].points, [Some(3.0), Some(1.0)]);
+        let top = aggregate(AggregateOp::Topk, &None, Some(1.0), series.clone(), 2).unwrap();
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].labels["pod"], "b");
+        assert!(aggregate(AggregateOp::Topk, &None, Some(0.5), series, 2).is_err());
+
+        let two = binary(BinaryOp::Add, vector(1.0, 1), vector(1.0, 1));
+        assert_eq!(two, vector(2.0, 1));
+        let doubled = binary(BinaryOp::Mul, sum_value(), Value::Scalar(2.0));
+        let Value::Matrix(doubled) = doubled else {
+            panic!()
+        };
+        assert_eq!(doubled[0].points, [Some(2.0), None]);
+    }
+
+    fn sum_value() -> Value {
+        Value::Matrix(vec![Series {
+            labels: Labels::new(),
+            points: vec![Some(1.0), None],
+        }])
+    }
+}

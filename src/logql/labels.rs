@@ -1,0 +1,135 @@
+//! A stored record's labels, as a Loki reader sees them: `service_name` (the record's service),
+//! `level` and `detected_level` (its severity, by Loki's names), both indexed; and each attribute
+//! as a label (structured metadata in Loki's terms), its name with every character Loki does not
+//! allow in a label name replaced by `_`, its value the attribute's text (or its JSON, for a value
+//! that is not a string).
+
+use std::collections::BTreeMap;
+
+use crate::storage::StoredRow;
+
+/// A set of labels, sorted by name (the order Loki prints them in).
+pub type Labels = BTreeMap<String, String>;
+
+/// The label of the record's service.
+pub const SERVICE_LABEL: &str = "service_name";
+/// The label of its severity, by name.
+pub const LEVEL_LABEL: &str = "level";
+/// The same, under the name Loki gives a level it detected.
+pub const DETECTED_LEVEL_LABEL: &str = "detected_level";
+
+/// Loki's level names, with the severity numbers each covers (OpenTelemetry's ranges).
+pub const LEVELS: [(&str, i16, i16); 7] = [
+    ("unknown", 0, 0),
+    ("trace", 1, 4),
+    ("debug", 5, 8),
+    ("info", 9, 12),
+    ("warn", 13, 16),
+    ("error", 17, 20),
+    ("fatal", 21, 24),
+];
+
+/// The level name of a severity number.
+pub fn level_name(severity: i16) -> &'static str {
+    LEVELS
+        .iter()
+        .find(|(_, low, high)| (*low..=*high).contains(&severity))
+        .map_or("unknown", |(name, _, _)| name)
+}
+
+/// True for the labels that name the severity.
+pub fn is_level_label(name: &str) -> bool {
+    name == LEVEL_LABEL || name == DETECTED_LEVEL_LABEL
+}
+
+/// True for the labels the database indexes (columns, not attributes).
+pub fn is_indexed(name: &str) -> bool {
+    name == SERVICE_LABEL || is_level_label(name)
+}
+
+/// An attribute's key as a label name: characters other than ASCII letters, digits and `_`
+/// become `_`, and a leading digit gets a `_` before it.
+pub fn label_name(key: &str) -> String {
+    let mut name: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, '_');
+    }
+    name
+}
+
+/// A JSON value as a label's value: strings as they are, anything else as its JSON text.
+pub fn label_value(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The labels of the record's stream: service and level.
+pub fn stream_labels(service: &str, severity: i16) -> Labels {
+    let level = level_name(severity).to_owned();
+    Labels::from([
+        (SERVICE_LABEL.to_owned(), service.to_owned()),
+        (LEVEL_LABEL.to_owned(), level.clone()),
+        (DETECTED_LEVEL_LABEL.to_owned(), level),
+    ])
+}
+
+/// Every label of a stored record: its stream's and its attributes'. An attribute whose label
+/// name is already taken (by the stream, or by an earlier attribute) is left out.
+pub fn row_labels(row: &StoredRow) -> Labels {
+    let mut labels = stream_labels(&row.service, row.severity);
+    if let Ok(attributes) =
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes)
+    {
+        for (key, value) in attributes {
+            labels
+                .entry(label_name(&key))
+                .or_insert_with(|| label_value(&value));
+        }
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_cover_every_severity_and_names_are_sanitized() {
+        assert_eq!(level_name(0), "unknown");
+        assert_eq!(level_name(9), "info");
+        assert_eq!(level_name(12), "info");
+        assert_eq!(level_name(17), "error");
+        assert_eq!(level_name(24), "fatal");
+        assert_eq!(level_name(99), "unknown");
+        assert_eq!(label_name("http.status_code"), "http_status_code");
+        assert_eq!(label_name("k8s.pod-name"), "k8s_pod_name");
+        assert_eq!(label_name("2xx"), "_2xx");
+        assert_eq!(label_name(""), "_");
+    }
+
+    #[test]
+    fn a_row_has_its_stream_labels_and_its_attributes() {
+        let row = StoredRow {
+            id: 1,
+            ts: chrono::DateTime::UNIX_EPOCH,
+            received_at: chrono::DateTime::UNIX_EPOCH,
+            severity: 17,
+            service: "checkout".into(),
+            message: "boom".into(),
+            attributes: r#"{"http.status": 500, "user": "ann", "level": "x"}"#.into(),
+            trace_id: None,
+            span_id: None,
+        };
+        let labels = row_labels(&row);
+        assert_eq!(labels["service_name"], "checkout");
+        assert_eq!(labels["level"], "error", "the stream's level wins");
+        assert_eq!(labels["detected_level"], "error");
+        assert_eq!(labels["http_status"], "500");
+        assert_eq!(labels["user"], "ann");
+    }
+}

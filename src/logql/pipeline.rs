@@ -1,0 +1,576 @@
+//! A log query made runnable: its selector's matchers and its stages, with every regular
+//! expression compiled once (under a size limit), applied to each stored row in turn. This is the
+//! authority on what matches: the database's conditions only narrow what it sends.
+
+use regex::{Regex, RegexBuilder};
+
+use super::ast::*;
+use super::labels::{self, Labels};
+use super::lexer;
+use crate::storage::StoredRow;
+
+/// The most memory one compiled regular expression may take; a pattern that needs more is
+/// refused rather than allowed to take the service's memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Loki's label for a stage that could not do its work on a line.
+pub const ERROR_LABEL: &str = "__error__";
+/// The details of that error.
+pub const ERROR_DETAILS_LABEL: &str = "__error_details__";
+
+/// Why a parsed query cannot run: a regular expression or a template it cannot use.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CompileError(pub String);
+
+/// Compiles a regular expression of the query, anchored to the whole value if `whole`.
+pub fn regex(pattern: &str, whole: bool) -> Result<Regex, CompileError> {
+    let source = if whole {
+        format!("^(?:{pattern})$")
+    } else {
+        pattern.to_owned()
+    };
+    RegexBuilder::new(&source)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|err| match err {
+            regex::Error::CompiledTooBig(_) => CompileError(format!(
+                "the regular expression {pattern:?} is too large (limit {} KiB compiled)",
+                REGEX_SIZE_LIMIT >> 10
+            )),
+            other => CompileError(format!("invalid regular expression {pattern:?}: {other}")),
+        })
+}
+
+/// A selector matcher, ready to test a label set.
+#[derive(Clone, Debug)]
+struct LabelMatcher {
+    label: String,
+    test: TextTest,
+}
+
+#[derive(Clone, Debug)]
+enum TextTest {
+    Eq(String),
+    Ne(String),
+    Re(Regex),
+    NotRe(Regex),
+}
+
+impl TextTest {
+    fn new(op: MatchOp, value: &str) -> Result<Self, CompileError> {
+        Ok(match op {
+            MatchOp::Eq => TextTest::Eq(value.to_owned()),
+            MatchOp::Ne => TextTest::Ne(value.to_owned()),
+            MatchOp::Re => TextTest::Re(regex(value, true)?),
+            MatchOp::NotRe => TextTest::NotRe(regex(value, true)?),
+        })
+    }
+
+    fn holds(&self, value: &str) -> bool {
+        match self {
+            TextTest::Eq(text) => value == text,
+            TextTest::Ne(text) => value != text,
+            TextTest::Re(re) => re.is_match(value),
+            TextTest::NotRe(re) => !re.is_match(value),
+        }
+    }
+}
+
+/// One runnable stage.
+#[derive(Clone, Debug)]
+enum Step {
+    Contains(String),
+    NotContains(String),
+    Matches(Regex),
+    NotMatches(Regex),
+    Json,
+    Logfmt,
+    Filter(Condition),
+    Format(Vec<Piece>),
+    Drop(Vec<String>),
+    Keep(Vec<String>),
+}
+
+/// A compiled label filter.
+#[derive(Clone, Debug)]
+enum Condition {
+    Text {
+        label: String,
+        test: TextTest,
+    },
+    Number {
+        label: String,
+        op: CompareOp,
+        value: f64,
+        kind: NumberKind,
+    },
+    And(Box<Condition>, Box<Condition>),
+    Or(Box<Condition>, Box<Condition>),
+}
+
+/// How a label's text becomes a number for a comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NumberKind {
+    Plain,
+    Duration,
+    Bytes,
+}
+
+/// A piece of a `line_format` template.
+#[derive(Clone, Debug, PartialEq)]
+enum Piece {
+    Text(String),
+    Label(String),
+    Line,
+}
+
+/// A log query's matchers and stages, compiled.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    matchers: Vec<LabelMatcher>,
+    steps: Vec<Step>,
+}
+
+/// A row that went through the pipeline: its line and labels as the stages left them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// The line.
+    pub line: String,
+    /// Its labels.
+    pub labels: Labels,
+}
+
+impl Pipeline {
+    /// Compiles `query`.
+    pub fn compile(query: &LogQuery) -> Result<Self, CompileError> {
+        let matchers = query
+            .selector
+            .iter()
+            .map(|matcher| {
+                Ok(LabelMatcher {
+                    label: matcher.label.clone(),
+                    test: TextTest::new(matcher.op, &matcher.value)?,
+                })
+            })
+            .collect::<Result<_, CompileError>>()?;
+        let steps = query
+            .pipeline
+            .iter()
+            .map(compile_stage)
+            .collect::<Result<_, _>>()?;
+        Ok(Pipeline { matchers, steps })
+    }
+
+    /// True when the pipeline has stages: a row the selector matches may still be dropped, or
+    /// its line and labels changed.
+    pub fn has_stages(&self) -> bool {
+        !self.steps.is_empty()
+    }
+
+    /// True when `labels` satisfy the selector (the stages are not run).
+    pub fn selects(&self, labels: &Labels) -> bool {
+        self.matchers.iter().all(|matcher| {
+            let value = labels.get(&matcher.label).map_or("", String::as_str);
+            matcher.test.holds(value)
+        })
+    }
+
+    /// The row's line and labels after the stages; `None` when the row does not match.
+    pub fn process(&self, row: &StoredRow) -> Option<Output> {
+        let mut labels = labels::row_labels(row);
+        if !self.selects(&labels) {
+            return None;
+        }
+        let mut line = row.message.clone();
+        for step in &self.steps {
+            match step {
+                Step::Contains(text) => {
+                    if !line.contains(text.as_str()) {
+                        return None;
+                    }
+                }
+                Step::NotContains(text) => {
+                    if line.contains(text.as_str()) {
+                        return None;
+                    }
+                }
+                Step::Matches(re) => {
+                    if !re.is_match(&line) {
+                        return None;
+                    }
+                }
+                Step::NotMatches(re) => {
+                    if re.is_match(&line) {
+                        return None;
+                    }
+                }
+                Step::Json => parse_json(&line, &mut labels),
+                Step::Logfmt => parse_logfmt(&line, &mut labels),
+                Step::Filter(condition) => {
+                    if !labels.contains_key(ERROR_LABEL) && !condition.holds(&mut labels) {
+                        return None;
+                    }
+                }
+                Step::Format(pieces) => line = format_line(pieces, &line, &labels),
+                Step::Drop(names) => {
+                    for name in names {
+                        labels.remove(name);
+                    }
+                }
+                Step::Keep(names) => labels.retain(|name, _| names.contains(name)),
+            }
+        }
+        Some(Output { line, labels })
+    }
+}
+
+fn compile_stage(stage: &Stage) -> Result<Step, CompileError> {
+    Ok(match stage {
+        Stage::LineFilter { op, pattern } => match op {
+            LineOp::Contains => Step::Contains(pattern.clone()),
+            LineOp::NotContains => Step::NotContains(pattern.clone()),
+            LineOp::Matches => Step::Matches(regex(pattern, false)?),
+            LineOp::NotMatches => Step::NotMatches(regex(pattern, false)?),
+        },
+        Stage::Parser(ParserKind::Json) => Step::Json,
+        Stage::Parser(ParserKind::Logfmt) => Step::Logfmt,
+        Stage::LabelFilter(filter) => Step::Filter(compile_condition(filter)?),
+        Stage::LineFormat(template) => Step::Format(compile_template(template)?),
+        Stage::Drop(names) => Step::Drop(names.clone()),
+        Stage::Keep(names) => Step::Keep(names.clone()),
+    })
+}
+
+fn compile_condition(filter: &LabelFilter) -> Result<Condition, CompileError> {
+    Ok(match filter {
+        LabelFilter::And(left, right) => Condition::And(
+            Box::new(compile_condition(left)?),
+            Box::new(compile_condition(right)?),
+        ),
+        LabelFilter::Or(left, right) => Condition::Or(
+            Box::new(compile_condition(left)?),
+            Box::new(compile_condition(right)?),
+        ),
+        LabelFilter::Compare { label, op, value } => {
+            let number = |value: f64, kind| Condition::Number {
+                label: label.clone(),
+                op: *op,
+                value,
+                kind,
+            };
+            match value {
+                LabelValue::Text(text) => {
+                    let op = match op {
+                        CompareOp::Eq => MatchOp::Eq,
+                        CompareOp::Ne => MatchOp::Ne,
+                        CompareOp::Re => MatchOp::Re,
+                        CompareOp::NotRe => MatchOp::NotRe,
+                        _ => {
+                            return Err(CompileError(format!(
+                                "label {label}: >, >=, < and <= compare numbers, durations or sizes, not the string {text:?}"
+                            )))
+                        }
+                    };
+                    Condition::Text {
+                        label: label.clone(),
+                        test: TextTest::new(op, text)?,
+                    }
+                }
+                _ if matches!(op, CompareOp::Re | CompareOp::NotRe) => {
+                    return Err(CompileError(format!(
+                        "label {label}: =~ and !~ take a quoted regular expression"
+                    )))
+                }
+                LabelValue::Number(value) => number(*value, NumberKind::Plain),
+                LabelValue::Duration(duration) => {
+                    number(duration.as_secs_f64(), NumberKind::Duration)
+                }
+                LabelValue::Bytes(bytes) => number(*bytes as f64, NumberKind::Bytes),
+            }
+        }
+    })
+}
+
+impl Condition {
+    /// Whether the labels pass; a label that is there but is no number of the right kind
+    /// passes with `__error__` set, as in Loki.
+    fn holds(&self, labels: &mut Labels) -> bool {
+        match self {
+            Condition::And(left, right) => left.holds(labels) && right.holds(labels),
+            Condition::Or(left, right) => left.holds(labels) || right.holds(labels),
+            Condition::Text { label, test } => {
+                test.holds(labels.get(label).map_or("", String::as_str))
+            }
+            Condition::Number {
+                label,
+                op,
+                value,
+                kind,
+            } => {
+                let Some(text) = labels.get(label) else {
+                    return false;
+                };
+                let parsed = match kind {
+                    NumberKind::Plain => text.trim().parse::<f64>().ok(),
+                    NumberKind::Duration => lexer::duration(text.trim()).map(|d| d.as_secs_f64()),
+                    NumberKind::Bytes => lexer::bytes(text.trim()).map(|b| b as f64),
+                };
+                let Some(actual) = parsed else {
+                    let details = format!("{label}: {text:?} is not a {kind:?} value");
+                    labels.insert(ERROR_LABEL.into(), "LabelFilterErr".into());
+                    labels.insert(ERROR_DETAILS_LABEL.into(), details);
+                    return true;
+                };
+                match op {
+                    CompareOp::Eq => actual == *value,
+                    CompareOp::Ne => actual != *value,
+                    CompareOp::Gt => actual > *value,
+                    CompareOp::Ge => actual >= *value,
+                    CompareOp::Lt => actual < *value,
+                    CompareOp::Le => actual <= *value,
+                    CompareOp::Re | CompareOp::NotRe => false,
+                }
+            }
+        }
+    }
+}
+
+/// `line_format`'s templates, in the subset that names labels: `{{.name}}` (spaces allowed
+/// inside the braces) and `{{__line__}}`.
+fn compile_template(template: &str) -> Result<Vec<Piece>, CompileError> {
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        if open > 0 {
+            pieces.push(Piece::Text(rest[..open].to_owned()));
+        }
+        let after = &rest[open + 2..];
+        let close = after.find("}}").ok_or_else(|| {
+            CompileError(format!("line_format {template:?}: a {{{{ is not closed"))
+        })?;
+        let action = after[..close].trim();
+        let piece = if action == "__line__" {
+            Piece::Line
+        } else if let Some(name) = action.strip_prefix('.').filter(|name| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }) {
+            Piece::Label(name.to_owned())
+        } else {
+            return Err(CompileError(format!(
+                "line_format: {{{{{action}}}}} is not supported; templates may use {{{{.label}}}} and {{{{__line__}}}}"
+            )));
+        };
+        pieces.push(piece);
+        rest = &after[close + 2..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest.to_owned()));
+    }
+    Ok(pieces)
+}
+
+fn format_line(pieces: &[Piece], line: &str, labels: &Labels) -> String {
+    let mut out = String::new();
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => out.push_str(text),
+            Piece::Label(name) => out.push_str(labels.get(name).map_or("", String::as_str)),
+            Piece::Line => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Adds an extracted label; one whose name is taken gets `_extracted` after it, as in Loki.
+fn extracted(labels: &mut Labels, name: String, value: String) {
+    if labels.contains_key(&name) {
+        labels.insert(format!("{name}_extracted"), value);
+    } else {
+        labels.insert(name, value);
+    }
+}
+
+/// `| json`: each field of the line's object a label, nested objects joined with `_`.
+fn parse_json(line: &str, labels: &mut Labels) {
+    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line) {
+        Ok(object) => flatten(&object, "", labels),
+        Err(err) => {
+            labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+            labels.insert(ERROR_DETAILS_LABEL.into(), err.to_string());
+        }
+    }
+}
+
+fn flatten(object: &serde_json::Map<String, serde_json::Value>, prefix: &str, labels: &mut Labels) {
+    for (key, value) in object {
+        let name = format!("{prefix}{}", labels::label_name(key));
+        match value {
+            serde_json::Value::Object(inner) => flatten(inner, &format!("{name}_"), labels),
+            // Loki leaves arrays out.
+            serde_json::Value::Array(_) => {}
+            serde_json::Value::Null => extracted(labels, name, String::new()),
+            other => extracted(labels, name, labels::label_value(other)),
+        }
+    }
+}
+
+/// `| logfmt`: `key=value` pairs, values bare or double-quoted with backslash escapes; a key
+/// alone is a label with an empty value.
+fn parse_logfmt(line: &str, labels: &mut Labels) {
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=') {
+            key.push(c);
+        }
+        let mut value = String::new();
+        if chars.next_if_eq(&'=').is_some() {
+            if chars.next_if_eq(&'"').is_some() {
+                let mut closed = false;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => {
+                            closed = true;
+                            break;
+                        }
+                        '\\' => {
+                            if let Some(escaped) = chars.next() {
+                                value.push(match escaped {
+                                    'n' => '\n',
+                                    't' => '\t',
+                                    other => other,
+                                });
+                            }
+                        }
+                        other => value.push(other),
+                    }
+                }
+                if !closed {
+                    labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
+                    labels.insert(
+                        ERROR_DETAILS_LABEL.into(),
+                        format!("the value of {key:?} has no closing quote"),
+                    );
+                    return;
+                }
+            } else {
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                    value.push(c);
+                }
+            }
+        }
+        if key.is_empty() {
+            labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
+            labels.insert(ERROR_DETAILS_LABEL.into(), "a pair has no key".into());
+            return;
+        }
+        extracted(labels, labels::label_name(&key), value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(service: &str, severity: i16, message: &str, attributes: &str) -> StoredRow {
+        StoredRow {
+            id: 1,
+            ts: chrono::DateTime::UNIX_EPOCH,
+            received_at: chrono::DateTime::UNIX_EPOCH,
+            severity,
+            service: service.into(),
+            message: message.into(),
+            attributes: attributes.into(),
+            trace_id: None,
+            span_id: None,
+        }
+    }
+
+    fn pipeline(query: &str) -> Pipeline {
+        match super::super::parse(query).unwrap() {
+            Query::Log(log) => Pipeline::compile(&log).unwrap(),
+            Query::Metric(_) => panic!("not a log query"),
+        }
+    }
+
+    #[test]
+    fn selectors_and_line_filters_chain() {
+        let p = pipeline(
+            r#"{service_name="api", level=~"error|warn"} |= "timeout" != "retry" |~ "(?i)DB""#,
+        );
+        assert!(p.process(&row("api", 17, "db timeout", "{}")).is_some());
+        assert!(p
+            .process(&row("api", 17, "db timeout, retry", "{}"))
+            .is_none());
+        assert!(p.process(&row("api", 9, "db timeout", "{}")).is_none());
+        assert!(p.process(&row("web", 13, "DB timeout", "{}")).is_none());
+        assert!(p.process(&row("api", 13, "cache timeout", "{}")).is_none());
+    }
+
+    #[test]
+    fn json_and_logfmt_feed_label_filters() {
+        let p = pipeline(r#"{service_name="api"} | json | status >= 500 and latency > 250ms"#);
+        let slow = row(
+            "api",
+            9,
+            r#"{"status":503,"latency":"1.5s","req":{"path":"/x"}}"#,
+            "{}",
+        );
+        let out = p.process(&slow).unwrap();
+        assert_eq!(out.labels["req_path"], "/x");
+        assert!(p
+            .process(&row("api", 9, r#"{"status":200,"latency":"2s"}"#, "{}"))
+            .is_none());
+        let not_json = p.process(&row("api", 9, "plain text", "{}")).unwrap();
+        assert_eq!(not_json.labels[ERROR_LABEL], "JSONParserErr");
+
+        let p = pipeline(
+            r#"{service_name="api"} | logfmt | method="GET" | line_format "{{.method}} {{ .path }}""#,
+        );
+        let out = p
+            .process(&row("api", 9, r#"method=GET path="/a b" flag"#, "{}"))
+            .unwrap();
+        assert_eq!(out.line, "GET /a b");
+        assert_eq!(out.labels["flag"], "");
+        assert!(p
+            .process(&row("api", 9, "method=POST path=/", "{}"))
+            .is_none());
+    }
+
+    #[test]
+    fn attributes_are_labels_and_drop_keep_shape_them() {
+        let p =
+            pipeline(r#"{service_name="api", http_method="GET"} | keep service_name, http_method"#);
+        let out = p
+            .process(&row("api", 9, "m", r#"{"http.method":"GET","user":"x"}"#))
+            .unwrap();
+        assert_eq!(out.labels.len(), 2);
+        assert!(p
+            .process(&row("api", 9, "m", r#"{"http.method":"POST"}"#))
+            .is_none());
+        let p = pipeline(r#"{service_name="api"} | drop detected_level, level"#);
+        let out = p.process(&row("api", 9, "m", "{}")).unwrap();
+        assert_eq!(out.labels.keys().collect::<Vec<_>>(), ["service_name"]);
+    }
+
+    #[test]
+    fn bad_patterns_and_templates_are_refused() {
+        let log = |q: &str| match super::super::parse(q).unwrap() {
+            Query::Log(log) => log,
+            Query::Metric(_) => unreachable!(),
+        };
+        let err = Pipeline::compile(&log(r#"{service_name=~"("}"#)).unwrap_err();
+        assert!(err.0.contains("invalid regular expression"), "{err}");
+        let giant = format!(r#"{{service_name="a"}} |~ "{}""#, "(a|b|c){1000}".repeat(8));
+        let err = Pipeline::compile(&log(&giant)).unwrap_err();
+        assert!(err.0.contains("too large"), "{err}");
+        let err =
+            Pipeline::compile(&log(r#"{service_name="a"} | line_format "{{if .x}}""#)).unwrap_err();
+        assert!(err.0.contains("not supported"), "{err}");
+    }
+}

@@ -1,0 +1,274 @@
+//! What of a query the database does: the selection SQL checks (bound values, never text built
+//! into the statement), and whether a metric query can be answered from the per-minute volume
+//! rollup instead of the rows.
+
+use chrono::{DateTime, Utc};
+
+use super::ast::*;
+use super::labels::{self, LEVELS, SERVICE_LABEL};
+use super::pipeline::ERROR_LABEL;
+use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
+
+/// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
+/// level and attributes whose names are their keys, and the line filters before any
+/// `line_format` (which changes the line the later ones see).
+pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Selection {
+    let mut selection = Selection::range(from, to);
+    for matcher in &query.selector {
+        let value = &matcher.value;
+        if matcher.label == SERVICE_LABEL {
+            selection.services.push(match matcher.op {
+                MatchOp::Eq => TextCondition::Eq(value.clone()),
+                MatchOp::Ne => TextCondition::Ne(value.clone()),
+                MatchOp::Re => TextCondition::Matches(pattern(value, true, false)),
+                MatchOp::NotRe => TextCondition::NotMatches(pattern(value, true, true)),
+            });
+        } else if labels::is_level_label(&matcher.label) {
+            let ranges = level_ranges(matcher);
+            selection.severities = Some(match selection.severities.take() {
+                None => ranges,
+                Some(before) => before.into_iter().filter(|r| ranges.contains(r)).collect(),
+            });
+        } else if matcher.op == MatchOp::Eq
+            && !value.is_empty()
+            && matcher.label.chars().all(|c| c.is_ascii_alphanumeric())
+        {
+            // A label name with `_` may stand for a key with `.` or `-`: that is left to the
+            // engine. One without is its key.
+            selection
+                .attributes
+                .push((matcher.label.clone(), value.clone()));
+        }
+    }
+    for stage in &query.pipeline {
+        match stage {
+            Stage::LineFilter { op, pattern: text } => selection.lines.push(match op {
+                LineOp::Contains => LineCondition::Contains(text.clone()),
+                LineOp::NotContains => LineCondition::NotContains(text.clone()),
+                LineOp::Matches => LineCondition::Matches(pattern(text, false, false)),
+                LineOp::NotMatches => LineCondition::NotMatches(pattern(text, false, true)),
+            }),
+            Stage::LineFormat(_) => break,
+            _ => {}
+        }
+    }
+    selection
+}
+
+/// The severity ranges whose level names the matcher accepts.
+fn level_ranges(matcher: &Matcher) -> Vec<(i16, i16)> {
+    let regex = match matcher.op {
+        MatchOp::Re | MatchOp::NotRe => super::pipeline::regex(&matcher.value, true).ok(),
+        MatchOp::Eq | MatchOp::Ne => None,
+    };
+    LEVELS
+        .iter()
+        .filter(|(name, _, _)| match matcher.op {
+            MatchOp::Eq => *name == matcher.value,
+            MatchOp::Ne => *name != matcher.value,
+            MatchOp::Re => regex.as_ref().is_some_and(|re| re.is_match(name)),
+            MatchOp::NotRe => regex.as_ref().is_none_or(|re| !re.is_match(name)),
+        })
+        .map(|(_, low, high)| (*low, *high))
+        .collect()
+}
+
+/// A regular expression of the query for the stores: as it is for SQLite (whose `REGEXP` runs
+/// Rust's engine), and for PostgreSQL only when its engine reads it the same way.
+fn pattern(text: &str, whole: bool, negated: bool) -> Pattern {
+    let rust = if whole {
+        format!("^(?:{text})$")
+    } else {
+        text.to_owned()
+    };
+    Pattern {
+        rust,
+        postgres: postgres_pattern(text, whole, negated),
+    }
+}
+
+/// `text` in PostgreSQL's regular-expression syntax, when it is in the part of the syntax both
+/// engines read alike: literals, `.`, `*`, `+`, `?`, `|`, groups, bracket expressions and escaped
+/// punctuation, with `(?i)` only in front. A negated condition must exclude exactly the rows the
+/// engine would, so it also leaves out `.` (PostgreSQL's matches a newline, Rust's does not),
+/// case-insensitivity and the `\d`-style classes, whose Unicode tables may differ.
+fn postgres_pattern(text: &str, whole: bool, negated: bool) -> Option<PostgresPattern> {
+    let (body, case_insensitive) = match text.strip_prefix("(?i)") {
+        Some(body) => (body, true),
+        None => (text, false),
+    };
+    if case_insensitive && negated {
+        return None;
+    }
+    // Empty alternatives and groups are read differently, or refused, by PostgreSQL.
+    let empty_branch = ["||", "(|", "|)", "()", "[]", "[^]"]
+        .iter()
+        .any(|bad| body.contains(bad))
+        || body.starts_with('|')
+        || body.ends_with('|')
+        || body.is_empty();
+    if empty_branch {
+        return None;
+    }
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next()? {
+                escaped if escaped.is_ascii_punctuation() => {}
+                'd' | 's' | 'w' | 'D' | 'S' | 'W' if !negated => {}
+                _ => return None,
+            },
+            '(' if chars.peek() == Some(&'?') => {
+                chars.next();
+                if chars.next() != Some(':') {
+                    return None;
+                }
+            }
+            '.' if negated => return None,
+            '{' | '}' => return None,
+            c if c.is_alphanumeric() => {}
+            c if " _-/:,=@#%'\"<>!&;.*+?|()[]^$~`".contains(c) => {}
+            _ => return None,
+        }
+    }
+    let expression = if whole {
+        format!("^(?:{body})$")
+    } else {
+        body.to_owned()
+    };
+    Some(PostgresPattern {
+        expression,
+        case_insensitive,
+    })
+}
+
+/// A metric query the rollup answers: `sum` (optionally `by` service and level) of a range
+/// function over a selector of service and level alone.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumePlan {
+    /// The function of each range.
+    pub function: RangeFunction,
+    /// The range, whole minutes.
+    pub range: std::time::Duration,
+    /// The log query (its selector only).
+    pub query: LogQuery,
+    /// The labels the sum keeps, from `service_name`, `level` and `detected_level`.
+    pub by: Vec<String>,
+}
+
+/// The volume plan of `expr`, when the rollup can answer it at the minute's resolution.
+pub fn volume_plan(expr: &MetricExpr) -> Option<VolumePlan> {
+    let MetricExpr::Aggregate {
+        op: AggregateOp::Sum,
+        grouping,
+        parameter: None,
+        inner,
+    } = expr
+    else {
+        return None;
+    };
+    let by = match grouping {
+        None => Vec::new(),
+        Some(Grouping {
+            without: false,
+            labels: by,
+        }) if by.iter().all(|label| labels::is_indexed(label)) => by.clone(),
+        Some(_) => return None,
+    };
+    let MetricExpr::Range {
+        function,
+        query,
+        range,
+    } = &**inner
+    else {
+        return None;
+    };
+    let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % 60_000_000_000 == 0;
+    let selector_only = query.selector.iter().all(|m| labels::is_indexed(&m.label))
+        && query.pipeline.iter().all(|stage| match stage {
+            // Grafana's volume query drops `__error__`, which no stage here sets.
+            Stage::Drop(names) => names.iter().all(|name| name == ERROR_LABEL),
+            _ => false,
+        });
+    (whole_minutes && selector_only).then(|| VolumePlan {
+        function: *function,
+        range: *range,
+        query: query.clone(),
+        by,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(text: &str) -> LogQuery {
+        match super::super::parse(text).unwrap() {
+            Query::Log(log) => log,
+            Query::Metric(_) => panic!("metric"),
+        }
+    }
+
+    fn metric(text: &str) -> MetricExpr {
+        match super::super::parse(text).unwrap() {
+            Query::Metric(metric) => metric,
+            Query::Log(_) => panic!("log"),
+        }
+    }
+
+    #[test]
+    fn the_selection_takes_what_sql_can_check() {
+        let now = Utc::now();
+        let query = log(
+            r#"{service_name="api", level=~"error|fatal", region="eu", http_method="GET"} |= "db" |~ "t.me" | json | line_format "{{.x}}" |= "late""#,
+        );
+        let selection = selection(&query, now, now);
+        assert_eq!(selection.services, [TextCondition::Eq("api".into())]);
+        assert_eq!(selection.severities, Some(vec![(17, 20), (21, 24)]));
+        assert_eq!(selection.attributes, [("region".into(), "eu".into())]);
+        assert_eq!(selection.lines.len(), 2, "not the filter after line_format");
+        let LineCondition::Matches(pattern) = &selection.lines[1] else {
+            panic!("{:?}", selection.lines[1]);
+        };
+        assert_eq!(pattern.postgres.as_ref().unwrap().expression, "t.me");
+    }
+
+    #[test]
+    fn postgres_gets_only_the_patterns_it_reads_alike() {
+        let pg = |text: &str, negated| postgres_pattern(text, false, negated);
+        assert!(pg("error|warn", false).is_some());
+        assert!(pg(r"GET /api/\d+", false).is_some());
+        assert!(pg(r"GET /api/\d+", true).is_none());
+        assert!(pg("a.b", true).is_none());
+        assert!(pg(r"\bword\b", false).is_none(), "\\b is a backspace there");
+        assert!(pg("a{2,300}", false).is_none());
+        assert!(pg("(?P<x>a)", false).is_none());
+        assert!(pg("a||b", false).is_none());
+        let ci = pg("(?i)error", false).unwrap();
+        assert!(ci.case_insensitive);
+        assert_eq!(ci.expression, "error");
+        assert_eq!(
+            postgres_pattern("a|b", true, false).unwrap().expression,
+            "^(?:a|b)$"
+        );
+    }
+
+    #[test]
+    fn the_rollup_answers_sums_over_service_and_level() {
+        let grafana = metric(
+            r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#,
+        );
+        let plan = volume_plan(&grafana).unwrap();
+        assert_eq!(plan.by, ["level", "detected_level"]);
+        for scanned in [
+            r#"sum by (level) (count_over_time({service_name="api"} |= "x" [1m]))"#,
+            r#"sum by (user) (count_over_time({service_name="api"}[1m]))"#,
+            r#"sum(count_over_time({service_name="api"}[30s]))"#,
+            r#"count_over_time({service_name="api"}[1m])"#,
+            r#"sum(count_over_time({user="x"}[1m]))"#,
+            r#"count(count_over_time({service_name="api"}[1m]))"#,
+        ] {
+            assert_eq!(volume_plan(&metric(scanned)), None, "{scanned}");
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! What a LogQL read asks the database for: the conditions of a query that SQL can check, as
+//! values to bind. The query engine checks every condition again on the rows that come back, so
+//! a store may leave a condition out (PostgreSQL does, for regular expressions its engine would
+//! read differently) but never add one: a selection is a superset of the answer.
+
+use chrono::{DateTime, Utc};
+
+/// A time range and the conditions on a row's columns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selection {
+    /// Inclusive lower bound on the timestamp.
+    pub from: DateTime<Utc>,
+    /// Exclusive upper bound on the timestamp.
+    pub to: DateTime<Utc>,
+    /// Conditions on the service, all of which hold.
+    pub services: Vec<TextCondition>,
+    /// The severity lies in one of these inclusive ranges; `None`: any severity.
+    pub severities: Option<Vec<(i16, i16)>>,
+    /// Attributes whose value, as text, equals the given one.
+    pub attributes: Vec<(String, String)>,
+    /// Conditions on the message, all of which hold.
+    pub lines: Vec<LineCondition>,
+}
+
+impl Selection {
+    /// Every row of the range.
+    pub fn range(from: DateTime<Utc>, to: DateTime<Utc>) -> Self {
+        Selection {
+            from,
+            to,
+            services: Vec::new(),
+            severities: None,
+            attributes: Vec::new(),
+            lines: Vec::new(),
+        }
+    }
+}
+
+/// A condition on a text column.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TextCondition {
+    /// Equal to.
+    Eq(String),
+    /// Not equal to.
+    Ne(String),
+    /// The whole value matches the regular expression.
+    Matches(Pattern),
+    /// The whole value does not match it.
+    NotMatches(Pattern),
+}
+
+/// A condition on the message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LineCondition {
+    /// Contains the text (case-sensitive).
+    Contains(String),
+    /// Does not contain it.
+    NotContains(String),
+    /// A match of the regular expression somewhere.
+    Matches(Pattern),
+    /// No match anywhere.
+    NotMatches(Pattern),
+}
+
+/// A regular expression in Rust's syntax (Loki's, RE2), already anchored where it must match the
+/// whole value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pattern {
+    /// The expression, for SQLite's `REGEXP`, which runs Rust's engine.
+    pub rust: String,
+    /// The same expression in PostgreSQL's syntax when it means exactly the same there;
+    /// `None` when it might not, and PostgreSQL leaves the condition to the engine.
+    pub postgres: Option<PostgresPattern>,
+}
+
+/// A regular expression for PostgreSQL's `~` (or `~*`, case-insensitive).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PostgresPattern {
+    /// The expression.
+    pub expression: String,
+    /// Compare with `~*` instead of `~`.
+    pub case_insensitive: bool,
+}
+
+/// Per minute, per service and severity: how many records and how many bytes of message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeRow {
+    /// The minute's start, in seconds since the epoch.
+    pub minute: i64,
+    /// The service.
+    pub service: String,
+    /// The severity number.
+    pub severity: i16,
+    /// Records.
+    pub count: i64,
+    /// Bytes of their messages.
+    pub bytes: i64,
+}
+
+/// The order a read returns rows in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Newest first (by timestamp, then id).
+    Newest,
+    /// Oldest first.
+    Oldest,
+    /// Whatever order the database finds them in (metric queries, which sum).
+    Any,
+}

@@ -1,0 +1,651 @@
+//! Loki's query API over the stores, for Grafana's Loki data source, `logcli` and scripts: LogQL
+//! log queries (streams of lines), metric queries (series), labels, series and volume, each read
+//! scoped to the caller's tenant and held to the limits of every read (admission per tenant, the
+//! read timeout, the answer's bytes).
+//!
+//! A query runs in two parts: the database narrows the rows by the selection SQL can check
+//! ([`crate::logql::plan`]), and the engine ([`crate::logql::pipeline`]) checks each row that
+//! comes back, runs its stages and, for a metric query, adds it to the series
+//! ([`crate::logql::eval`]). A metric query that only sums lines by service and level over whole
+//! minutes reads the per-minute `log_volume` rollup instead of the rows.
+//!
+//! The endpoints themselves, their parameters and Loki's JSON shapes are the HTTP listener's, in
+//! `server::loki::query`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+
+use super::Reads;
+use crate::error::QueryError;
+use crate::logql::ast::{LogQuery, MetricExpr, RangeFunction};
+use crate::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
+use crate::logql::labels::{self, Labels};
+use crate::logql::pipeline::{CompileError, Output, Pipeline};
+use crate::logql::plan::{self, VolumePlan};
+use crate::logql::ParseError;
+use crate::model::selection::{Order, Selection, VolumeRow};
+use crate::observability::metrics::metrics;
+use crate::storage::StoredRow;
+
+/// The most lines a log query may ask for, as Loki's default `max_entries_limit_per_query`.
+pub const MAX_ENTRIES: usize = 5000;
+/// The most (minute, service, severity) rollup rows one query may read.
+pub const MAX_VOLUME_ROWS: usize = 500_000;
+/// Rows looked at, newest first, to list the attribute labels and their values of a range:
+/// attributes have no index, so their names and values are sampled, not counted.
+pub const LABEL_SAMPLE_ROWS: usize = 2000;
+
+/// Why a Loki API request was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum LokiError {
+    /// The request or its query cannot be served as written.
+    #[error("{0}")]
+    BadRequest(String),
+    /// What every read can end with: too many reads, the deadline, the database.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+impl LokiError {
+    /// The HTTP status of the error: 400 for the request, else the read's own.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            LokiError::BadRequest(_) => 400,
+            LokiError::Query(err) => err.http_status(),
+        }
+    }
+
+    /// The `outcome` label of `loghaul_loki_queries_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LokiError::BadRequest(_) => "bad_request",
+            LokiError::Query(err) => err.kind(),
+        }
+    }
+}
+
+impl From<ParseError> for LokiError {
+    fn from(err: ParseError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+impl From<CompileError> for LokiError {
+    fn from(err: CompileError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+impl From<EvalError> for LokiError {
+    fn from(err: EvalError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+impl From<crate::storage::StoreError> for LokiError {
+    fn from(err: crate::storage::StoreError) -> Self {
+        LokiError::Query(QueryError::Store(err))
+    }
+}
+
+/// What a query read, for Loki's `stats`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Rows the database sent.
+    pub lines_scanned: u64,
+    /// Bytes of their messages.
+    pub bytes_scanned: u64,
+    /// Rollup rows read instead of rows.
+    pub volume_rows: u64,
+    /// Entries or points in the answer.
+    pub returned: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// A time range `[from, to)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Inclusive start.
+    pub from: DateTime<Utc>,
+    /// Exclusive end.
+    pub to: DateTime<Utc>,
+}
+
+/// One line of a log query's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// Nanoseconds since the epoch.
+    pub ts: i64,
+    /// The line, after the query's stages.
+    pub line: String,
+}
+
+/// A log query's answer: lines grouped by their labels, each stream in the query's direction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Streams {
+    /// Streams, by labels.
+    pub streams: BTreeMap<Labels, Vec<Entry>>,
+}
+
+/// Nanoseconds since the epoch of a stored time (microsecond precision, so it always fits).
+pub fn nanos(ts: DateTime<Utc>) -> i64 {
+    ts.timestamp_micros().saturating_mul(1000)
+}
+
+/// The time `nanos` nanoseconds after the epoch.
+pub fn from_nanos(nanos: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_nanos(nanos)
+}
+
+/// True when the selection holds every condition of `query`, so the database can count the
+/// limit itself: no stage, and every matcher one SQL checks exactly.
+fn selection_is_exact(query: &LogQuery) -> bool {
+    query.pipeline.is_empty()
+        && query.selector.iter().all(|m| {
+            use crate::logql::ast::MatchOp;
+            match (labels::is_indexed(&m.label), m.op) {
+                (true, MatchOp::Eq | MatchOp::Ne) => true,
+                (true, _) => labels::is_level_label(&m.label),
+                (false, MatchOp::Eq) => {
+                    !m.value.is_empty() && m.label.chars().all(|c| c.is_ascii_alphanumeric())
+                }
+                (false, _) => false,
+            }
+        })
+}
+
+impl Reads {
+    /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout.
+    async fn admitted<T>(
+        &self,
+        tenant: &Arc<str>,
+        work: impl Future<Output = Result<T, LokiError>>,
+    ) -> Result<T, LokiError> {
+        let _slot = self.admission.tenant(tenant).admit().await?;
+        match tokio::time::timeout(self.limits.timeout, work).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(QueryError::DeadlineExceeded {
+                timeout: self.limits.timeout,
+            }
+            .into()),
+        }
+    }
+
+    /// Streams the rows of `query` over `range` in `order` through its pipeline to `each`, which
+    /// returns false to stop; `limit` only when the database can count it.
+    async fn each_output(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        (range, order, limit): (TimeRange, Order, Option<usize>),
+        stats: &mut Stats,
+        each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
+    ) -> Result<(), LokiError> {
+        let pipeline = Pipeline::compile(query)?;
+        let selection = plan::selection(query, range.from, range.to);
+        let limit = limit.filter(|_| selection_is_exact(query));
+        let (mut lines, mut bytes) = (0u64, 0u64);
+        let mut sink = |row: StoredRow| {
+            lines += 1;
+            bytes += row.message.len() as u64;
+            match pipeline.process(&row) {
+                Some(output) => each(&row, output),
+                None => true,
+            }
+        };
+        let read = self
+            .reader
+            .select(tenant, &selection, order, limit, &mut sink)
+            .await;
+        stats.lines_scanned += lines;
+        stats.bytes_scanned += bytes;
+        Ok(read?)
+    }
+
+    /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes.
+    pub async fn loki_logs(
+        &self,
+        tenant: &Arc<str>,
+        query: &LogQuery,
+        range: TimeRange,
+        limit: usize,
+        order: Order,
+    ) -> Result<(Streams, Stats), LokiError> {
+        let started = Instant::now();
+        let budget = self.limits.budget(limit).bytes;
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let mut streams = Streams::default();
+            let (mut taken, mut size) = (0usize, 0usize);
+            let mut each = |row: &StoredRow, output: Output| {
+                // Labels and framing count as well as the line: an answer of tiny lines with
+                // many labels is still bounded.
+                let cost = output.line.len()
+                    + 48
+                    + output
+                        .labels
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len() + 6)
+                        .sum::<usize>();
+                if taken > 0 && size + cost > budget {
+                    return false;
+                }
+                size += cost;
+                taken += 1;
+                let entry = Entry {
+                    ts: nanos(row.ts),
+                    line: output.line,
+                };
+                streams
+                    .streams
+                    .entry(output.labels)
+                    .or_default()
+                    .push(entry);
+                taken < limit
+            };
+            self.each_output(
+                tenant,
+                query,
+                (range, order, Some(limit)),
+                &mut stats,
+                &mut each,
+            )
+            .await?;
+            stats.returned = taken as u64;
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((streams, stats))
+        })
+        .await
+    }
+}
+
+/// A rollup minute's rows count at the minute's last instant: a step's range then holds the
+/// minutes that end within it. Callers bring the minute still going at the last step back to that
+/// step, so that the newest lines are counted.
+fn minute_end(minute: i64) -> i64 {
+    minute.saturating_mul(1_000_000_000) + 59_999_999_999
+}
+
+/// Total points of a value, for `stats`.
+fn points(value: &Value) -> u64 {
+    match value {
+        Value::Scalar(_) => 1,
+        Value::Matrix(series) => series
+            .iter()
+            .map(|s| s.points.iter().flatten().count() as u64)
+            .sum(),
+    }
+}
+
+/// The labels of `stream` that `keep` names.
+fn only(stream: Labels, keep: &[String]) -> Labels {
+    stream
+        .into_iter()
+        .filter(|(name, _)| keep.contains(name))
+        .collect()
+}
+
+impl Reads {
+    /// A metric query at `steps` (one step for an instant query).
+    pub async fn loki_metric(
+        &self,
+        tenant: &Arc<str>,
+        expr: &MetricExpr,
+        steps: Steps,
+    ) -> Result<(Value, Stats), LokiError> {
+        let started = Instant::now();
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let value = self.evaluate(tenant, expr, steps, &mut stats).await?;
+            stats.returned = points(&value);
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((value, stats))
+        })
+        .await
+    }
+
+    fn evaluate<'a>(
+        &'a self,
+        tenant: &'a str,
+        expr: &'a MetricExpr,
+        steps: Steps,
+        stats: &'a mut Stats,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
+        Box::pin(async move {
+            let whole_minute_steps = steps.count == 1 || steps.step % 60_000_000_000 == 0;
+            if let Some(plan) = plan::volume_plan(expr).filter(|_| whole_minute_steps) {
+                metrics()
+                    .loki_metric_sources
+                    .increment_static(["rollup"], 1);
+                return Ok(Value::Matrix(
+                    self.rollup(tenant, &plan, steps, stats).await?,
+                ));
+            }
+            match expr {
+                MetricExpr::Range {
+                    function,
+                    query,
+                    range,
+                } => {
+                    metrics().loki_metric_sources.increment_static(["scan"], 1);
+                    let range = range.as_nanos() as i64;
+                    let mut accumulator = RangeAccumulator::new(*function, range, steps);
+                    let span = TimeRange {
+                        from: from_nanos(steps.start.saturating_sub(range)),
+                        to: from_nanos(steps.end().saturating_add(1)),
+                    };
+                    let mut failed = None;
+                    {
+                        let mut each = |row: &StoredRow, output: Output| match accumulator.add(
+                            output.labels,
+                            nanos(row.ts),
+                            output.line.len(),
+                        ) {
+                            Ok(()) => true,
+                            Err(err) => {
+                                failed = Some(err);
+                                false
+                            }
+                        };
+                        self.each_output(tenant, query, (span, Order::Any, None), stats, &mut each)
+                            .await?;
+                    }
+                    match failed {
+                        Some(err) => Err(err.into()),
+                        None => Ok(Value::Matrix(accumulator.finish())),
+                    }
+                }
+                MetricExpr::Aggregate {
+                    op,
+                    grouping,
+                    parameter,
+                    inner,
+                } => match self.evaluate(tenant, inner, steps, stats).await? {
+                    Value::Matrix(series) => Ok(Value::Matrix(eval::aggregate(
+                        *op,
+                        grouping,
+                        *parameter,
+                        series,
+                        steps.count,
+                    )?)),
+                    Value::Scalar(_) => Err(LokiError::BadRequest(
+                        "an aggregation takes series (such as count_over_time(…)), not a number"
+                            .into(),
+                    )),
+                },
+                MetricExpr::Binary { op, left, right } => {
+                    let left = self.evaluate(tenant, left, steps, stats).await?;
+                    let right = self.evaluate(tenant, right, steps, stats).await?;
+                    Ok(eval::binary(*op, left, right))
+                }
+                MetricExpr::Number(value) => Ok(Value::Scalar(*value)),
+                MetricExpr::Vector(value) => Ok(eval::vector(*value, steps.count)),
+            }
+        })
+    }
+
+    /// The rollup's rows of `selection`, refused when there are more than [`MAX_VOLUME_ROWS`].
+    async fn volume_rows(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        stats: &mut Stats,
+    ) -> Result<Vec<VolumeRow>, LokiError> {
+        let rows = self
+            .reader
+            .volume(tenant, selection, MAX_VOLUME_ROWS + 1)
+            .await?;
+        if rows.len() > MAX_VOLUME_ROWS {
+            return Err(LokiError::BadRequest(format!(
+                "the range holds more than {MAX_VOLUME_ROWS} (minute, service, level) volume rows; narrow the time range or the selector"
+            )));
+        }
+        stats.volume_rows += rows.len() as u64;
+        Ok(rows)
+    }
+
+    /// A volume plan's series from the rollup, at the minute's resolution.
+    async fn rollup(
+        &self,
+        tenant: &str,
+        plan: &VolumePlan,
+        steps: Steps,
+        stats: &mut Stats,
+    ) -> Result<Vec<Series>, LokiError> {
+        let range = plan.range.as_nanos() as i64;
+        let selection = plan::selection(
+            &plan.query,
+            from_nanos(steps.start.saturating_sub(range)),
+            from_nanos(steps.end().saturating_add(1)),
+        );
+        // The selector again, for what the database left out (a regular expression).
+        let pipeline = Pipeline::compile(&plan.query)?;
+        let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
+        for row in self.volume_rows(tenant, &selection, stats).await? {
+            let stream = labels::stream_labels(&row.service, row.severity);
+            if pipeline.selects(&stream) {
+                accumulator.add_many(
+                    only(stream, &plan.by),
+                    minute_end(row.minute).min(steps.end()),
+                    row.count as u64,
+                    row.bytes as u64,
+                )?;
+            }
+        }
+        Ok(accumulator.finish())
+    }
+
+    /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,
+    /// summed by `targets` (by default the labels the selector names): in all when `steps` is
+    /// `None`, else at each step over the step before it. At most `limit` series, largest first.
+    pub async fn loki_volume(
+        &self,
+        tenant: &Arc<str>,
+        query: &LogQuery,
+        range: TimeRange,
+        targets: Vec<String>,
+        steps: Option<Steps>,
+        limit: usize,
+    ) -> Result<(Vec<Series>, Stats), LokiError> {
+        let started = Instant::now();
+        if let Some(other) = query
+            .selector
+            .iter()
+            .map(|m| &m.label)
+            .chain(&targets)
+            .find(|label| !labels::is_indexed(label))
+        {
+            return Err(LokiError::BadRequest(format!(
+                "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
+            )));
+        }
+        if !query.pipeline.is_empty() {
+            return Err(LokiError::BadRequest(
+                "the volume endpoints take a stream selector alone, without a pipeline".into(),
+            ));
+        }
+        let targets = if targets.is_empty() {
+            query.selector.iter().map(|m| m.label.clone()).collect()
+        } else {
+            targets
+        };
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let selection = plan::selection(query, range.from, range.to);
+            let pipeline = Pipeline::compile(query)?;
+            let steps = match steps {
+                Some(steps) => steps,
+                None => Steps::new(nanos(range.to), nanos(range.to), 1)?,
+            };
+            // One step over the whole range, or each step over the one before it.
+            let window = match steps.count {
+                1 => nanos(range.to) - nanos(range.from) + 60_000_000_000,
+                _ => steps.step,
+            };
+            let mut accumulator =
+                RangeAccumulator::new(RangeFunction::BytesOverTime, window, steps);
+            for row in self.volume_rows(tenant, &selection, &mut stats).await? {
+                let stream = labels::stream_labels(&row.service, row.severity);
+                if pipeline.selects(&stream) {
+                    accumulator.add_many(
+                        only(stream, &targets),
+                        minute_end(row.minute).min(steps.end()),
+                        row.count as u64,
+                        row.bytes as u64,
+                    )?;
+                }
+            }
+            let mut series = accumulator.finish();
+            let total = |s: &Series| s.points.iter().flatten().sum::<f64>();
+            series.sort_by(|a, b| total(b).total_cmp(&total(a)));
+            series.truncate(limit);
+            stats.returned = series.len() as u64;
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((series, stats))
+        })
+        .await
+    }
+
+    /// Rows of `query` over `range`, newest first, until [`LABEL_SAMPLE_ROWS`] were read, through
+    /// its selector and stages: what attribute labels are sampled from.
+    async fn sample(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        range: TimeRange,
+        each: &mut (dyn FnMut(Labels) + Send),
+    ) -> Result<(), LokiError> {
+        let mut stats = Stats::default();
+        let mut read = 0;
+        let mut sink = |_: &StoredRow, output: Output| {
+            each(output.labels);
+            read += 1;
+            read < LABEL_SAMPLE_ROWS
+        };
+        self.each_output(
+            tenant,
+            query,
+            (range, Order::Newest, None),
+            &mut stats,
+            &mut sink,
+        )
+        .await
+    }
+
+    /// The label names of `range`: the indexed ones, and the attribute labels of the newest rows.
+    pub async fn loki_label_names(
+        &self,
+        tenant: &Arc<str>,
+        range: TimeRange,
+    ) -> Result<Vec<String>, LokiError> {
+        self.admitted(tenant, async {
+            let mut names = BTreeSet::from([
+                labels::DETECTED_LEVEL_LABEL.to_owned(),
+                labels::LEVEL_LABEL.to_owned(),
+                labels::SERVICE_LABEL.to_owned(),
+            ]);
+            let everything = any_selector();
+            self.sample(tenant, &everything, range, &mut |labels| {
+                names.extend(labels.into_keys());
+            })
+            .await?;
+            Ok(names.into_iter().collect())
+        })
+        .await
+    }
+
+    /// The values of label `name` over `range` among the rows `query` selects (all rows when
+    /// `None`): from the rollup for indexed labels, else sampled from the newest rows.
+    pub async fn loki_label_values(
+        &self,
+        tenant: &Arc<str>,
+        name: &str,
+        range: TimeRange,
+        query: Option<&LogQuery>,
+    ) -> Result<Vec<String>, LokiError> {
+        let everything = any_selector();
+        let query = query.unwrap_or(&everything);
+        self.admitted(tenant, async {
+            let mut values = BTreeSet::new();
+            let from_rollup = labels::is_indexed(name)
+                && query.pipeline.is_empty()
+                && query.selector.iter().all(|m| labels::is_indexed(&m.label));
+            if from_rollup {
+                let pipeline = Pipeline::compile(query)?;
+                let selection = plan::selection(query, range.from, range.to);
+                for row in self
+                    .volume_rows(tenant, &selection, &mut Stats::default())
+                    .await?
+                {
+                    let mut stream = labels::stream_labels(&row.service, row.severity);
+                    if pipeline.selects(&stream) {
+                        values.extend(stream.remove(name));
+                    }
+                }
+            } else {
+                self.sample(tenant, query, range, &mut |mut labels| {
+                    values.extend(labels.remove(name));
+                })
+                .await?;
+            }
+            Ok(values.into_iter().filter(|v| !v.is_empty()).collect())
+        })
+        .await
+    }
+
+    /// The streams (service and level label sets) over `range` that any of `selectors` selects.
+    pub async fn loki_series(
+        &self,
+        tenant: &Arc<str>,
+        selectors: &[LogQuery],
+        range: TimeRange,
+    ) -> Result<Vec<Labels>, LokiError> {
+        self.admitted(tenant, async {
+            let mut series = BTreeSet::new();
+            for query in selectors {
+                let indexed = query.pipeline.is_empty()
+                    && query.selector.iter().all(|m| labels::is_indexed(&m.label));
+                if indexed {
+                    let pipeline = Pipeline::compile(query)?;
+                    let selection = plan::selection(query, range.from, range.to);
+                    for row in self
+                        .volume_rows(tenant, &selection, &mut Stats::default())
+                        .await?
+                    {
+                        let stream = labels::stream_labels(&row.service, row.severity);
+                        if pipeline.selects(&stream) {
+                            series.insert(stream);
+                        }
+                    }
+                } else {
+                    let stream_names = [
+                        labels::SERVICE_LABEL,
+                        labels::LEVEL_LABEL,
+                        labels::DETECTED_LEVEL_LABEL,
+                    ]
+                    .map(String::from);
+                    self.sample(tenant, query, range, &mut |labels| {
+                        series.insert(only(labels, &stream_names));
+                    })
+                    .await?;
+                }
+            }
+            Ok(series.into_iter().collect())
+        })
+        .await
+    }
+}
+
+/// A selector of every row: `{service_name=~".*"}` without the parser's check that a selector
+/// narrows (the label endpoints list everything of a range).
+fn any_selector() -> LogQuery {
+    LogQuery {
+        selector: Vec::new(),
+        pipeline: Vec::new(),
+    }
+}

@@ -1,0 +1,423 @@
+//! Loki's query API on the HTTP listener, what Grafana's Loki data source, `logcli` and scripts
+//! call: `query_range`, `query`, `labels`, `label/{name}/values`, `series`, `index/volume`,
+//! `index/volume_range`, `status/buildinfo` and `/ready`. Each request is authenticated as a push
+//! is (`x-api-key`, `Bearer`, or Basic with the key as password), read in the caller's tenant by
+//! [`crate::query::loki`], and answered in Loki's JSON; errors as Loki sends them, a line of text
+//! with 400 (the parse error and where), 401, 429 or 504.
+//!
+//! - [`params`]: the query string as Loki reads it.
+//! - [`answer`]: Loki's JSON shapes.
+
+pub mod answer;
+pub mod params;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, Response, StatusCode, Uri};
+use axum::routing::get;
+use axum::Router;
+use chrono::Utc;
+use serde_json::{json, Value as Json};
+
+use crate::auth::{KeyStore, Tenant};
+use crate::logql::ast::{LogQuery, Query};
+use crate::logql::eval::Steps;
+use crate::observability::metrics::metrics;
+use crate::query::loki::{nanos, LokiError};
+use crate::query::Reads;
+use crate::server::http::auth;
+use crate::server::http::reply::{self, HttpError};
+use params::Params;
+
+/// What the query endpoints share.
+#[derive(Clone, Debug)]
+pub struct LokiApi {
+    reads: Reads,
+    keys: Arc<KeyStore>,
+}
+
+impl LokiApi {
+    /// The endpoints reading through `reads`, authenticating with `keys`.
+    pub fn new(reads: Reads, keys: Arc<KeyStore>) -> Self {
+        LokiApi { reads, keys }
+    }
+}
+
+/// The routes, for the HTTP listener's router.
+pub fn routes(api: LokiApi) -> Router {
+    Router::new()
+        .route("/loki/api/v1/query_range", get(query_range))
+        .route("/loki/api/v1/query", get(query))
+        .route("/loki/api/v1/labels", get(labels))
+        .route("/loki/api/v1/label", get(labels))
+        .route("/loki/api/v1/label/{name}/values", get(label_values))
+        .route("/loki/api/v1/series", get(series))
+        .route("/loki/api/v1/index/volume", get(volume))
+        .route("/loki/api/v1/index/volume_range", get(volume_range))
+        .route("/loki/api/v1/status/buildinfo", get(buildinfo))
+        .route("/ready", get(ready))
+        .with_state(api)
+}
+
+/// Why a request was not answered: who is asking, or what was asked.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    Auth(#[from] HttpError),
+    #[error(transparent)]
+    Read(#[from] LokiError),
+}
+
+impl From<crate::logql::ParseError> for Refusal {
+    fn from(err: crate::logql::ParseError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl From<crate::logql::eval::EvalError> for Refusal {
+    fn from(err: crate::logql::eval::EvalError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl Refusal {
+    fn status(&self) -> StatusCode {
+        match self {
+            Refusal::Auth(err) => err.status(),
+            Refusal::Read(err) => {
+                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Auth(err) => err.kind(),
+            Refusal::Read(err) => err.kind(),
+        }
+    }
+}
+
+/// One request: its tenant, its parameters, and the endpoint's answer or refusal, counted.
+async fn answer<F, Fut>(
+    api: &LokiApi,
+    endpoint: &'static str,
+    headers: &HeaderMap,
+    peer: IpAddr,
+    uri: &Uri,
+    work: F,
+) -> Response<Body>
+where
+    F: FnOnce(Reads, Arc<str>, Params) -> Fut,
+    Fut: std::future::Future<Output = Result<Json, Refusal>>,
+{
+    let started = Instant::now();
+    let outcome = async {
+        let tenant: Tenant = auth::tenant(&api.keys, headers, peer)?;
+        work(
+            api.reads.clone(),
+            tenant.name().clone(),
+            Params::parse(uri.query()),
+        )
+        .await
+    }
+    .await;
+    metrics()
+        .loki_query_duration
+        .record(started.elapsed().as_secs_f64());
+    match outcome {
+        Ok(body) => {
+            metrics().loki_queries.increment_static([endpoint, "ok"], 1);
+            reply::response(
+                StatusCode::OK,
+                "application/json",
+                body.to_string().into_bytes(),
+            )
+        }
+        Err(refusal) => {
+            metrics()
+                .loki_queries
+                .increment_static([endpoint, refusal.kind()], 1);
+            if refusal.status().is_server_error() {
+                tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
+            }
+            reply::response(
+                refusal.status(),
+                "text/plain; charset=utf-8",
+                format!("{refusal}\n").into_bytes(),
+            )
+        }
+    }
+}
+
+/// The query of `query=`, parsed.
+fn logql(params: &Params) -> Result<Query, Refusal> {
+    let text = params
+        .get("query")
+        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?;
+    Ok(crate::logql::parse(text)?)
+}
+
+/// A selector parameter (`query=` of the label and volume endpoints, `match[]=` of series).
+fn selector(text: &str) -> Result<LogQuery, Refusal> {
+    match crate::logql::parse(text)? {
+        Query::Log(query) => Ok(query),
+        Query::Metric(_) => Err(LokiError::BadRequest(format!(
+            "{text:?} is a metric query; this parameter takes a stream selector such as {{service_name=\"api\"}}"
+        ))
+        .into()),
+    }
+}
+
+async fn query_range(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "query_range",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            match logql(&params)? {
+                Query::Log(query) => {
+                    let (limit, order) = (params.limit()?, params.direction()?);
+                    let (streams, stats) = reads
+                        .loki_logs(&tenant, &query, range, limit, order)
+                        .await?;
+                    Ok(answer::streams(streams, &stats))
+                }
+                Query::Metric(expr) => {
+                    let step = params.step(range)?;
+                    let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
+                    let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                    Ok(answer::matrix(value, steps, &stats))
+                }
+            }
+        },
+    )
+    .await
+}
+
+async fn query(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "query",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let time = params.time("time", Utc::now())?;
+            match logql(&params)? {
+                Query::Log(query) => {
+                    // An instant log query reads the hour before `time`, as Loki does.
+                    let range = crate::query::loki::TimeRange {
+                        from: time - chrono::TimeDelta::hours(1),
+                        to: time,
+                    };
+                    let (limit, order) = (params.limit()?, params.direction()?);
+                    let (streams, stats) = reads
+                        .loki_logs(&tenant, &query, range, limit, order)
+                        .await?;
+                    Ok(answer::streams(streams, &stats))
+                }
+                Query::Metric(expr) => {
+                    let at = nanos(time);
+                    let steps = Steps::new(at, at, 1)?;
+                    let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                    Ok(answer::instant(value, at, &stats))
+                }
+            }
+        },
+    )
+    .await
+}
+
+async fn labels(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "labels",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            let names = reads.loki_label_names(&tenant, range).await?;
+            Ok(answer::success(json!(names)))
+        },
+    )
+    .await
+}
+
+async fn label_values(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "label_values",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            let query = params.get("query").map(selector).transpose()?;
+            let values = reads
+                .loki_label_values(&tenant, &name, range, query.as_ref())
+                .await?;
+            Ok(answer::success(json!(values)))
+        },
+    )
+    .await
+}
+
+async fn series(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "series",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            let mut texts = params.all("match[]");
+            texts.extend(params.all("match"));
+            if texts.is_empty() {
+                return Err(LokiError::BadRequest(
+                    "series needs at least one match[] selector".into(),
+                )
+                .into());
+            }
+            let selectors = texts
+                .into_iter()
+                .map(selector)
+                .collect::<Result<Vec<_>, _>>()?;
+            let series = reads.loki_series(&tenant, &selectors, range).await?;
+            Ok(answer::success(json!(series)))
+        },
+    )
+    .await
+}
+
+/// The volume endpoints' common parameters: the selector, the labels to sum by, the limit.
+fn volume_params(params: &Params) -> Result<(LogQuery, Vec<String>, usize), Refusal> {
+    let text = params
+        .get("query")
+        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?;
+    let query = selector(text)?;
+    let targets = params
+        .get("targetLabels")
+        .map(|list| {
+            list.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let limit = match params.get("limit") {
+        None => 100,
+        Some(_) => params.limit()?,
+    };
+    Ok((query, targets, limit))
+}
+
+async fn volume(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "volume",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            let (query, targets, limit) = volume_params(&params)?;
+            let (series, stats) = reads
+                .loki_volume(&tenant, &query, range, targets, None, limit)
+                .await?;
+            Ok(answer::volume(&series, nanos(range.to), &stats))
+        },
+    )
+    .await
+}
+
+async fn volume_range(
+    State(api): State<LokiApi>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response<Body> {
+    answer(
+        &api,
+        "volume_range",
+        &headers,
+        peer.ip(),
+        &uri,
+        |reads, tenant, params| async move {
+            let range = params.range(Utc::now())?;
+            let (query, targets, limit) = volume_params(&params)?;
+            let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
+            let (series, stats) = reads
+                .loki_volume(&tenant, &query, range, targets, Some(steps), limit)
+                .await?;
+            Ok(answer::volume_range(series, steps, &stats))
+        },
+    )
+    .await
+}
+
+/// Loki's build information, which Grafana reads to learn what the server supports.
+async fn buildinfo() -> Response<Body> {
+    let body = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "revision": "",
+        "branch": "",
+        "buildUser": "loghaul",
+        "buildDate": "",
+        "goVersion": "",
+    });
+    reply::response(
+        StatusCode::OK,
+        "application/json",
+        body.to_string().into_bytes(),
+    )
+}
+
+/// Loki's readiness probe: this listener answers, so it is ready to be asked.
+async fn ready() -> Response<Body> {
+    reply::response(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        b"ready\n".to_vec(),
+    )
+}

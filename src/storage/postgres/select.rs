@@ -1,0 +1,230 @@
+//! PostgreSQL's side of LogQL reads: a [`Selection`] as SQL conditions (every value bound), rows
+//! streamed in the order a query asks for, and the volume rollup summed per minute.
+//!
+//! Ordered reads look in time windows going away from where they start, as pages do (see
+//! `read.rs`): `logs` has only BRIN indexes, so "the newest 100" of a day is found in the last
+//! minutes without sorting the day.
+
+use chrono::{DateTime, TimeDelta, Utc};
+use futures::TryStreamExt;
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::read::{decode, PgReader, COLUMNS};
+use crate::model::selection::{LineCondition, Order, Selection, TextCondition, VolumeRow};
+use crate::storage::error::{unavailable, StoreError};
+use crate::storage::StoredRow;
+
+/// First window an ordered read looks in.
+const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
+/// Each window is this many times longer than the one before.
+const WINDOW_GROWTH: i32 = 8;
+
+/// The conditions of `selection` other than its time range, on `logs` or `log_volume` (which
+/// share the service and severity columns; a volume selection has no attribute or line
+/// condition). A regular expression PostgreSQL would read differently is left to the engine.
+fn push_conditions(builder: &mut QueryBuilder<'_, Postgres>, selection: &Selection) {
+    for condition in &selection.services {
+        match condition {
+            TextCondition::Eq(text) => {
+                builder.push(" AND service = ").push_bind(text.clone());
+            }
+            TextCondition::Ne(text) => {
+                builder.push(" AND service <> ").push_bind(text.clone());
+            }
+            TextCondition::Matches(pattern) | TextCondition::NotMatches(pattern) => {
+                if let Some(pg) = &pattern.postgres {
+                    let negated = matches!(condition, TextCondition::NotMatches(_));
+                    builder
+                        .push(" AND service ")
+                        .push(regex_operator(negated, pg.case_insensitive))
+                        .push_bind(pg.expression.clone());
+                }
+            }
+        }
+    }
+    if let Some(ranges) = &selection.severities {
+        builder.push(" AND (false");
+        for (low, high) in ranges {
+            builder
+                .push(" OR severity BETWEEN ")
+                .push_bind(*low)
+                .push(" AND ")
+                .push_bind(*high);
+        }
+        builder.push(")");
+    }
+    for (key, value) in &selection.attributes {
+        builder
+            .push(" AND attributes ->> ")
+            .push_bind(key.clone())
+            .push(" = ")
+            .push_bind(value.clone());
+    }
+    for condition in &selection.lines {
+        match condition {
+            LineCondition::Contains(text) => {
+                builder
+                    .push(" AND strpos(message, ")
+                    .push_bind(text.clone())
+                    .push(") > 0");
+            }
+            LineCondition::NotContains(text) => {
+                builder
+                    .push(" AND strpos(message, ")
+                    .push_bind(text.clone())
+                    .push(") = 0");
+            }
+            LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
+                if let Some(pg) = &pattern.postgres {
+                    let negated = matches!(condition, LineCondition::NotMatches(_));
+                    builder
+                        .push(" AND message ")
+                        .push(regex_operator(negated, pg.case_insensitive))
+                        .push_bind(pg.expression.clone());
+                }
+            }
+        }
+    }
+}
+
+fn regex_operator(negated: bool, case_insensitive: bool) -> &'static str {
+    match (negated, case_insensitive) {
+        (false, false) => "~ ",
+        (false, true) => "~* ",
+        (true, false) => "!~ ",
+        (true, true) => "!~* ",
+    }
+}
+
+impl PgReader {
+    /// Streams the rows of `selection` in `order` to `sink` until it returns false; at most
+    /// `limit` when every condition of the query is in the selection.
+    pub(in crate::storage) async fn select(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        order: Order,
+        limit: Option<usize>,
+        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        let mut conn = self.acquire().await?;
+        let mut left = limit;
+        let (mut low, mut high) = match order {
+            Order::Newest => (
+                selection
+                    .to
+                    .checked_sub_signed(FIRST_WINDOW)
+                    .unwrap_or(selection.from)
+                    .max(selection.from),
+                selection.to,
+            ),
+            Order::Oldest => (
+                selection.from,
+                selection
+                    .from
+                    .checked_add_signed(FIRST_WINDOW)
+                    .unwrap_or(selection.to)
+                    .min(selection.to),
+            ),
+            Order::Any => (selection.from, selection.to),
+        };
+        let mut window = FIRST_WINDOW;
+        loop {
+            let mut builder = QueryBuilder::new(COLUMNS);
+            builder.push_bind(tenant.to_owned());
+            builder.push(" AND ts >= ").push_bind(low);
+            builder.push(" AND ts < ").push_bind(high);
+            push_conditions(&mut builder, selection);
+            match order {
+                Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
+                Order::Oldest => builder.push(" ORDER BY ts, id"),
+                Order::Any => &mut builder,
+            };
+            if let Some(left) = left {
+                builder.push(" LIMIT ").push_bind(left as i64);
+            }
+            let mut rows = builder.build().fetch(&mut *conn);
+            while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+                left = left.map(|n| n - 1);
+                // Stopped with rows still coming: the connection is closed, not drained.
+                if !sink(decode(row).map_err(unavailable)?) {
+                    return Ok(());
+                }
+            }
+            drop(rows);
+            let done = left == Some(0)
+                || match order {
+                    Order::Newest => low <= selection.from,
+                    Order::Oldest => high >= selection.to,
+                    Order::Any => true,
+                };
+            if done {
+                conn.finish();
+                return Ok(());
+            }
+            window = window.checked_mul(WINDOW_GROWTH).unwrap_or(TimeDelta::MAX);
+            (low, high) = match order {
+                Order::Newest => (step_back(low, window).max(selection.from), low),
+                _ => (high, step_forward(high, window).min(selection.to)),
+            };
+        }
+    }
+
+    /// The rollup's rows of `selection` (its services and severities), summed over writers, in
+    /// (minute, service, severity) order, at most `max_rows`.
+    pub(in crate::storage) async fn volume(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        max_rows: usize,
+    ) -> Result<Vec<VolumeRow>, StoreError> {
+        let mut builder = QueryBuilder::new(
+            "SELECT extract(epoch FROM minute)::int8 AS minute, service, severity, \
+             sum(records)::int8 AS records, sum(bytes)::int8 AS bytes \
+             FROM log_volume WHERE tenant = ",
+        );
+        builder.push_bind(tenant.to_owned());
+        builder
+            .push(" AND minute >= ")
+            .push_bind(minute_floor(selection.from));
+        builder.push(" AND minute < ").push_bind(selection.to);
+        push_conditions(&mut builder, selection);
+        builder
+            .push(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT ")
+            .push_bind(max_rows as i64);
+        let mut conn = self.acquire().await?;
+        let rows = builder
+            .build()
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        conn.finish();
+        rows.into_iter()
+            .map(|row| {
+                Ok(VolumeRow {
+                    minute: row.try_get("minute")?,
+                    service: row.try_get("service")?,
+                    severity: row.try_get("severity")?,
+                    count: row.try_get("records")?,
+                    bytes: row.try_get("bytes")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(unavailable)
+    }
+}
+
+fn step_back(at: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
+    at.checked_sub_signed(by)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+fn step_forward(at: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
+    at.checked_add_signed(by)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The start of the minute `at` is in: the rollup row that holds it.
+fn minute_floor(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(at.timestamp().div_euclid(60) * 60, 0).unwrap_or(at)
+}

@@ -1,0 +1,152 @@
+//! SQLite's side of LogQL reads: a [`Selection`] as SQL conditions (every value bound; regular
+//! expressions through `REGEXP`, which runs Rust's engine, the query's own), rows streamed in the
+//! order a query asks for along the `(tenant, ts)` index, and the volume rollup per minute.
+
+use futures::TryStreamExt;
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+use super::read::{decode, SqliteReader, COLUMNS};
+use crate::model::selection::{LineCondition, Order, Selection, TextCondition, VolumeRow};
+use crate::storage::error::{unavailable, StoreError};
+use crate::storage::StoredRow;
+
+/// The conditions of `selection` other than its time range, on `logs` or `log_volume`.
+fn push_conditions(builder: &mut QueryBuilder<'_, Sqlite>, selection: &Selection) {
+    for condition in &selection.services {
+        match condition {
+            TextCondition::Eq(text) => builder.push(" AND service = ").push_bind(text.clone()),
+            TextCondition::Ne(text) => builder.push(" AND service <> ").push_bind(text.clone()),
+            TextCondition::Matches(pattern) => builder
+                .push(" AND service REGEXP ")
+                .push_bind(pattern.rust.clone()),
+            TextCondition::NotMatches(pattern) => builder
+                .push(" AND NOT (service REGEXP ")
+                .push_bind(pattern.rust.clone())
+                .push(")"),
+        };
+    }
+    if let Some(ranges) = &selection.severities {
+        builder.push(" AND (0");
+        for (low, high) in ranges {
+            builder
+                .push(" OR severity BETWEEN ")
+                .push_bind(*low)
+                .push(" AND ")
+                .push_bind(*high);
+        }
+        builder.push(")");
+    }
+    for (key, value) in &selection.attributes {
+        // The value as a label shows it: strings as they are, true and false by name, other
+        // values as their text.
+        builder
+            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.attributes) AS a WHERE a.key = ")
+            .push_bind(key.clone())
+            .push(
+                " AND (CASE a.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
+                 ELSE CAST(a.value AS TEXT) END) = ",
+            )
+            .push_bind(value.clone())
+            .push(")");
+    }
+    for condition in &selection.lines {
+        match condition {
+            LineCondition::Contains(text) => builder
+                .push(" AND instr(message, ")
+                .push_bind(text.clone())
+                .push(") > 0"),
+            LineCondition::NotContains(text) => builder
+                .push(" AND instr(message, ")
+                .push_bind(text.clone())
+                .push(") = 0"),
+            LineCondition::Matches(pattern) => builder
+                .push(" AND message REGEXP ")
+                .push_bind(pattern.rust.clone()),
+            LineCondition::NotMatches(pattern) => builder
+                .push(" AND NOT (message REGEXP ")
+                .push_bind(pattern.rust.clone())
+                .push(")"),
+        };
+    }
+}
+
+impl SqliteReader {
+    /// Streams the rows of `selection` in `order` to `sink` until it returns false; at most
+    /// `limit` when every condition of the query is in the selection.
+    pub(in crate::storage) async fn select(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        order: Order,
+        limit: Option<usize>,
+        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        let mut builder = QueryBuilder::new(COLUMNS);
+        builder.push_bind(tenant.to_owned());
+        builder
+            .push(" AND ts >= ")
+            .push_bind(selection.from.timestamp_micros());
+        builder
+            .push(" AND ts < ")
+            .push_bind(selection.to.timestamp_micros());
+        push_conditions(&mut builder, selection);
+        match order {
+            Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
+            Order::Oldest => builder.push(" ORDER BY ts, id"),
+            Order::Any => &mut builder,
+        };
+        if let Some(limit) = limit {
+            builder.push(" LIMIT ").push_bind(limit as i64);
+        }
+        let mut conn = self.acquire().await?;
+        let mut rows = builder.build().fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !sink(decode(row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rollup's rows of `selection` (its services and severities), in (minute, service,
+    /// severity) order, at most `max_rows`.
+    pub(in crate::storage) async fn volume(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        max_rows: usize,
+    ) -> Result<Vec<VolumeRow>, StoreError> {
+        let mut builder = QueryBuilder::new(
+            "SELECT minute, service, severity, records, bytes FROM log_volume WHERE tenant = ",
+        );
+        builder.push_bind(tenant.to_owned());
+        builder
+            .push(" AND minute >= ")
+            .push_bind(selection.from.timestamp().div_euclid(60) * 60);
+        // Every minute that starts before `to`, as on PostgreSQL.
+        let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
+        builder.push(" AND minute < ").push_bind(to_ceil);
+        push_conditions(&mut builder, selection);
+        builder
+            .push(" ORDER BY minute, service, severity LIMIT ")
+            .push_bind(max_rows as i64);
+        let mut conn = self.acquire().await?;
+        let rows = builder
+            .build()
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(VolumeRow {
+                    minute: row.try_get("minute")?,
+                    service: row.try_get("service")?,
+                    severity: row.try_get("severity")?,
+                    count: row.try_get("records")?,
+                    bytes: row.try_get("bytes")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(unavailable)
+    }
+}
