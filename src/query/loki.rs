@@ -317,7 +317,10 @@ impl Reads {
         stats: &'a mut Stats,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
         Box::pin(async move {
-            let whole_minute_steps = steps.count == 1 || steps.step % 60_000_000_000 == 0;
+            // On whole minutes only: a step inside a minute would count that minute a step late.
+            let minute = 60_000_000_000;
+            let whole_minute_steps =
+                steps.start % minute == 0 && (steps.count == 1 || steps.step % minute == 0);
             if let Some(plan) = plan::volume_plan(expr).filter(|_| whole_minute_steps) {
                 metrics()
                     .loki_metric_sources

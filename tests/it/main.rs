@@ -21,6 +21,7 @@ mod faults;
 mod hostile;
 mod http_ingest;
 mod ingest;
+mod loki_query;
 mod otlp;
 mod overload;
 mod probes;

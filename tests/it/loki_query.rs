@@ -1,0 +1,1542 @@
+//! Loki's query API end to end, on SQLite and PostgreSQL: a known set of records pushed with the
+//! Loki push API a few minutes in the past (never on a minute's boundary), then read back through
+//! `query_range`, `query`, the label, series and volume endpoints, as Grafana and `logcli` ask.
+//!
+//! - log queries: each selector and line-filter operator, `| json`, `| logfmt`, label filters,
+//!   `| line_format`, `| drop`, `| keep`, `limit` and `direction`, and tenants kept apart;
+//! - metric queries: counts, rates and bytes checked against the known set, the rollup and a scan
+//!   agreeing (on a process of the test's own, whose source counters move only for it);
+//! - hostile queries refused with 400 and a clear message while the server keeps serving;
+//! - API keys in each header Grafana can send them in;
+//! - Grafana Explore's requests, in its order and with its parameters.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use base64::Engine;
+use serde_json::{json, Value as Json};
+
+use crate::common::process::Process;
+use crate::common::{
+    config, http_request, metric, wait_until, HttpAnswer, TestDb, TestServer, DEADLINE,
+};
+use crate::http_ingest::{post, JSON, LOKI};
+
+const NANOS: i64 = 1_000_000_000;
+const RANGE: &str = "/loki/api/v1/query_range";
+const INSTANT: &str = "/loki/api/v1/query";
+
+/// One record of the known set.
+struct Known {
+    service: &'static str,
+    level: &'static str,
+    /// Stream labels other than service_name and level (stored as attributes).
+    labels: &'static [(&'static str, &'static str)],
+    /// Structured metadata (attributes too), with a dotted key.
+    metadata: &'static [(&'static str, &'static str)],
+    /// Milliseconds after the base minute.
+    offset_ms: i64,
+    line: &'static str,
+}
+
+const KNOWN: [Known; 8] = [
+    Known {
+        service: "api",
+        level: "info",
+        labels: &[("env", "prod")],
+        metadata: &[("http.method", "GET")],
+        offset_ms: 7_123,
+        line: r#"{"status":200,"duration":"120ms","path":"/users","msg":"GET users"}"#,
+    },
+    Known {
+        service: "api",
+        level: "error",
+        labels: &[("env", "prod")],
+        metadata: &[("http.method", "POST")],
+        offset_ms: 27_123,
+        line: r#"{"status":503,"duration":"2.5s","path":"/orders","msg":"upstream timeout"}"#,
+    },
+    Known {
+        service: "api",
+        level: "warn",
+        labels: &[("env", "prod")],
+        metadata: &[("http.method", "GET")],
+        offset_ms: 72_123,
+        line: r#"{"status":404,"duration":"15ms","path":"/missing","msg":"Not Found"}"#,
+    },
+    Known {
+        service: "api",
+        level: "info",
+        labels: &[("env", "staging")],
+        metadata: &[("http.method", "POST")],
+        offset_ms: 77_123,
+        line: r#"{"status":500,"duration":"900ms","path":"/pay","msg":"ERROR charging card"}"#,
+    },
+    Known {
+        service: "worker",
+        level: "info",
+        labels: &[("env", "prod")],
+        metadata: &[],
+        offset_ms: 132_123,
+        line: r#"level=info job=resize took=1.5s msg="resized image""#,
+    },
+    Known {
+        service: "worker",
+        level: "error",
+        labels: &[("env", "prod")],
+        metadata: &[],
+        offset_ms: 137_123,
+        line: r#"level=error job=email took=30ms msg="smtp refused""#,
+    },
+    Known {
+        service: "worker",
+        level: "debug",
+        labels: &[("env", "staging")],
+        metadata: &[],
+        offset_ms: 197_123,
+        line: r#"level=debug job=resize took=5ms msg="cache hit""#,
+    },
+    Known {
+        service: "billing",
+        level: "warn",
+        labels: &[("region", "eu")],
+        metadata: &[],
+        offset_ms: 207_123,
+        line: "invoice 42 overdue",
+    },
+];
+
+/// The base minute: a whole minute 8 to 9 minutes ago, in seconds. Every known record lies in
+/// the four minutes after it, the last more than four minutes before now.
+fn base_minute() -> i64 {
+    let now = chrono::Utc::now().timestamp();
+    (now - 8 * 60).div_euclid(60) * 60
+}
+
+fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_micros() * 1000
+}
+
+/// The timestamp of a known record, in nanoseconds (a whole microsecond, as the stores keep).
+fn at(base: i64, known: &Known) -> i64 {
+    base * NANOS + known.offset_ms * 1_000_000
+}
+
+/// Pushes the known set (as JSON, one stream per record) with `headers`, and waits until the
+/// database holds `expect_rows` rows.
+async fn push_known(
+    addr: SocketAddr,
+    db: &TestDb,
+    headers: &[(&str, &str)],
+    base: i64,
+    expect_rows: i64,
+) {
+    let streams: Vec<Json> = KNOWN
+        .iter()
+        .map(|known| {
+            let mut stream = serde_json::Map::new();
+            stream.insert("service_name".into(), json!(known.service));
+            stream.insert("level".into(), json!(known.level));
+            for (name, value) in known.labels {
+                stream.insert((*name).into(), json!(value));
+            }
+            let metadata: serde_json::Map<String, Json> = known
+                .metadata
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), json!(v)))
+                .collect();
+            let value = if metadata.is_empty() {
+                json!([at(base, known).to_string(), known.line])
+            } else {
+                json!([at(base, known).to_string(), known.line, metadata])
+            };
+            json!({"stream": stream, "values": [value]})
+        })
+        .collect();
+    push_json(addr, headers, json!({ "streams": streams })).await;
+    wait_until("the known set to be stored", DEADLINE, async || {
+        db.count().await >= expect_rows
+    })
+    .await;
+    assert_eq!(db.count().await, expect_rows);
+}
+
+async fn push_json(addr: SocketAddr, headers: &[(&str, &str)], body: Json) {
+    let mut all = vec![JSON];
+    all.extend_from_slice(headers);
+    let answer = post(addr, LOKI, &all, body.to_string().as_bytes()).await;
+    assert_eq!(answer.status, 204, "{}", answer.text());
+}
+
+/// A GET of `path` with `params` (URL-encoded) and `headers`; the test fails when the server
+/// does not answer at all.
+async fn get(
+    addr: SocketAddr,
+    path: &str,
+    params: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> HttpAnswer {
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
+    let target = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    };
+    tokio::time::timeout(DEADLINE, http_request(addr, "GET", &target, headers, b""))
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} answered within {DEADLINE:?}"))
+        .unwrap_or_else(|err| panic!("GET {path}: {err}"))
+}
+
+/// The JSON of a 200 answer.
+async fn ok(
+    addr: SocketAddr,
+    path: &str,
+    params: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> Json {
+    let answer = get(addr, path, params, headers).await;
+    assert_eq!(answer.status, 200, "{path} {params:?}: {}", answer.text());
+    assert_eq!(
+        answer.header("content-type"),
+        Some("application/json"),
+        "{path}"
+    );
+    let body: Json = serde_json::from_slice(&answer.body)
+        .unwrap_or_else(|err| panic!("{path}: {err}: {}", answer.text()));
+    assert_eq!(body["status"], "success", "{body}");
+    body
+}
+
+/// A 400 whose text/plain body contains `says`.
+async fn refused(addr: SocketAddr, path: &str, params: &[(&str, &str)], says: &str) {
+    let answer = get(addr, path, params, &[]).await;
+    let shown: Vec<(&str, String)> = params
+        .iter()
+        .map(|(k, v)| (*k, v.chars().take(120).collect()))
+        .collect();
+    assert_eq!(answer.status, 400, "{path} {shown:?}: {}", answer.text());
+    assert!(
+        answer
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain")),
+        "{path} {shown:?}: {:?}",
+        answer.headers
+    );
+    let text = answer.text();
+    assert!(
+        text.contains(says),
+        "{path} {shown:?}: expected {says:?} in {text:?}"
+    );
+    assert!(
+        text.len() < 2000,
+        "a refusal is short: {} bytes",
+        text.len()
+    );
+}
+
+/// Every (timestamp, line) of a streams answer, in the order they were sent (stream by stream).
+fn entries(answer: &Json) -> Vec<(i64, String)> {
+    assert_eq!(answer["data"]["resultType"], "streams", "{answer}");
+    answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|stream| stream["values"].as_array().unwrap().iter())
+        .map(|value| {
+            (
+                value[0].as_str().unwrap().parse::<i64>().unwrap(),
+                value[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The lines of a streams answer, oldest first.
+fn lines(answer: &Json) -> Vec<String> {
+    let mut all = entries(answer);
+    all.sort();
+    all.into_iter().map(|(_, line)| line).collect()
+}
+
+/// The lines of the known set matching `keep`, oldest first.
+fn known_lines(keep: impl Fn(&Known) -> bool) -> Vec<String> {
+    KNOWN
+        .iter()
+        .filter(|k| keep(k))
+        .map(|k| k.line.to_owned())
+        .collect()
+}
+
+/// The series of a matrix answer: (the value of `label`) → [(seconds, value)].
+fn matrix(answer: &Json, label: &str) -> BTreeMap<String, Vec<(i64, f64)>> {
+    assert_eq!(answer["data"]["resultType"], "matrix", "{answer}");
+    let mut out = BTreeMap::new();
+    for series in answer["data"]["result"].as_array().unwrap() {
+        let name = series["metric"][label].as_str().unwrap_or("").to_owned();
+        let points = series["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|point| {
+                let secs = point[0].as_f64().expect("a point's time is a number");
+                assert_eq!(secs.fract(), 0.0, "whole-second steps: {point}");
+                (
+                    secs as i64,
+                    point[1].as_str().unwrap().parse::<f64>().unwrap(),
+                )
+            })
+            .collect();
+        assert!(
+            out.insert(name, points).is_none(),
+            "one series per {label}: {answer}"
+        );
+    }
+    out
+}
+
+/// What count_over_time (or bytes_over_time, with `bytes`) over `[range_s]` summed by `by` gives at
+/// each step from `start` to `end` (seconds), for the known records matching `keep`; steps
+/// without records have no point, as in Loki.
+#[allow(clippy::too_many_arguments)]
+fn expected(
+    base: i64,
+    start: i64,
+    end: i64,
+    step: i64,
+    range_s: i64,
+    by: impl Fn(&Known) -> String,
+    keep: impl Fn(&Known) -> bool,
+    bytes: bool,
+) -> BTreeMap<String, Vec<(i64, f64)>> {
+    let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+    let mut t = start;
+    while t <= end {
+        let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+        for known in KNOWN.iter().filter(|k| keep(k)) {
+            let ts = at(base, known);
+            if ts > (t - range_s) * NANOS && ts <= t * NANOS {
+                *sums.entry(by(known)).or_default() +=
+                    if bytes { known.line.len() as f64 } else { 1.0 };
+            }
+        }
+        for (name, value) in sums {
+            out.entry(name).or_default().push((t, value));
+        }
+        t += step;
+    }
+    out
+}
+
+fn basic(user: &str, password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {encoded}")
+}
+
+const KEYS: &str = "key-a=team-a,key-b=team-b";
+
+// ---------------------------------------------------------------------------------------------
+// 1. Log queries.
+
+async fn log_queries_select_filter_parse_and_order_the_known_set(db: &TestDb) {
+    let mut settings = config(db);
+    settings.api_keys = Some(KEYS.parse().unwrap());
+    let server = TestServer::start(settings).await;
+    let addr = server.http_ingest;
+    let a = [("x-api-key", "key-a")];
+    let b = [("x-api-key", "key-b")];
+    let base = base_minute();
+    push_known(addr, db, &a, base, KNOWN.len() as i64).await;
+    // Tenant B's own line, in the same minutes, of a service tenant A also has.
+    push_json(
+        addr,
+        &b,
+        json!({"streams": [{"stream": {"service_name": "api", "level": "error", "env": "prod"},
+                            "values": [[(base * NANOS + 30_000_000_000i64).to_string(), "team-b secret status=503"]]}]}),
+    )
+    .await;
+    wait_until("tenant B's line", DEADLINE, async || {
+        db.count().await == KNOWN.len() as i64 + 1
+    })
+    .await;
+
+    let start = ((base - 60) * NANOS).to_string();
+    let end = now_ns().to_string();
+    let query = async |q: &str| -> Json {
+        ok(
+            addr,
+            RANGE,
+            &[
+                ("query", q),
+                ("start", &start),
+                ("end", &end),
+                ("limit", "100"),
+            ],
+            &a,
+        )
+        .await
+    };
+
+    // Selectors: each operator, on indexed labels and on attributes (a dotted key among them).
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        (
+            r#"{service_name="api"}"#,
+            known_lines(|k| k.service == "api"),
+        ),
+        (
+            r#"{service_name=~".+", service_name!="api"}"#,
+            known_lines(|k| k.service != "api"),
+        ),
+        (
+            r#"{service_name=~"work.*|bill.*"}"#,
+            known_lines(|k| k.service != "api"),
+        ),
+        (
+            r#"{service_name="api", env!~"prod"}"#,
+            known_lines(|k| k.service == "api" && k.labels.contains(&("env", "staging"))),
+        ),
+        (r#"{level="error"}"#, known_lines(|k| k.level == "error")),
+        (
+            r#"{detected_level=~"warn|debug"}"#,
+            known_lines(|k| k.level == "warn" || k.level == "debug"),
+        ),
+        (
+            r#"{http_method="POST"}"#,
+            known_lines(|k| k.metadata.contains(&("http.method", "POST"))),
+        ),
+        (
+            r#"{service_name=~".+", env="staging"}"#,
+            known_lines(|k| k.labels.contains(&("env", "staging"))),
+        ),
+        // Line filters: each operator, case-sensitive unless (?i).
+        (
+            r#"{service_name="api"} |= "timeout""#,
+            known_lines(|k| k.line.contains("timeout")),
+        ),
+        (
+            r#"{service_name="api"} != "users""#,
+            known_lines(|k| k.service == "api" && !k.line.contains("users")),
+        ),
+        (
+            r#"{service_name="api"} |~ "Not (Found|Here)""#,
+            known_lines(|k| k.line.contains("Not Found")),
+        ),
+        (
+            r#"{service_name="api"} !~ "status.:5""#,
+            known_lines(|k| k.service == "api" && !k.line.contains("\"status\":5")),
+        ),
+        (r#"{service_name="api"} |= "error charging""#, vec![]),
+        (
+            r#"{service_name="api"} |~ "(?i)error charging""#,
+            known_lines(|k| k.line.contains("ERROR charging")),
+        ),
+        (
+            r#"{service_name=~".+"} |= "status" != "Found" |~ "5[0-9][0-9]""#,
+            known_lines(|k| k.offset_ms == 27_123 || k.offset_ms == 77_123),
+        ),
+        // | json with numeric and duration label filters, and/or.
+        (
+            r#"{service_name="api"} | json | status >= 500"#,
+            known_lines(|k| k.line.contains("\"status\":50")),
+        ),
+        (
+            r#"{service_name="api"} | json | duration > 1s"#,
+            known_lines(|k| k.line.contains("2.5s")),
+        ),
+        (
+            r#"{service_name="api"} | json | status >= 500 and duration < 1s"#,
+            known_lines(|k| k.line.contains("900ms")),
+        ),
+        (
+            r#"{service_name="api"} | json | status == 404 or path="/users""#,
+            known_lines(|k| k.line.contains("404") || k.line.contains("/users")),
+        ),
+        (
+            r#"{service_name="worker"} | logfmt | job="resize" | took > 1s"#,
+            known_lines(|k| k.line.contains("took=1.5s")),
+        ),
+    ];
+    for (q, want) in &cases {
+        let answer = query(q).await;
+        assert_eq!(&lines(&answer), want, "{q}: {answer}");
+    }
+
+    // A stream's labels: service_name, level, detected_level and every attribute, the dotted key
+    // with '_'; | json adds the fields it extracted.
+    let answer = query(r#"{service_name="api"} |= "timeout" | json"#).await;
+    let stream = &answer["data"]["result"][0]["stream"];
+    for (name, value) in [
+        ("service_name", "api"),
+        ("level", "error"),
+        ("detected_level", "error"),
+        ("env", "prod"),
+        ("http_method", "POST"),
+        ("status", "503"),
+        ("path", "/orders"),
+        ("msg", "upstream timeout"),
+    ] {
+        assert_eq!(stream[name], value, "{name}: {answer}");
+    }
+    let value = &answer["data"]["result"][0]["values"][0];
+    assert_eq!(
+        value[0],
+        at(base, &KNOWN[1]).to_string(),
+        "nanoseconds as a string"
+    );
+
+    // | logfmt and | line_format.
+    let answer =
+        query(r#"{service_name="worker"} | logfmt | line_format "{{.job}}: {{.msg}}""#).await;
+    assert_eq!(
+        lines(&answer),
+        [
+            "resize: resized image",
+            "email: smtp refused",
+            "resize: cache hit"
+        ],
+        "{answer}"
+    );
+
+    // | keep and | drop decide a stream's labels, and so how lines group into streams.
+    let answer = query(r#"{service_name="billing"} | keep service_name"#).await;
+    assert_eq!(
+        answer["data"]["result"][0]["stream"],
+        json!({"service_name": "billing"}),
+        "{answer}"
+    );
+    let answer = query(r#"{service_name="billing"} | drop region, detected_level"#).await;
+    assert_eq!(
+        answer["data"]["result"][0]["stream"],
+        json!({"service_name": "billing", "level": "warn"}),
+        "{answer}"
+    );
+    let answer = query(r#"{service_name="worker"} | logfmt | keep job"#).await;
+    let mut grouped: Vec<(String, usize)> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            assert_eq!(s["stream"].as_object().unwrap().len(), 1, "{s}");
+            (
+                s["stream"]["job"].as_str().unwrap().to_owned(),
+                s["values"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    grouped.sort();
+    assert_eq!(
+        grouped,
+        [("email".to_owned(), 1), ("resize".to_owned(), 2)],
+        "{answer}"
+    );
+
+    // limit and direction: forward gives the oldest, backward the newest; each stream's entries
+    // in the direction asked.
+    for (direction, want) in [
+        (
+            "forward",
+            known_lines(|k| k.offset_ms < 80_000)[..3].to_vec(),
+        ),
+        (
+            "backward",
+            known_lines(|k| k.offset_ms > 130_000)[1..].to_vec(),
+        ),
+    ] {
+        let answer = ok(
+            addr,
+            RANGE,
+            &[
+                ("query", r#"{service_name=~".+"}"#),
+                ("start", &start),
+                ("end", &end),
+                ("limit", "3"),
+                ("direction", direction),
+            ],
+            &a,
+        )
+        .await;
+        assert_eq!(lines(&answer), want, "{direction}: {answer}");
+        for stream in answer["data"]["result"].as_array().unwrap() {
+            let stamps: Vec<i64> = stream["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v[0].as_str().unwrap().parse().unwrap())
+                .collect();
+            let mut sorted = stamps.clone();
+            sorted.sort();
+            if direction == "backward" {
+                sorted.reverse();
+            }
+            assert_eq!(stamps, sorted, "{direction}: {answer}");
+        }
+    }
+    // The default direction is backward, as Loki's.
+    let answer = ok(
+        addr,
+        RANGE,
+        &[
+            ("query", r#"{service_name="api"}"#),
+            ("start", &start),
+            ("end", &end),
+            ("limit", "1"),
+        ],
+        &a,
+    )
+    .await;
+    assert_eq!(lines(&answer), [KNOWN[3].line], "{answer}");
+
+    // Tenants: A never sees B's line, B sees only its own, whatever the query.
+    for q in [
+        r#"{service_name=~".+"} |= "secret""#,
+        r#"{service_name="api", level="error"} |= "team-b""#,
+    ] {
+        assert_eq!(lines(&query(q).await), Vec::<String>::new(), "{q}");
+    }
+    let answer = ok(
+        addr,
+        RANGE,
+        &[
+            ("query", r#"{service_name=~".+"}"#),
+            ("start", &start),
+            ("end", &end),
+        ],
+        &b,
+    )
+    .await;
+    assert_eq!(lines(&answer), ["team-b secret status=503"], "{answer}");
+    let values = ok(
+        addr,
+        "/loki/api/v1/label/service_name/values",
+        &[("start", &start), ("end", &end)],
+        &b,
+    )
+    .await;
+    assert_eq!(values["data"], json!(["api"]), "{values}");
+    let count = ok(
+        addr,
+        INSTANT,
+        &[
+            (
+                "query",
+                r#"sum(count_over_time({service_name=~".+"}[10m]))"#,
+            ),
+            ("time", &end),
+        ],
+        &b,
+    )
+    .await;
+    assert_eq!(count["data"]["result"][0]["value"][1], "1", "{count}");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_log_queries,
+    log_queries_select_filter_parse_and_order_the_known_set
+);
+
+// ---------------------------------------------------------------------------------------------
+// 2. Metric queries, on a process of the test's own so that its source counters are its alone.
+
+async fn metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan(db: &TestDb) {
+    let server = Process::serve(&db.url, &[]);
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(addr, db, &[], base, KNOWN.len() as i64).await;
+    let (start, end) = (base + 60, base + 240);
+    let (start_s, end_s) = (start.to_string(), end.to_string());
+    let range = async |q: &str| -> Json {
+        ok(
+            addr,
+            RANGE,
+            &[
+                ("query", q),
+                ("start", &start_s),
+                ("end", &end_s),
+                ("step", "60"),
+            ],
+            &[],
+        )
+        .await
+    };
+    let sources = async || {
+        let text = server.metrics().await;
+        (
+            metric(
+                &text,
+                r#"loghaul_loki_metric_sources_total{source="rollup"}"#,
+            ),
+            metric(&text, r#"loghaul_loki_metric_sources_total{source="scan"}"#),
+        )
+    };
+    let all = |_: &Known| true;
+    let level = |k: &Known| k.level.to_owned();
+
+    // count_over_time by level: from the rollup, then from a scan, both the known counts.
+    let want = expected(base, start, end, 60, 60, level, all, false);
+    assert_eq!(
+        want["info"],
+        [(base + 60, 1.0), (base + 120, 1.0), (base + 180, 1.0)]
+    );
+    let before = sources().await;
+    let rollup =
+        range(r#"sum by (level) (count_over_time({service_name=~"api|worker|billing"}[1m]))"#)
+            .await;
+    let after_rollup = sources().await;
+    assert_eq!(matrix(&rollup, "level"), want, "rollup: {rollup}");
+    assert_eq!(
+        after_rollup,
+        (before.0 + 1.0, before.1),
+        "the rollup answered, no scan"
+    );
+    assert!(
+        rollup["data"]["stats"]["volume"]["rollupRowsRead"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{rollup}"
+    );
+    let scan = range(
+        r#"sum by (level) (count_over_time({service_name=~"api|worker|billing"} |~ ".*" [1m]))"#,
+    )
+    .await;
+    let after_scan = sources().await;
+    assert_eq!(matrix(&scan, "level"), want, "scan: {scan}");
+    assert_eq!(
+        after_scan,
+        (after_rollup.0, after_rollup.1 + 1.0),
+        "a scan answered"
+    );
+    assert!(
+        scan["data"]["stats"]["summary"]["totalLinesProcessed"]
+            .as_u64()
+            .unwrap()
+            >= 8,
+        "{scan}"
+    );
+
+    // Over two minutes, by detected_level, the selector of level only.
+    let want = expected(
+        base,
+        start,
+        end,
+        60,
+        120,
+        |k| k.level.to_owned(),
+        |k| k.level != "debug",
+        false,
+    );
+    for q in [
+        r#"sum by (detected_level) (count_over_time({level=~".+", level!="debug"}[2m]))"#,
+        r#"sum by (detected_level) (count_over_time({level=~".+", level!="debug"} |= "" [2m]))"#,
+    ] {
+        assert_eq!(matrix(&range(q).await, "detected_level"), want, "{q}");
+    }
+
+    // rate is the count over the range's seconds.
+    let counts = expected(
+        base,
+        start,
+        end,
+        60,
+        60,
+        level,
+        |k| k.service == "api",
+        false,
+    );
+    for q in [
+        r#"sum by (level) (rate({service_name="api"}[1m]))"#,
+        r#"sum by (level) (rate({service_name="api"} |~ ".*" [1m]))"#,
+    ] {
+        let got = matrix(&range(q).await, "level");
+        let rates: BTreeMap<String, Vec<(i64, f64)>> = counts
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().map(|(t, c)| (*t, c / 60.0)).collect()))
+            .collect();
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            rates.keys().collect::<Vec<_>>(),
+            "{q}"
+        );
+        for (name, points) in &rates {
+            assert_eq!(got[name].len(), points.len(), "{q} {name}");
+            for ((t, r), (wt, wr)) in got[name].iter().zip(points) {
+                assert_eq!(t, wt, "{q}");
+                assert!((r - wr).abs() < 1e-9, "{q} {name}: {r} vs {wr}");
+            }
+        }
+    }
+
+    // bytes_over_time counts the lines' bytes, by service.
+    let want = expected(
+        base,
+        start,
+        end,
+        60,
+        60,
+        |k| k.service.to_owned(),
+        all,
+        true,
+    );
+    for q in [
+        r#"sum by (service_name) (bytes_over_time({service_name=~".+"}[1m]))"#,
+        r#"sum by (service_name) (bytes_over_time({service_name=~".+"} != "no such text" [1m]))"#,
+    ] {
+        assert_eq!(matrix(&range(q).await, "service_name"), want, "{q}");
+    }
+
+    // By an attribute: a scan only.
+    let before = sources().await;
+    let by_env = range(r#"sum by (env) (count_over_time({service_name="api"}[2m]))"#).await;
+    let after = sources().await;
+    assert_eq!(after.0, before.0, "an attribute is not in the rollup");
+    assert!(after.1 > before.1);
+    let env = |k: &Known| {
+        k.labels
+            .iter()
+            .find(|(n, _)| *n == "env")
+            .map_or(String::new(), |(_, v)| (*v).to_owned())
+    };
+    assert_eq!(
+        matrix(&by_env, "env"),
+        expected(
+            base,
+            start,
+            end,
+            60,
+            120,
+            env,
+            |k| k.service == "api",
+            false
+        ),
+        "{by_env}"
+    );
+
+    // Aggregations over series: count, max, and arithmetic.
+    let q = r#"count(sum by (service_name) (count_over_time({service_name=~".+"}[5m])))"#;
+    let answer = ok(addr, INSTANT, &[("query", q), ("time", &end_s)], &[]).await;
+    assert_eq!(answer["data"]["resultType"], "vector", "{answer}");
+    assert_eq!(
+        answer["data"]["result"][0]["value"],
+        json!([end, "3"]),
+        "{answer}"
+    );
+    let q = r#"sum(count_over_time({service_name="api"}[5m])) * 2 + 1"#;
+    let answer = ok(addr, INSTANT, &[("query", q), ("time", &end_s)], &[]).await;
+    assert_eq!(answer["data"]["result"][0]["value"][1], "9", "{answer}");
+
+    // topk keeps the largest series.
+    let q = r#"topk(1, sum by (service_name) (count_over_time({service_name=~".+"}[5m])))"#;
+    let answer = ok(addr, INSTANT, &[("query", q), ("time", &end_s)], &[]).await;
+    assert_eq!(answer["data"]["resultType"], "vector", "{answer}");
+    let result = answer["data"]["result"].as_array().unwrap();
+    assert_eq!(result.len(), 1, "{answer}");
+    assert_eq!(
+        result[0]["metric"],
+        json!({"service_name": "api"}),
+        "{answer}"
+    );
+    assert_eq!(result[0]["value"], json!([end, "4"]), "{answer}");
+    let q = r#"topk(2, sum by (service_name) (count_over_time({service_name=~".+"} |= "" [5m])))"#;
+    let answer = ok(addr, INSTANT, &[("query", q), ("time", &end_s)], &[]).await;
+    let mut top: Vec<String> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}={}",
+                s["metric"]["service_name"].as_str().unwrap(),
+                s["value"][1].as_str().unwrap()
+            )
+        })
+        .collect();
+    top.sort();
+    assert_eq!(top, ["api=4", "worker=3"], "{answer}");
+
+    // Grafana's health check.
+    let answer = ok(
+        addr,
+        INSTANT,
+        &[("query", "vector(1)+vector(1)"), ("time", &end_s)],
+        &[],
+    )
+    .await;
+    assert_eq!(answer["data"]["resultType"], "vector", "{answer}");
+    assert_eq!(
+        answer["data"]["result"][0]["value"],
+        json!([end, "2"]),
+        "{answer}"
+    );
+    drop(server);
+}
+on_both_backends!(
+    loki_query_metric_queries,
+    metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan
+);
+
+// ---------------------------------------------------------------------------------------------
+// 3. Labels, series, volume, buildinfo, ready.
+
+async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(addr, db, &[], base, KNOWN.len() as i64).await;
+    let start = ((base - 60) * NANOS).to_string();
+    let end = now_ns().to_string();
+    let span = [("start", start.as_str()), ("end", end.as_str())];
+
+    let names = ok(addr, "/loki/api/v1/labels", &span, &[]).await;
+    let names: Vec<&str> = names["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    for name in [
+        "service_name",
+        "level",
+        "detected_level",
+        "env",
+        "http_method",
+        "region",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    assert!(!names.contains(&"http.method"), "{names:?}");
+    let mut sorted = names.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(names, sorted, "sorted and unique");
+
+    let values = async |name: &str, extra: &[(&str, &str)]| -> Json {
+        let mut params = span.to_vec();
+        params.extend_from_slice(extra);
+        ok(
+            addr,
+            &format!("/loki/api/v1/label/{name}/values"),
+            &params,
+            &[],
+        )
+        .await["data"]
+            .clone()
+    };
+    assert_eq!(
+        values("service_name", &[]).await,
+        json!(["api", "billing", "worker"])
+    );
+    assert_eq!(
+        values("level", &[]).await,
+        json!(["debug", "error", "info", "warn"])
+    );
+    assert_eq!(
+        values("detected_level", &[]).await,
+        json!(["debug", "error", "info", "warn"])
+    );
+    assert_eq!(values("http_method", &[]).await, json!(["GET", "POST"]));
+    assert_eq!(
+        values("env", &[("query", r#"{service_name="worker"}"#)]).await,
+        json!(["prod", "staging"])
+    );
+    assert_eq!(
+        values("level", &[("query", r#"{service_name="worker"}"#)]).await,
+        json!(["debug", "error", "info"])
+    );
+    assert_eq!(
+        values("region", &[("query", r#"{service_name="api"}"#)]).await,
+        json!([])
+    );
+    assert_eq!(values("no_such_label", &[]).await, json!([]));
+
+    let series = ok(
+        addr,
+        "/loki/api/v1/series",
+        &[("match[]", r#"{service_name="billing"}"#), span[0], span[1]],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        series["data"],
+        // The stream labels (the indexed ones), not the attributes, which are structured
+        // metadata in Loki's terms.
+        json!([{"service_name": "billing", "level": "warn", "detected_level": "warn"}]),
+        "{series}"
+    );
+    let series = ok(
+        addr,
+        "/loki/api/v1/series",
+        &[
+            ("match[]", r#"{service_name="worker", env="prod"}"#),
+            ("match[]", r#"{level="debug"}"#),
+            span[0],
+            span[1],
+        ],
+        &[],
+    )
+    .await;
+    let found = series["data"].as_array().unwrap();
+    assert_eq!(
+        found.len(),
+        3,
+        "two worker/prod series (info, error) and the debug one: {series}"
+    );
+    for s in found {
+        assert_eq!(s["service_name"], "worker", "{series}");
+    }
+
+    // Volume: bytes per series of the selector's labels, from the rollup.
+    let mut bytes: BTreeMap<&str, usize> = BTreeMap::new();
+    for k in &KNOWN {
+        *bytes.entry(k.service).or_default() += k.line.len();
+    }
+    let volume = ok(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[("query", r#"{service_name=~".+"}"#), span[0], span[1]],
+        &[],
+    )
+    .await;
+    assert_eq!(volume["data"]["resultType"], "vector", "{volume}");
+    let mut got: BTreeMap<String, usize> = BTreeMap::new();
+    for s in volume["data"]["result"].as_array().unwrap() {
+        assert_eq!(s["metric"].as_object().unwrap().len(), 1, "{volume}");
+        assert!(s["value"][0].is_number(), "{volume}");
+        got.insert(
+            s["metric"]["service_name"].as_str().unwrap().to_owned(),
+            s["value"][1].as_str().unwrap().parse().unwrap(),
+        );
+    }
+    let want: BTreeMap<String, usize> = bytes.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+    assert_eq!(got, want, "{volume}");
+    // Largest first, as Loki orders them.
+    let first = &volume["data"]["result"][0]["metric"]["service_name"];
+    assert_eq!(first, "api", "{volume}");
+
+    let volume = ok(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[
+            ("query", r#"{service_name="api"}"#),
+            ("targetLabels", "level"),
+            span[0],
+            span[1],
+        ],
+        &[],
+    )
+    .await;
+    let mut by_level: Vec<(String, String)> = volume["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["level"].as_str().unwrap().to_owned(),
+                s["value"][1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    by_level.sort();
+    let level_bytes = |level: &str| {
+        KNOWN
+            .iter()
+            .filter(|k| k.service == "api" && k.level == level)
+            .map(|k| k.line.len())
+            .sum::<usize>()
+            .to_string()
+    };
+    assert_eq!(
+        by_level,
+        [
+            ("error".to_owned(), level_bytes("error")),
+            ("info".to_owned(), level_bytes("info")),
+            ("warn".to_owned(), level_bytes("warn"))
+        ],
+        "{volume}"
+    );
+
+    let (from, to) = (base.to_string(), (base + 300).to_string());
+    let range = ok(
+        addr,
+        "/loki/api/v1/index/volume_range",
+        &[
+            ("query", r#"{service_name=~".+"}"#),
+            ("start", &from),
+            ("end", &to),
+            ("step", "60"),
+        ],
+        &[],
+    )
+    .await;
+    let got = matrix(&range, "service_name");
+    let want = expected(
+        base,
+        base,
+        base + 300,
+        60,
+        60,
+        |k| k.service.to_owned(),
+        |_| true,
+        true,
+    );
+    let totals = |m: &BTreeMap<String, Vec<(i64, f64)>>| -> BTreeMap<String, f64> {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.iter().map(|p| p.1).sum()))
+            .collect()
+    };
+    assert_eq!(totals(&got), totals(&want), "{range}");
+    assert_eq!(got, want, "{range}");
+
+    // The volume endpoints take a selector of indexed labels alone.
+    refused(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[("query", r#"{env="prod"}"#)],
+        "service_name and level only",
+    )
+    .await;
+    refused(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[("query", r#"{service_name="api"} |= "x""#)],
+        "without a pipeline",
+    )
+    .await;
+
+    let build = ok_plain(addr, "/loki/api/v1/status/buildinfo").await;
+    let build: Json = serde_json::from_str(&build).unwrap();
+    assert_eq!(build["version"], env!("CARGO_PKG_VERSION"), "{build}");
+    assert_eq!(ok_plain(addr, "/ready").await.trim(), "ready");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_metadata_endpoints,
+    label_series_and_volume_endpoints_answer_in_lokis_shapes
+);
+
+async fn ok_plain(addr: SocketAddr, path: &str) -> String {
+    let answer = get(addr, path, &[], &[]).await;
+    assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+    answer.text()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Hostile queries.
+
+async fn hostile_queries_are_refused_with_400_and_the_server_keeps_serving(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(addr, db, &[], base, KNOWN.len() as i64).await;
+    let now = chrono::Utc::now().timestamp();
+    let start = (base - 60).to_string();
+
+    let deep = format!("{}vector(1){}", "(".repeat(40), ")".repeat(40));
+    let deep_sums = format!(
+        "{}count_over_time({{service_name=\"api\"}}[1m]){}",
+        "sum(".repeat(40),
+        ")".repeat(40)
+    );
+    let giant_regex = format!(r#"{{service_name=~"{}"}}"#, "(a|b|c){1000}".repeat(50));
+    let giant_filter = format!(
+        r#"{{service_name="api"}} |~ "{}""#,
+        "(a|b|c){1000}".repeat(50)
+    );
+    let huge = format!(r#"{{service_name="{}"}}"#, "x".repeat(17 * 1024));
+    let thirty_days_ago = (now - 30 * 86_400).to_string();
+    let thirty_two_days_ago = (now - 32 * 86_400).to_string();
+    let now_s = now.to_string();
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (INSTANT, vec![("query", &deep)], "nests deeper than 32"),
+        (RANGE, vec![("query", &deep_sums)], "nests deeper than 32"),
+        (RANGE, vec![("query", &giant_regex)], "is too large"),
+        (RANGE, vec![("query", &giant_filter)], "is too large"),
+        // As Loki: a selector must have a matcher that an empty label does not satisfy.
+        (
+            RANGE,
+            vec![("query", r#"{service_name!="api"}"#)],
+            "at least one label matcher that is not empty-compatible",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{env=~".*"}"#)],
+            "not empty-compatible",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{service_name=~"("}"#)],
+            "invalid regular expression",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{service_name="api"}"#), ("limit", "1000000")],
+            "max entries limit",
+        ),
+        (
+            RANGE,
+            vec![
+                ("query", r#"sum(count_over_time({service_name="api"}[1m]))"#),
+                ("start", &thirty_days_ago),
+                ("end", &now_s),
+                ("step", "1"),
+            ],
+            "exceeded maximum resolution of 11000 points",
+        ),
+        (
+            RANGE,
+            vec![
+                ("query", r#"{service_name="api"}"#),
+                ("start", &thirty_two_days_ago),
+                ("end", &now_s),
+            ],
+            "30d1h",
+        ),
+        (
+            RANGE,
+            vec![(
+                "query",
+                r#"sum(count_over_time({service_name="api"} | unwrap duration [1m]))"#,
+            )],
+            "not supported",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{service_name="api"} | unwrap duration"#)],
+            "| unwrap is not supported",
+        ),
+        (
+            "/loki/api/v1/series",
+            vec![("match[]", r#"count_over_time({service_name="api"}[1m])"#)],
+            "is a metric query",
+        ),
+        (
+            "/loki/api/v1/label/level/values",
+            vec![("query", r#"rate({service_name="api"}[1m])"#)],
+            "is a metric query",
+        ),
+        (RANGE, vec![("query", &huge)], "at most 16384"),
+        (
+            RANGE,
+            vec![("query", r#"{service_name="api""#)],
+            "parse error at line 1, col",
+        ),
+        (
+            RANGE,
+            vec![
+                ("query", r#"{service_name="api"}"#),
+                ("direction", "sideways"),
+            ],
+            "direction",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{service_name="api"}"#), ("limit", "-5")],
+            "limit",
+        ),
+        (
+            RANGE,
+            vec![
+                ("query", r#"sum(rate({service_name="api"}[1m]))"#),
+                ("step", "0"),
+            ],
+            "step",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"{service_name="api"}"#), ("start", "yesterday")],
+            "start",
+        ),
+        (
+            RANGE,
+            vec![("query", r#"count_over_time({service_name="api"}[31d])"#)],
+            "range",
+        ),
+        (RANGE, vec![], "query parameter is missing"),
+    ];
+    for (path, params, says) in &cases {
+        refused(addr, path, params, says).await;
+        // Still serving, and still right.
+        let answer = ok(
+            addr,
+            RANGE,
+            &[("query", r#"{service_name="billing"}"#), ("start", &start)],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            lines(&answer),
+            [KNOWN[7].line],
+            "after {:?}",
+            params.first().map(|p| &p.1[..p.1.len().min(80)])
+        );
+    }
+    // A parse error says where, as Loki's do.
+    let answer = get(
+        addr,
+        RANGE,
+        &[("query", r#"{service_name="api"} |= "a" | bogus"#)],
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{}", answer.text());
+    assert!(
+        answer.text().starts_with("parse error at line 1, col "),
+        "{}",
+        answer.text()
+    );
+    assert!(server
+        .metrics()
+        .await
+        .contains("loghaul_loki_queries_total"));
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_hostile,
+    hostile_queries_are_refused_with_400_and_the_server_keeps_serving
+);
+
+// ---------------------------------------------------------------------------------------------
+// 5. API keys.
+
+async fn reads_need_a_key_in_any_header_grafana_sends(db: &TestDb) {
+    let mut settings = config(db);
+    settings.api_keys = Some(KEYS.parse().unwrap());
+    let server = TestServer::start(settings).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(
+        addr,
+        db,
+        &[("x-api-key", "key-a")],
+        base,
+        KNOWN.len() as i64,
+    )
+    .await;
+    let start = ((base - 60) * NANOS).to_string();
+    let params = [
+        ("query", r#"{service_name="billing"}"#),
+        ("start", start.as_str()),
+    ];
+    let bearer_wrong = "Bearer key-c".to_owned();
+    let basic_wrong = basic("grafana", "key-c");
+    let basic_no_password = basic("key-a", "");
+    for headers in [
+        vec![],
+        vec![("x-api-key", "key-c")],
+        vec![("authorization", bearer_wrong.as_str())],
+        vec![("authorization", "Bearer ")],
+        vec![("authorization", basic_wrong.as_str())],
+        vec![("authorization", basic_no_password.as_str())],
+    ] {
+        for path in [
+            RANGE,
+            "/loki/api/v1/labels",
+            "/loki/api/v1/label/level/values",
+        ] {
+            let answer = get(addr, path, &params, &headers).await;
+            assert_eq!(answer.status, 401, "{path} {headers:?}: {}", answer.text());
+            assert!(!answer.text().contains("overdue"), "{}", answer.text());
+        }
+    }
+    let bearer = "Bearer key-a".to_owned();
+    let basic_any_user = basic("grafana", "key-a");
+    let basic_other_user = basic("anyone at all", "key-a");
+    for headers in [
+        vec![("x-api-key", "key-a")],
+        vec![("authorization", bearer.as_str())],
+        vec![("authorization", basic_any_user.as_str())],
+        vec![("authorization", basic_other_user.as_str())],
+    ] {
+        let answer = ok(addr, RANGE, &params, &headers).await;
+        assert_eq!(lines(&answer), [KNOWN[7].line], "{headers:?}");
+        ok(addr, "/loki/api/v1/labels", &params[1..], &headers).await;
+    }
+    // Another tenant's key is a valid key that sees nothing of team-a.
+    let answer = ok(addr, RANGE, &params, &[("x-api-key", "key-b")]).await;
+    assert_eq!(lines(&answer), Vec::<String>::new(), "{answer}");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_auth,
+    reads_need_a_key_in_any_header_grafana_sends
+);
+
+// ---------------------------------------------------------------------------------------------
+// 6. Grafana Explore.
+
+/// What Grafana's Loki data source sends when Explore opens on service api: the health check,
+/// the label browser, the logs (Grafana's unaligned nanosecond range, step in ms) and the logs
+/// volume histogram.
+async fn grafana_explore_sequence_is_answered(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(addr, db, &[], base, KNOWN.len() as i64).await;
+    let now = now_ns();
+    let (start, end) = ((now - 3_600 * NANOS).to_string(), now.to_string());
+
+    let health = ok(
+        addr,
+        INSTANT,
+        &[("query", "vector(1)+vector(1)"), ("time", &end)],
+        &[],
+    )
+    .await;
+    assert_eq!(health["data"]["resultType"], "vector", "{health}");
+    assert_eq!(health["data"]["result"][0]["value"][1], "2", "{health}");
+    assert_eq!(health["data"]["result"][0]["metric"], json!({}), "{health}");
+
+    let labels = ok(
+        addr,
+        "/loki/api/v1/labels",
+        &[("start", &start), ("end", &end)],
+        &[],
+    )
+    .await;
+    assert!(
+        labels["data"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("service_name")),
+        "{labels}"
+    );
+    let services = ok(
+        addr,
+        "/loki/api/v1/label/service_name/values",
+        &[("start", &start), ("end", &end)],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        services["data"],
+        json!(["api", "billing", "worker"]),
+        "{services}"
+    );
+
+    let logs = ok(
+        addr,
+        RANGE,
+        &[
+            ("direction", "backward"),
+            ("end", &end),
+            ("limit", "1000"),
+            ("query", r#"{service_name="api"}"#),
+            ("start", &start),
+            ("step", "2000ms"),
+        ],
+        &[],
+    )
+    .await;
+    let mut newest_first = known_lines(|k| k.service == "api");
+    newest_first.reverse();
+    let mut got = entries(&logs);
+    got.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    assert_eq!(
+        got.into_iter().map(|e| e.1).collect::<Vec<_>>(),
+        newest_first,
+        "{logs}"
+    );
+    for stream in logs["data"]["result"].as_array().unwrap() {
+        assert_eq!(stream["stream"]["service_name"], "api");
+        assert!(stream["stream"]["detected_level"].is_string(), "{stream}");
+    }
+    assert!(logs["data"]["stats"]["summary"].is_object(), "{logs}");
+
+    // The logs volume, on Grafana's range aligned to the step (as its data source aligns it).
+    let step = 60 * NANOS;
+    let (vstart, vend) = ((now - 3_600 * NANOS) / step * step, now / step * step);
+    let volume = ok(
+        addr,
+        RANGE,
+        &[
+            ("query", r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#),
+            ("start", &vstart.to_string()),
+            ("end", &vend.to_string()),
+            ("step", "60000ms"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(volume["data"]["resultType"], "matrix", "{volume}");
+    for series in volume["data"]["result"].as_array().unwrap() {
+        assert_eq!(
+            series["metric"]["level"], series["metric"]["detected_level"],
+            "{series}"
+        );
+        assert_eq!(series["metric"].as_object().unwrap().len(), 2, "{series}");
+    }
+    let want = expected(
+        base,
+        vstart / NANOS,
+        vend / NANOS,
+        60,
+        60,
+        |k| k.level.to_owned(),
+        |k| k.service == "api",
+        false,
+    );
+    assert_eq!(matrix(&volume, "level"), want, "{volume}");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_grafana_explore,
+    grafana_explore_sequence_is_answered
+);
+
+/// The logs volume on Grafana's own unaligned range (now − 1h to now, in nanoseconds): the rollup
+/// must count what a scan counts, each step the minute before it.
+async fn the_volume_query_on_an_unaligned_range_counts_what_a_scan_counts(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    push_known(addr, db, &[], base, KNOWN.len() as i64).await;
+    // An end 30.5 s into a minute: every step's window straddles two minutes.
+    let end = (chrono::Utc::now().timestamp() / 60 * 60 - 30) * NANOS + 500_000_000;
+    let start = end - 3_600 * NANOS;
+    let ask = async |q: &str| -> Json {
+        ok(
+            addr,
+            RANGE,
+            &[
+                ("query", q),
+                ("start", &start.to_string()),
+                ("end", &end.to_string()),
+                ("step", "60000ms"),
+            ],
+            &[],
+        )
+        .await
+    };
+    let rollup = ask(r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#).await;
+    let scan = ask(r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ |~ ".*" [1m]))"#).await;
+    let points = |answer: &Json| -> BTreeMap<String, Vec<(f64, String)>> {
+        answer["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["metric"]["level"].as_str().unwrap().to_owned(),
+                    s["values"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| (p[0].as_f64().unwrap(), p[1].as_str().unwrap().to_owned()))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        points(&rollup),
+        points(&scan),
+        "rollup {rollup}\nscan {scan}"
+    );
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_unaligned_volume,
+    the_volume_query_on_an_unaligned_range_counts_what_a_scan_counts
+);
