@@ -11,8 +11,9 @@ pub enum Query {
     Metric(MetricExpr),
 }
 
-/// A stream selector and the stages each matching line goes through.
-#[derive(Clone, Debug, PartialEq)]
+/// A stream selector and the stages each matching line goes through (by default none: every
+/// row, as the label endpoints read).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LogQuery {
     /// `{service_name="checkout", level=~"error|warn"}`: every one must match.
     pub selector: Vec<Matcher>,

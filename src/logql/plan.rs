@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::ast::*;
+use super::eval::Steps;
 use super::labels::{self, LEVELS, SERVICE_LABEL};
 use super::pipeline::ERROR_LABEL;
 use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
@@ -29,12 +30,7 @@ pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Se
                 None => ranges,
                 Some(before) => before.into_iter().filter(|r| ranges.contains(r)).collect(),
             });
-        } else if matcher.op == MatchOp::Eq
-            && !value.is_empty()
-            && matcher.label.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            // A label name with `_` may stand for a key with `.` or `-`: that is left to the
-            // engine. One without is its key.
+        } else if is_attribute_key(matcher) {
             selection
                 .attributes
                 .push((matcher.label.clone(), value.clone()));
@@ -53,6 +49,31 @@ pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Se
         }
     }
     selection
+}
+
+/// True for an `=` matcher SQL checks on the attribute of the same name: a label name with `_`
+/// may stand for a key with `.` or `-` and is left to the engine, one without is its key.
+fn is_attribute_key(matcher: &Matcher) -> bool {
+    matcher.op == MatchOp::Eq
+        && !matcher.value.is_empty()
+        && matcher.label.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// True when the selection of `query` holds every condition of it, so the database can count a
+/// limit itself: no stage, and each matcher one SQL checks exactly (service equality, any level
+/// matcher, which becomes severity ranges, and attribute keys).
+pub fn is_exact(query: &LogQuery) -> bool {
+    query.pipeline.is_empty()
+        && query.selector.iter().all(|m| {
+            labels::is_level_label(&m.label)
+                || (m.label == SERVICE_LABEL && matches!(m.op, MatchOp::Eq | MatchOp::Ne))
+                || is_attribute_key(m)
+        })
+}
+
+/// True when `query` is a selector of indexed labels alone: what the rollup's rows can tell.
+pub fn is_indexed_selector(query: &LogQuery) -> bool {
+    query.pipeline.is_empty() && query.selector.iter().all(|m| labels::is_indexed(&m.label))
 }
 
 /// The severity ranges whose level names the matcher accepts.
@@ -142,6 +163,9 @@ fn postgres_pattern(text: &str, whole: bool, negated: bool) -> Option<PostgresPa
     })
 }
 
+/// A minute, the rollup's resolution, in nanoseconds.
+pub const MINUTE_NANOS: i64 = 60_000_000_000;
+
 /// A metric query the rollup answers: `sum` (optionally `by` service and level) of a range
 /// function over a selector of service and level alone.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,8 +180,15 @@ pub struct VolumePlan {
     pub by: Vec<String>,
 }
 
-/// The volume plan of `expr`, when the rollup can answer it at the minute's resolution.
-pub fn volume_plan(expr: &MetricExpr) -> Option<VolumePlan> {
+/// The volume plan of `expr` at `steps`, when the rollup can answer it at the minute's
+/// resolution: its range whole minutes, and its steps on whole minutes (a step inside a minute
+/// would count that minute a step late).
+pub fn volume_plan(expr: &MetricExpr, steps: Steps) -> Option<VolumePlan> {
+    let on_minutes =
+        steps.start % MINUTE_NANOS == 0 && (steps.count == 1 || steps.step % MINUTE_NANOS == 0);
+    if !on_minutes {
+        return None;
+    }
     let MetricExpr::Aggregate {
         op: AggregateOp::Sum,
         grouping,
@@ -183,7 +214,7 @@ pub fn volume_plan(expr: &MetricExpr) -> Option<VolumePlan> {
     else {
         return None;
     };
-    let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % 60_000_000_000 == 0;
+    let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % MINUTE_NANOS as u128 == 0;
     let selector_only = query.selector.iter().all(|m| labels::is_indexed(&m.label))
         && query.pipeline.iter().all(|stage| match stage {
             // Grafana's volume query drops `__error__`, which no stage here sets.
@@ -258,8 +289,17 @@ mod tests {
         let grafana = metric(
             r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#,
         );
-        let plan = volume_plan(&grafana).unwrap();
+        let minutes = Steps::new(0, 10 * MINUTE_NANOS, MINUTE_NANOS).unwrap();
+        let plan = volume_plan(&grafana, minutes).unwrap();
         assert_eq!(plan.by, ["level", "detected_level"]);
+        for off_minutes in [
+            Steps::new(1, 10 * MINUTE_NANOS, MINUTE_NANOS).unwrap(),
+            Steps::new(0, 10 * MINUTE_NANOS, MINUTE_NANOS / 2).unwrap(),
+        ] {
+            assert_eq!(volume_plan(&grafana, off_minutes), None, "{off_minutes:?}");
+        }
+        let instant = Steps::new(MINUTE_NANOS, MINUTE_NANOS, 1).unwrap();
+        assert!(volume_plan(&grafana, instant).is_some());
         for scanned in [
             r#"sum by (level) (count_over_time({service_name="api"} |= "x" [1m]))"#,
             r#"sum by (user) (count_over_time({service_name="api"}[1m]))"#,
@@ -268,7 +308,7 @@ mod tests {
             r#"sum(count_over_time({user="x"}[1m]))"#,
             r#"count(count_over_time({service_name="api"}[1m]))"#,
         ] {
-            assert_eq!(volume_plan(&metric(scanned)), None, "{scanned}");
+            assert_eq!(volume_plan(&metric(scanned), minutes), None, "{scanned}");
         }
     }
 }

@@ -66,11 +66,21 @@ impl ReadLimits {
         &self,
         read: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, QueryError> {
-        match tokio::time::timeout(self.timeout, read).await {
-            Ok(outcome) => Ok(outcome?),
+        self.bounded(async { Ok(read.await?) }).await
+    }
+
+    /// Runs `work`, a read of several steps with an error of its own, within the timeout, ended
+    /// as [`ReadLimits::within_timeout`] ends a read.
+    pub async fn bounded<T, E: From<QueryError>>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(outcome) => outcome,
             Err(_) => Err(QueryError::DeadlineExceeded {
                 timeout: self.timeout,
-            }),
+            }
+            .into()),
         }
     }
 

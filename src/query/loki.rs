@@ -27,7 +27,7 @@ use crate::logql::labels::{self, Labels};
 use crate::logql::pipeline::{CompileError, Output, Pipeline};
 use crate::logql::plan::{self, VolumePlan};
 use crate::logql::ParseError;
-use crate::model::selection::{Order, Selection, VolumeRow};
+use crate::model::selection::{Order, VolumeRow};
 use crate::observability::metrics::metrics;
 use crate::storage::StoredRow;
 
@@ -137,28 +137,6 @@ pub fn nanos(ts: DateTime<Utc>) -> i64 {
     ts.timestamp_micros().saturating_mul(1000)
 }
 
-/// The time `nanos` nanoseconds after the epoch.
-pub fn from_nanos(nanos: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_nanos(nanos)
-}
-
-/// True when the selection holds every condition of `query`, so the database can count the
-/// limit itself: no stage, and every matcher one SQL checks exactly.
-fn selection_is_exact(query: &LogQuery) -> bool {
-    query.pipeline.is_empty()
-        && query.selector.iter().all(|m| {
-            use crate::logql::ast::MatchOp;
-            match (labels::is_indexed(&m.label), m.op) {
-                (true, MatchOp::Eq | MatchOp::Ne) => true,
-                (true, _) => labels::is_level_label(&m.label),
-                (false, MatchOp::Eq) => {
-                    !m.value.is_empty() && m.label.chars().all(|c| c.is_ascii_alphanumeric())
-                }
-                (false, _) => false,
-            }
-        })
-}
-
 impl Reads {
     /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout.
     async fn admitted<T>(
@@ -167,28 +145,26 @@ impl Reads {
         work: impl Future<Output = Result<T, LokiError>>,
     ) -> Result<T, LokiError> {
         let _slot = self.admission.tenant(tenant).admit().await?;
-        match tokio::time::timeout(self.limits.timeout, work).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(QueryError::DeadlineExceeded {
-                timeout: self.limits.timeout,
-            }
-            .into()),
-        }
+        self.limits.bounded(work).await
     }
 
-    /// Streams the rows of `query` over `range` in `order` through its pipeline to `each`, which
-    /// returns false to stop; `limit` only when the database can count it.
+    /// Streams the rows of `query` in `scan` through its pipeline to `each`, which returns false
+    /// to stop.
     async fn each_output(
         &self,
         tenant: &str,
         query: &LogQuery,
-        (range, order, limit): (TimeRange, Order, Option<usize>),
+        Scan {
+            range,
+            order,
+            limit,
+        }: Scan,
         stats: &mut Stats,
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
     ) -> Result<(), LokiError> {
         let pipeline = Pipeline::compile(query)?;
         let selection = plan::selection(query, range.from, range.to);
-        let limit = limit.filter(|_| selection_is_exact(query));
+        let limit = limit.filter(|_| plan::is_exact(query));
         let (mut lines, mut bytes) = (0u64, 0u64);
         let mut sink = |row: StoredRow| {
             lines += 1;
@@ -251,7 +227,11 @@ impl Reads {
             self.each_output(
                 tenant,
                 query,
-                (range, order, Some(limit)),
+                Scan {
+                    range,
+                    order,
+                    limit: Some(limit),
+                },
                 &mut stats,
                 &mut each,
             )
@@ -264,11 +244,20 @@ impl Reads {
     }
 }
 
-/// A rollup minute's rows count at the minute's last instant: a step's range then holds the
-/// minutes that end within it. Callers bring the minute still going at the last step back to that
-/// step, so that the newest lines are counted.
-fn minute_end(minute: i64) -> i64 {
-    minute.saturating_mul(1_000_000_000) + 59_999_999_999
+/// Which rows of a query a read goes through, in what order, and how many it wants at most
+/// (passed to the database only when [`plan::is_exact`] says it can count them).
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    range: TimeRange,
+    order: Order,
+    limit: Option<usize>,
+}
+
+/// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
+/// step's range holds the minutes that end within it; the minute still going at the last step at
+/// that step, so that the newest lines are counted.
+fn minute_at(minute: i64, steps: Steps) -> i64 {
+    (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
 }
 
 /// Total points of a value, for `stats`.
@@ -317,11 +306,7 @@ impl Reads {
         stats: &'a mut Stats,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
         Box::pin(async move {
-            // On whole minutes only: a step inside a minute would count that minute a step late.
-            let minute = 60_000_000_000;
-            let whole_minute_steps =
-                steps.start % minute == 0 && (steps.count == 1 || steps.step % minute == 0);
-            if let Some(plan) = plan::volume_plan(expr).filter(|_| whole_minute_steps) {
+            if let Some(plan) = plan::volume_plan(expr, steps) {
                 metrics()
                     .loki_metric_sources
                     .increment_static(["rollup"], 1);
@@ -339,8 +324,8 @@ impl Reads {
                     let range = range.as_nanos() as i64;
                     let mut accumulator = RangeAccumulator::new(*function, range, steps);
                     let span = TimeRange {
-                        from: from_nanos(steps.start.saturating_sub(range)),
-                        to: from_nanos(steps.end().saturating_add(1)),
+                        from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+                        to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
                     };
                     let mut failed = None;
                     {
@@ -355,8 +340,18 @@ impl Reads {
                                 false
                             }
                         };
-                        self.each_output(tenant, query, (span, Order::Any, None), stats, &mut each)
-                            .await?;
+                        self.each_output(
+                            tenant,
+                            query,
+                            Scan {
+                                range: span,
+                                order: Order::Any,
+                                limit: None,
+                            },
+                            stats,
+                            &mut each,
+                        )
+                        .await?;
                     }
                     match failed {
                         Some(err) => Err(err.into()),
@@ -392,16 +387,19 @@ impl Reads {
         })
     }
 
-    /// The rollup's rows of `selection`, refused when there are more than [`MAX_VOLUME_ROWS`].
-    async fn volume_rows(
+    /// The rollup's rows over `range` whose stream `query` (a selector of indexed labels)
+    /// selects, with the stream's labels; refused past [`MAX_VOLUME_ROWS`].
+    async fn selected_streams(
         &self,
         tenant: &str,
-        selection: &Selection,
+        query: &LogQuery,
+        range: TimeRange,
         stats: &mut Stats,
-    ) -> Result<Vec<VolumeRow>, LokiError> {
+    ) -> Result<Vec<(Labels, VolumeRow)>, LokiError> {
+        let selection = plan::selection(query, range.from, range.to);
         let rows = self
             .reader
-            .volume(tenant, selection, MAX_VOLUME_ROWS + 1)
+            .volume(tenant, &selection, MAX_VOLUME_ROWS + 1)
             .await?;
         if rows.len() > MAX_VOLUME_ROWS {
             return Err(LokiError::BadRequest(format!(
@@ -409,7 +407,13 @@ impl Reads {
             )));
         }
         stats.volume_rows += rows.len() as u64;
-        Ok(rows)
+        // The selector again, for what the database left out (a regular expression).
+        let pipeline = Pipeline::compile(query)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (labels::stream_labels(&row.service, row.severity), row))
+            .filter(|(stream, _)| pipeline.selects(stream))
+            .collect())
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
@@ -421,24 +425,21 @@ impl Reads {
         stats: &mut Stats,
     ) -> Result<Vec<Series>, LokiError> {
         let range = plan.range.as_nanos() as i64;
-        let selection = plan::selection(
-            &plan.query,
-            from_nanos(steps.start.saturating_sub(range)),
-            from_nanos(steps.end().saturating_add(1)),
-        );
-        // The selector again, for what the database left out (a regular expression).
-        let pipeline = Pipeline::compile(&plan.query)?;
+        let span = TimeRange {
+            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+        };
         let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
-        for row in self.volume_rows(tenant, &selection, stats).await? {
-            let stream = labels::stream_labels(&row.service, row.severity);
-            if pipeline.selects(&stream) {
-                accumulator.add_many(
-                    only(stream, &plan.by),
-                    minute_end(row.minute).min(steps.end()),
-                    row.count as u64,
-                    row.bytes as u64,
-                )?;
-            }
+        for (stream, row) in self
+            .selected_streams(tenant, &plan.query, span, stats)
+            .await?
+        {
+            accumulator.add_many(
+                only(stream, &plan.by),
+                minute_at(row.minute, steps),
+                row.count as u64,
+                row.bytes as u64,
+            )?;
         }
         Ok(accumulator.finish())
     }
@@ -479,29 +480,27 @@ impl Reads {
         };
         self.admitted(tenant, async {
             let mut stats = Stats::default();
-            let selection = plan::selection(query, range.from, range.to);
-            let pipeline = Pipeline::compile(query)?;
             let steps = match steps {
                 Some(steps) => steps,
                 None => Steps::new(nanos(range.to), nanos(range.to), 1)?,
             };
             // One step over the whole range, or each step over the one before it.
             let window = match steps.count {
-                1 => nanos(range.to) - nanos(range.from) + 60_000_000_000,
+                1 => nanos(range.to) - nanos(range.from) + plan::MINUTE_NANOS,
                 _ => steps.step,
             };
             let mut accumulator =
                 RangeAccumulator::new(RangeFunction::BytesOverTime, window, steps);
-            for row in self.volume_rows(tenant, &selection, &mut stats).await? {
-                let stream = labels::stream_labels(&row.service, row.severity);
-                if pipeline.selects(&stream) {
-                    accumulator.add_many(
-                        only(stream, &targets),
-                        minute_end(row.minute).min(steps.end()),
-                        row.count as u64,
-                        row.bytes as u64,
-                    )?;
-                }
+            for (stream, row) in self
+                .selected_streams(tenant, query, range, &mut stats)
+                .await?
+            {
+                accumulator.add_many(
+                    only(stream, &targets),
+                    minute_at(row.minute, steps),
+                    row.count as u64,
+                    row.bytes as u64,
+                )?;
             }
             let mut series = accumulator.finish();
             let total = |s: &Series| s.points.iter().flatten().sum::<f64>();
@@ -533,7 +532,11 @@ impl Reads {
         self.each_output(
             tenant,
             query,
-            (range, Order::Newest, None),
+            Scan {
+                range,
+                order: Order::Newest,
+                limit: None,
+            },
             &mut stats,
             &mut sink,
         )
@@ -552,8 +555,7 @@ impl Reads {
                 labels::LEVEL_LABEL.to_owned(),
                 labels::SERVICE_LABEL.to_owned(),
             ]);
-            let everything = any_selector();
-            self.sample(tenant, &everything, range, &mut |labels| {
+            self.sample(tenant, &LogQuery::default(), range, &mut |labels| {
                 names.extend(labels.into_keys());
             })
             .await?;
@@ -571,25 +573,19 @@ impl Reads {
         range: TimeRange,
         query: Option<&LogQuery>,
     ) -> Result<Vec<String>, LokiError> {
-        let everything = any_selector();
+        let everything = LogQuery::default();
         let query = query.unwrap_or(&everything);
         self.admitted(tenant, async {
             let mut values = BTreeSet::new();
-            let from_rollup = labels::is_indexed(name)
-                && query.pipeline.is_empty()
-                && query.selector.iter().all(|m| labels::is_indexed(&m.label));
-            if from_rollup {
-                let pipeline = Pipeline::compile(query)?;
-                let selection = plan::selection(query, range.from, range.to);
-                for row in self
-                    .volume_rows(tenant, &selection, &mut Stats::default())
-                    .await?
-                {
-                    let mut stream = labels::stream_labels(&row.service, row.severity);
-                    if pipeline.selects(&stream) {
-                        values.extend(stream.remove(name));
-                    }
-                }
+            if labels::is_indexed(name) && plan::is_indexed_selector(query) {
+                let streams = self
+                    .selected_streams(tenant, query, range, &mut Stats::default())
+                    .await?;
+                values.extend(
+                    streams
+                        .into_iter()
+                        .filter_map(|(mut stream, _)| stream.remove(name)),
+                );
             } else {
                 self.sample(tenant, query, range, &mut |mut labels| {
                     values.extend(labels.remove(name));
@@ -611,20 +607,11 @@ impl Reads {
         self.admitted(tenant, async {
             let mut series = BTreeSet::new();
             for query in selectors {
-                let indexed = query.pipeline.is_empty()
-                    && query.selector.iter().all(|m| labels::is_indexed(&m.label));
-                if indexed {
-                    let pipeline = Pipeline::compile(query)?;
-                    let selection = plan::selection(query, range.from, range.to);
-                    for row in self
-                        .volume_rows(tenant, &selection, &mut Stats::default())
-                        .await?
-                    {
-                        let stream = labels::stream_labels(&row.service, row.severity);
-                        if pipeline.selects(&stream) {
-                            series.insert(stream);
-                        }
-                    }
+                if plan::is_indexed_selector(query) {
+                    let streams = self
+                        .selected_streams(tenant, query, range, &mut Stats::default())
+                        .await?;
+                    series.extend(streams.into_iter().map(|(stream, _)| stream));
                 } else {
                     let stream_names = [
                         labels::SERVICE_LABEL,
@@ -641,14 +628,5 @@ impl Reads {
             Ok(series.into_iter().collect())
         })
         .await
-    }
-}
-
-/// A selector of every row: `{service_name=~".*"}` without the parser's check that a selector
-/// narrows (the label endpoints list everything of a range).
-fn any_selector() -> LogQuery {
-    LogQuery {
-        selector: Vec::new(),
-        pipeline: Vec::new(),
     }
 }

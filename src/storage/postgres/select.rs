@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::read::{decode, PgReader, COLUMNS};
-use crate::model::selection::{LineCondition, Order, Selection, TextCondition, VolumeRow};
+use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::StoredRow;
 
@@ -31,15 +31,8 @@ fn push_conditions(builder: &mut QueryBuilder<'_, Postgres>, selection: &Selecti
             TextCondition::Ne(text) => {
                 builder.push(" AND service <> ").push_bind(text.clone());
             }
-            TextCondition::Matches(pattern) | TextCondition::NotMatches(pattern) => {
-                if let Some(pg) = &pattern.postgres {
-                    let negated = matches!(condition, TextCondition::NotMatches(_));
-                    builder
-                        .push(" AND service ")
-                        .push(regex_operator(negated, pg.case_insensitive))
-                        .push_bind(pg.expression.clone());
-                }
-            }
+            TextCondition::Matches(pattern) => push_regex(builder, "service", pattern, false),
+            TextCondition::NotMatches(pattern) => push_regex(builder, "service", pattern, true),
         }
     }
     if let Some(ranges) = &selection.severities {
@@ -62,38 +55,43 @@ fn push_conditions(builder: &mut QueryBuilder<'_, Postgres>, selection: &Selecti
     }
     for condition in &selection.lines {
         match condition {
-            LineCondition::Contains(text) => {
-                builder
-                    .push(" AND strpos(message, ")
-                    .push_bind(text.clone())
-                    .push(") > 0");
-            }
-            LineCondition::NotContains(text) => {
-                builder
-                    .push(" AND strpos(message, ")
-                    .push_bind(text.clone())
-                    .push(") = 0");
-            }
-            LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
-                if let Some(pg) = &pattern.postgres {
-                    let negated = matches!(condition, LineCondition::NotMatches(_));
-                    builder
-                        .push(" AND message ")
-                        .push(regex_operator(negated, pg.case_insensitive))
-                        .push_bind(pg.expression.clone());
-                }
-            }
+            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
+            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
+            LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
         }
     }
 }
 
-fn regex_operator(negated: bool, case_insensitive: bool) -> &'static str {
-    match (negated, case_insensitive) {
-        (false, false) => "~ ",
-        (false, true) => "~* ",
-        (true, false) => "!~ ",
-        (true, true) => "!~* ",
-    }
+/// ` AND column ~ pattern` (`!~`, `~*`, `!~*`), when PostgreSQL reads the pattern as the
+/// engine does; else nothing, and the engine alone checks it.
+fn push_regex(
+    builder: &mut QueryBuilder<'_, Postgres>,
+    column: &str,
+    pattern: &Pattern,
+    negated: bool,
+) {
+    let Some(pg) = &pattern.postgres else { return };
+    let operator = match (negated, pg.case_insensitive) {
+        (false, false) => " ~ ",
+        (false, true) => " ~* ",
+        (true, false) => " !~ ",
+        (true, true) => " !~* ",
+    };
+    builder
+        .push(" AND ")
+        .push(column)
+        .push(operator)
+        .push_bind(pg.expression.clone());
+}
+
+/// ` AND strpos(message, text) <test>`: whether the message holds `text`.
+fn push_contains(builder: &mut QueryBuilder<'_, Postgres>, text: &str, test: &str) {
+    builder
+        .push(" AND strpos(message, ")
+        .push_bind(text.to_owned())
+        .push(") ")
+        .push(test);
 }
 
 impl PgReader {

@@ -6,7 +6,7 @@ use futures::TryStreamExt;
 use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::read::{decode, SqliteReader, COLUMNS};
-use crate::model::selection::{LineCondition, Order, Selection, TextCondition, VolumeRow};
+use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::StoredRow;
 
@@ -14,16 +14,15 @@ use crate::storage::StoredRow;
 fn push_conditions(builder: &mut QueryBuilder<'_, Sqlite>, selection: &Selection) {
     for condition in &selection.services {
         match condition {
-            TextCondition::Eq(text) => builder.push(" AND service = ").push_bind(text.clone()),
-            TextCondition::Ne(text) => builder.push(" AND service <> ").push_bind(text.clone()),
-            TextCondition::Matches(pattern) => builder
-                .push(" AND service REGEXP ")
-                .push_bind(pattern.rust.clone()),
-            TextCondition::NotMatches(pattern) => builder
-                .push(" AND NOT (service REGEXP ")
-                .push_bind(pattern.rust.clone())
-                .push(")"),
-        };
+            TextCondition::Eq(text) => {
+                builder.push(" AND service = ").push_bind(text.clone());
+            }
+            TextCondition::Ne(text) => {
+                builder.push(" AND service <> ").push_bind(text.clone());
+            }
+            TextCondition::Matches(pattern) => push_regexp(builder, "service", pattern, false),
+            TextCondition::NotMatches(pattern) => push_regexp(builder, "service", pattern, true),
+        }
     }
     if let Some(ranges) = &selection.severities {
         builder.push(" AND (0");
@@ -51,23 +50,36 @@ fn push_conditions(builder: &mut QueryBuilder<'_, Sqlite>, selection: &Selection
     }
     for condition in &selection.lines {
         match condition {
-            LineCondition::Contains(text) => builder
-                .push(" AND instr(message, ")
-                .push_bind(text.clone())
-                .push(") > 0"),
-            LineCondition::NotContains(text) => builder
-                .push(" AND instr(message, ")
-                .push_bind(text.clone())
-                .push(") = 0"),
-            LineCondition::Matches(pattern) => builder
-                .push(" AND message REGEXP ")
-                .push_bind(pattern.rust.clone()),
-            LineCondition::NotMatches(pattern) => builder
-                .push(" AND NOT (message REGEXP ")
-                .push_bind(pattern.rust.clone())
-                .push(")"),
-        };
+            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
+            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
+            LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
+        }
     }
+}
+
+/// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
+fn push_regexp(
+    builder: &mut QueryBuilder<'_, Sqlite>,
+    column: &str,
+    pattern: &Pattern,
+    negated: bool,
+) {
+    builder
+        .push(if negated { " AND NOT (" } else { " AND (" })
+        .push(column)
+        .push(" REGEXP ")
+        .push_bind(pattern.rust.clone())
+        .push(")");
+}
+
+/// ` AND instr(message, text) <test>`: whether the message holds `text`.
+fn push_contains(builder: &mut QueryBuilder<'_, Sqlite>, text: &str, test: &str) {
+    builder
+        .push(" AND instr(message, ")
+        .push_bind(text.to_owned())
+        .push(") ")
+        .push(test);
 }
 
 impl SqliteReader {

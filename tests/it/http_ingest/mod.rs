@@ -5,14 +5,12 @@
 //! - [`loki`]: Loki pushes, their labels and tenants;
 //! - [`auth`]: keys in every header an exporter sets, and what a missing or wrong one gets;
 //! - [`hostile`]: bodies that are broken, oversized or bombs, each a clear 4xx, and memory;
-//! - [`loki_query`]: Loki's query API: LogQL log and metric queries, rollup and scan alike, refusals;
 //! - [`overload`]: the retryable answers (429, 503) and their `Retry-After`;
 //! - here: the metrics of a process of the test's own, and answers across a SIGTERM.
 
 mod auth;
 mod hostile;
 mod loki;
-mod loki_query;
 mod otlp;
 mod overload;
 

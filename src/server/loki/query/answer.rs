@@ -143,11 +143,6 @@ pub fn volume(series: &[Series], time: i64, stats: &Stats) -> Json {
     }))
 }
 
-/// `/index/volume_range`'s answer: a matrix.
-pub fn volume_range(series: Vec<Series>, steps: Steps, stats: &Stats) -> Json {
-    matrix(Value::Matrix(series), steps, stats)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,21 +11,23 @@
 pub mod answer;
 pub mod params;
 
-use std::net::{IpAddr, SocketAddr};
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, Response, StatusCode, Uri};
+use axum::extract::{ConnectInfo, FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{Response, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
 use serde_json::{json, Value as Json};
 
-use crate::auth::{KeyStore, Tenant};
+use crate::auth::KeyStore;
 use crate::logql::ast::{LogQuery, Query};
-use crate::logql::eval::Steps;
+use crate::logql::eval::{Steps, Value};
 use crate::observability::metrics::metrics;
 use crate::query::loki::{nanos, LokiError};
 use crate::query::Reads;
@@ -102,64 +104,82 @@ impl Refusal {
     }
 }
 
-/// One request: its tenant, its parameters, and the endpoint's answer or refusal, counted.
-async fn answer<F, Fut>(
-    api: &LokiApi,
-    endpoint: &'static str,
-    headers: &HeaderMap,
-    peer: IpAddr,
-    uri: &Uri,
-    work: F,
-) -> Response<Body>
-where
-    F: FnOnce(Reads, Arc<str>, Params) -> Fut,
-    Fut: std::future::Future<Output = Result<Json, Refusal>>,
-{
-    let started = Instant::now();
-    let outcome = async {
-        let tenant: Tenant = auth::tenant(&api.keys, headers, peer)?;
-        work(
-            api.reads.clone(),
-            tenant.name().clone(),
-            Params::parse(uri.query()),
-        )
-        .await
+/// One request as every endpoint takes it: the reads, the tenant its key gives (or why it gives
+/// none), and its query string.
+struct Call {
+    reads: Reads,
+    tenant: Result<Arc<str>, HttpError>,
+    params: Params,
+}
+
+impl FromRequestParts<LokiApi> for Call {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, api: &LokiApi) -> Result<Self, Infallible> {
+        // The listener gives every request its peer; without one, it is not on loopback.
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+        Ok(Call {
+            reads: api.reads.clone(),
+            tenant: auth::tenant(&api.keys, &parts.headers, peer).map(|t| t.name().clone()),
+            params: Params::parse(parts.uri.query()),
+        })
     }
-    .await;
-    metrics()
-        .loki_query_duration
-        .record(started.elapsed().as_secs_f64());
-    match outcome {
-        Ok(body) => {
-            metrics().loki_queries.increment_static([endpoint, "ok"], 1);
-            reply::response(
-                StatusCode::OK,
-                "application/json",
-                body.to_string().into_bytes(),
-            )
-        }
-        Err(refusal) => {
-            metrics()
-                .loki_queries
-                .increment_static([endpoint, refusal.kind()], 1);
-            if refusal.status().is_server_error() {
-                tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
+}
+
+impl Call {
+    /// The endpoint's answer or refusal, counted and timed.
+    async fn answer<F, Fut>(self, endpoint: &'static str, work: F) -> Response<Body>
+    where
+        F: FnOnce(Reads, Arc<str>, Params) -> Fut,
+        Fut: std::future::Future<Output = Result<Json, Refusal>>,
+    {
+        let started = Instant::now();
+        let outcome = match self.tenant {
+            Ok(tenant) => work(self.reads, tenant, self.params).await,
+            Err(refused) => Err(refused.into()),
+        };
+        metrics()
+            .loki_query_duration
+            .record(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(body) => {
+                metrics().loki_queries.increment_static([endpoint, "ok"], 1);
+                reply::response(
+                    StatusCode::OK,
+                    "application/json",
+                    body.to_string().into_bytes(),
+                )
             }
-            reply::response(
-                refusal.status(),
-                "text/plain; charset=utf-8",
-                format!("{refusal}\n").into_bytes(),
-            )
+            Err(refusal) => {
+                metrics()
+                    .loki_queries
+                    .increment_static([endpoint, refusal.kind()], 1);
+                if refusal.status().is_server_error() {
+                    tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
+                }
+                reply::response(
+                    refusal.status(),
+                    "text/plain; charset=utf-8",
+                    format!("{refusal}\n").into_bytes(),
+                )
+            }
         }
     }
 }
 
+/// The `query=` parameter, which every endpoint that has one needs.
+fn query_text(params: &Params) -> Result<&str, Refusal> {
+    Ok(params
+        .get("query")
+        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?)
+}
+
 /// The query of `query=`, parsed.
 fn logql(params: &Params) -> Result<Query, Refusal> {
-    let text = params
-        .get("query")
-        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?;
-    Ok(crate::logql::parse(text)?)
+    Ok(crate::logql::parse(query_text(params)?)?)
 }
 
 /// A selector parameter (`query=` of the label and volume endpoints, `match[]=` of series).
@@ -173,164 +193,102 @@ fn selector(text: &str) -> Result<LogQuery, Refusal> {
     }
 }
 
-async fn query_range(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "query_range",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            match logql(&params)? {
-                Query::Log(query) => {
-                    let (limit, order) = (params.limit()?, params.direction()?);
-                    let (streams, stats) = reads
-                        .loki_logs(&tenant, &query, range, limit, order)
-                        .await?;
-                    Ok(answer::streams(streams, &stats))
-                }
-                Query::Metric(expr) => {
-                    let step = params.step(range)?;
-                    let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
-                    let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
-                    Ok(answer::matrix(value, steps, &stats))
-                }
+/// A log query's streams over `range`, with the request's `limit` and `direction`.
+async fn log_answer(
+    reads: &Reads,
+    tenant: &Arc<str>,
+    query: &LogQuery,
+    range: crate::query::loki::TimeRange,
+    params: &Params,
+) -> Result<Json, Refusal> {
+    let (limit, order) = (params.limit()?, params.direction()?);
+    let (streams, stats) = reads.loki_logs(tenant, query, range, limit, order).await?;
+    Ok(answer::streams(streams, &stats))
+}
+
+async fn query_range(call: Call) -> Response<Body> {
+    call.answer("query_range", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        match logql(&params)? {
+            Query::Log(query) => log_answer(&reads, &tenant, &query, range, &params).await,
+            Query::Metric(expr) => {
+                let step = params.step(range)?;
+                let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
+                let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                Ok(answer::matrix(value, steps, &stats))
             }
-        },
-    )
+        }
+    })
     .await
 }
 
-async fn query(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "query",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let time = params.time("time", Utc::now())?;
-            match logql(&params)? {
-                Query::Log(query) => {
-                    // An instant log query reads the hour before `time`, as Loki does.
-                    let range = crate::query::loki::TimeRange {
-                        from: time - chrono::TimeDelta::hours(1),
-                        to: time,
-                    };
-                    let (limit, order) = (params.limit()?, params.direction()?);
-                    let (streams, stats) = reads
-                        .loki_logs(&tenant, &query, range, limit, order)
-                        .await?;
-                    Ok(answer::streams(streams, &stats))
-                }
-                Query::Metric(expr) => {
-                    let at = nanos(time);
-                    let steps = Steps::new(at, at, 1)?;
-                    let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
-                    Ok(answer::instant(value, at, &stats))
-                }
+async fn query(call: Call) -> Response<Body> {
+    call.answer("query", |reads, tenant, params| async move {
+        let time = params.time("time", Utc::now())?;
+        match logql(&params)? {
+            Query::Log(query) => {
+                // An instant log query reads the hour before `time`, as Loki does.
+                let range = crate::query::loki::TimeRange {
+                    from: time - chrono::TimeDelta::hours(1),
+                    to: time,
+                };
+                log_answer(&reads, &tenant, &query, range, &params).await
             }
-        },
-    )
-    .await
-}
-
-async fn labels(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "labels",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            let names = reads.loki_label_names(&tenant, range).await?;
-            Ok(answer::success(json!(names)))
-        },
-    )
-    .await
-}
-
-async fn label_values(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "label_values",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            let query = params.get("query").map(selector).transpose()?;
-            let values = reads
-                .loki_label_values(&tenant, &name, range, query.as_ref())
-                .await?;
-            Ok(answer::success(json!(values)))
-        },
-    )
-    .await
-}
-
-async fn series(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "series",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            let mut texts = params.all("match[]");
-            texts.extend(params.all("match"));
-            if texts.is_empty() {
-                return Err(LokiError::BadRequest(
-                    "series needs at least one match[] selector".into(),
-                )
-                .into());
+            Query::Metric(expr) => {
+                let at = nanos(time);
+                let steps = Steps::new(at, at, 1)?;
+                let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                Ok(answer::instant(value, at, &stats))
             }
-            let selectors = texts
-                .into_iter()
-                .map(selector)
-                .collect::<Result<Vec<_>, _>>()?;
-            let series = reads.loki_series(&tenant, &selectors, range).await?;
-            Ok(answer::success(json!(series)))
-        },
-    )
+        }
+    })
+    .await
+}
+
+async fn labels(call: Call) -> Response<Body> {
+    call.answer("labels", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        let names = reads.loki_label_names(&tenant, range).await?;
+        Ok(answer::success(json!(names)))
+    })
+    .await
+}
+
+async fn label_values(Path(name): Path<String>, call: Call) -> Response<Body> {
+    call.answer("label_values", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        let query = params.get("query").map(selector).transpose()?;
+        let values = reads
+            .loki_label_values(&tenant, &name, range, query.as_ref())
+            .await?;
+        Ok(answer::success(json!(values)))
+    })
+    .await
+}
+
+async fn series(call: Call) -> Response<Body> {
+    call.answer("series", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        let mut texts = params.all("match[]");
+        texts.extend(params.all("match"));
+        if texts.is_empty() {
+            return Err(
+                LokiError::BadRequest("series needs at least one match[] selector".into()).into(),
+            );
+        }
+        let selectors = texts
+            .into_iter()
+            .map(selector)
+            .collect::<Result<Vec<_>, _>>()?;
+        let series = reads.loki_series(&tenant, &selectors, range).await?;
+        Ok(answer::success(json!(series)))
+    })
     .await
 }
 
 /// The volume endpoints' common parameters: the selector, the labels to sum by, the limit.
 fn volume_params(params: &Params) -> Result<(LogQuery, Vec<String>, usize), Refusal> {
-    let text = params
-        .get("query")
-        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?;
-    let query = selector(text)?;
+    let query = selector(query_text(params)?)?;
     let targets = params
         .get("targetLabels")
         .map(|list| {
@@ -340,59 +298,31 @@ fn volume_params(params: &Params) -> Result<(LogQuery, Vec<String>, usize), Refu
                 .collect()
         })
         .unwrap_or_default();
-    let limit = match params.get("limit") {
-        None => 100,
-        Some(_) => params.limit()?,
-    };
-    Ok((query, targets, limit))
+    Ok((query, targets, params.limit()?))
 }
 
-async fn volume(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "volume",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            let (query, targets, limit) = volume_params(&params)?;
-            let (series, stats) = reads
-                .loki_volume(&tenant, &query, range, targets, None, limit)
-                .await?;
-            Ok(answer::volume(&series, nanos(range.to), &stats))
-        },
-    )
+async fn volume(call: Call) -> Response<Body> {
+    call.answer("volume", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        let (query, targets, limit) = volume_params(&params)?;
+        let (series, stats) = reads
+            .loki_volume(&tenant, &query, range, targets, None, limit)
+            .await?;
+        Ok(answer::volume(&series, nanos(range.to), &stats))
+    })
     .await
 }
 
-async fn volume_range(
-    State(api): State<LokiApi>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response<Body> {
-    answer(
-        &api,
-        "volume_range",
-        &headers,
-        peer.ip(),
-        &uri,
-        |reads, tenant, params| async move {
-            let range = params.range(Utc::now())?;
-            let (query, targets, limit) = volume_params(&params)?;
-            let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
-            let (series, stats) = reads
-                .loki_volume(&tenant, &query, range, targets, Some(steps), limit)
-                .await?;
-            Ok(answer::volume_range(series, steps, &stats))
-        },
-    )
+async fn volume_range(call: Call) -> Response<Body> {
+    call.answer("volume_range", |reads, tenant, params| async move {
+        let range = params.range(Utc::now())?;
+        let (query, targets, limit) = volume_params(&params)?;
+        let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
+        let (series, stats) = reads
+            .loki_volume(&tenant, &query, range, targets, Some(steps), limit)
+            .await?;
+        Ok(answer::matrix(Value::Matrix(series), steps, &stats))
+    })
     .await
 }
 
