@@ -8,6 +8,7 @@ use super::ast::*;
 use super::eval::Steps;
 use super::labels::{self, LEVELS, SERVICE_LABEL};
 use super::pipeline::ERROR_LABEL;
+use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
 
 /// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
@@ -49,6 +50,43 @@ pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Se
         }
     }
     selection
+}
+
+/// The part of `query` a tail's polls can check, in the terms of the other tails' filter: one
+/// service by equality, the lowest severity any level matcher accepts, attributes by key, and
+/// the first `|=` before any `line_format`. The engine still checks every row it polls, so this
+/// only has to let through every row the query matches.
+pub fn tail_filter(query: &LogQuery) -> Filter {
+    let mut filter = Filter::default();
+    for matcher in &query.selector {
+        if matcher.label == SERVICE_LABEL && matcher.op == MatchOp::Eq && filter.services.is_empty()
+        {
+            filter.services.push(matcher.value.clone());
+        } else if labels::is_level_label(&matcher.label) {
+            let lowest = level_ranges(matcher).iter().map(|(low, _)| *low).min();
+            // A matcher no level satisfies matches nothing; an impossible floor says so.
+            let floor = lowest.unwrap_or(i16::MAX);
+            filter.min_severity = filter.min_severity.max(floor);
+        } else if is_attribute_key(matcher) {
+            filter
+                .attributes
+                .insert(matcher.label.clone(), matcher.value.clone());
+        }
+    }
+    filter.contains = query
+        .pipeline
+        .iter()
+        .take_while(|stage| !matches!(stage, Stage::LineFormat(_)))
+        .find_map(|stage| match stage {
+            Stage::LineFilter {
+                op: LineOp::Contains,
+                pattern,
+            } if !pattern.is_empty() && pattern.len() <= MAX_CONTAINS_BYTES => {
+                Some(pattern.clone())
+            }
+            _ => None,
+        });
+    filter
 }
 
 /// True for an `=` matcher SQL checks on the attribute of the same name: a label name with `_`
@@ -245,6 +283,35 @@ mod tests {
             Query::Metric(metric) => metric,
             Query::Log(_) => panic!("log"),
         }
+    }
+
+    #[test]
+    fn a_tail_polls_with_what_its_filter_can_hold_and_no_less() {
+        let query = log(
+            r#"{service_name="api", service_name!="web", level=~"warn|error", region="eu", http_method="GET"} |~ "x" |= "db" |= "late""#,
+        );
+        let filter = tail_filter(&query);
+        assert_eq!(filter.services, ["api"]);
+        assert_eq!(
+            filter.min_severity, 13,
+            "the lowest level the matcher takes"
+        );
+        assert_eq!(
+            filter.attributes.into_iter().collect::<Vec<_>>(),
+            [("region".to_owned(), "eu".to_owned())],
+            "a label with _ may stand for another key"
+        );
+        assert_eq!(filter.contains.as_deref(), Some("db"), "the first |=");
+
+        let after_format = tail_filter(&log(r#"{level="nope"} | line_format "{{.a}}" |= "db""#));
+        assert_eq!(after_format.contains, None, "line_format changes the line");
+        assert_eq!(
+            after_format.min_severity,
+            i16::MAX,
+            "no level is called nope"
+        );
+        let everything = tail_filter(&log(r#"{service_name=~"a|b", level!="debug"}"#));
+        assert_eq!(everything, Filter::default());
     }
 
     #[test]

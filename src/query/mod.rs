@@ -17,6 +17,7 @@ pub mod admission;
 pub use crate::model::{cursor, filter};
 pub mod limits;
 pub mod loki;
+pub mod loki_tail;
 pub mod render;
 pub mod service;
 pub mod tail;

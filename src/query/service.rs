@@ -1,6 +1,8 @@
 //! The `LogQuery` gRPC handlers. Every read is scoped to the tenant the auth layer attached.
 
-use tokio_stream::wrappers::ReceiverStream;
+use std::pin::Pin;
+
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{tail, Reads};
@@ -34,7 +36,7 @@ impl LogQuery for QueryService {
             .map_err(Status::from)
     }
 
-    type TailStream = ReceiverStream<Result<TailResponse, Status>>;
+    type TailStream = Pin<Box<dyn Stream<Item = Result<TailResponse, Status>> + Send>>;
 
     async fn tail(
         &self,
@@ -42,6 +44,6 @@ impl LogQuery for QueryService {
     ) -> Result<Response<Self::TailStream>, Status> {
         let tenant = tenant_of(&request)?;
         let stream = tail::start(&self.reads, tenant.name(), request.into_inner()).await?;
-        Ok(Response::new(stream))
+        Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
 use super::admission::{TailSlot, TenantReads};
@@ -22,7 +23,7 @@ use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::Tail;
+use crate::storage::{StoredRow, Tail};
 
 /// How a tail polls and buffers.
 #[derive(Clone, Copy, Debug)]
@@ -58,15 +59,36 @@ impl TailConfig {
     }
 }
 
+/// What a tail delivers: each poll's new rows, oldest first, then at most one error that ends it.
+pub type Follow = ReceiverStream<Result<Vec<StoredRow>, QueryError>>;
+
 /// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
 /// service and the console, so both refuse the same requests with the same reasons.
 pub async fn start(
     reads: &Reads,
     tenant: &Arc<str>,
     request: TailRequest,
-) -> Result<ReceiverStream<Result<TailResponse, Status>>, QueryError> {
+) -> Result<impl Stream<Item = Result<TailResponse, Status>> + Send + 'static, QueryError> {
     let filter = Filter::from_proto(request.filter)?;
     let after = Cursor::decode(&request.cursor)?;
+    let rows = open(reads, tenant, filter, after).await?;
+    Ok(rows.map(|polled| {
+        polled
+            .map(|rows| TailResponse {
+                records: rows.into_iter().map(to_wire).collect(),
+            })
+            .map_err(Status::from)
+    }))
+}
+
+/// Starts following `tenant`'s records that `filter` matches, committed after `after` (or from
+/// now): a tail slot of the tenant's is held until the follow ends.
+pub async fn open(
+    reads: &Reads,
+    tenant: &Arc<str>,
+    filter: Filter,
+    after: Option<Cursor>,
+) -> Result<Follow, QueryError> {
     let place = reads.admission.tail(tenant)?;
     let slots = reads.admission.tenant(tenant);
     let slot = slots.admit().await?;
@@ -83,13 +105,7 @@ pub async fn start(
 const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
-fn follow(
-    reads: Reads,
-    place: TailSlot,
-    slots: TenantReads,
-    filter: Filter,
-    tail: Tail,
-) -> ReceiverStream<Result<TailResponse, Status>> {
+fn follow(reads: Reads, place: TailSlot, slots: TenantReads, filter: Filter, tail: Tail) -> Follow {
     // One slot more than the data may use, so the final status always fits.
     let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
     tokio::spawn(async move {
@@ -104,7 +120,7 @@ fn follow(
         metrics().tails_ended.increment_static([label], 1);
         if let Some(err) = end {
             tracing::debug!(error = %err, "tail ended");
-            let _ = sender.try_send(Err(err.into()));
+            let _ = sender.try_send(Err(err));
         }
     });
     ReceiverStream::new(receiver)
@@ -116,7 +132,7 @@ async fn run(
     slots: &TenantReads,
     filter: &Filter,
     mut tail: Tail,
-    sender: &mpsc::Sender<Result<TailResponse, Status>>,
+    sender: &mpsc::Sender<Result<Vec<StoredRow>, QueryError>>,
 ) -> Option<QueryError> {
     let config = reads.tail;
     let mut failures = 0;
@@ -170,8 +186,7 @@ async fn run(
                 "its buffer of unread records is full",
             ));
         }
-        let records = rows.into_iter().map(to_wire).collect();
-        if sender.try_send(Ok(TailResponse { records })).is_err() {
+        if sender.try_send(Ok(rows)).is_err() {
             return None;
         }
     }

@@ -9,6 +9,9 @@
 //! - SQLite: old rows are deleted through the `(tenant, ts)` index in transactions of
 //!   [`DELETE_CHUNK`] rows, yielding to ingest between chunks.
 //!
+//! The per-minute volume rollup (`log_volume`) is trimmed with the rows: every minute that ended
+//! before the window's start is deleted, in chunks, on both stores.
+//!
 //! The PostgreSQL run also summarizes the BRIN ranges of the newest partitions, which keeps reads
 //! fast when autovacuum falls behind (see `storage/postgres/retention.rs`).
 //!
@@ -55,6 +58,8 @@ pub struct RunReport {
     pub ranges_summarized: u64,
     /// Chunk keys deleted because they left the dedup window.
     pub chunk_keys_pruned: u64,
+    /// Rows of the volume rollup deleted because their minute left the window.
+    pub volume_rows_deleted: u64,
 }
 
 /// Why a run failed.
@@ -140,6 +145,9 @@ pub async fn run_once(
             .brin_ranges_summarized
             .increment(report.ranges_summarized);
         series.chunk_keys_pruned.increment(report.chunk_keys_pruned);
+        series
+            .volume_rows_deleted
+            .increment(report.volume_rows_deleted);
         if report.ran {
             series
                 .retention_last_run
@@ -184,6 +192,7 @@ async fn locked_run(
         .drop_partitions_ending_by(horizon - DROP_GRACE)
         .await?;
     report.rows_deleted = session.delete_before(horizon).await?;
+    report.volume_rows_deleted = session.delete_volume_before(horizon).await?;
     Ok(report)
 }
 

@@ -264,6 +264,15 @@ impl RetentionSession {
         dispatch!(self, session => session.delete_before(horizon).await)
     }
 
+    /// Deletes the volume rollup's minutes that ended before `horizon`, in chunks, each tenant
+    /// through its index; returns how many rows.
+    pub async fn delete_volume_before(
+        &mut self,
+        horizon: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, session => session.delete_volume_before(horizon).await)
+    }
+
     /// Ends the session.
     pub async fn close(self) -> Result<(), StoreError> {
         dispatch!(self, session => session.close().await)

@@ -4,7 +4,26 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+
 use super::row::Row;
+
+/// Every tenant with rollup rows, by a loose scan of the primary key's leading `tenant`: one
+/// index probe per tenant instead of reading every row. The same text on both stores.
+pub(in crate::storage) const VOLUME_TENANTS_SQL: &str = "WITH RECURSIVE tenants(name) AS ( \
+       SELECT min(tenant) FROM log_volume \
+       UNION ALL \
+       SELECT (SELECT min(tenant) FROM log_volume WHERE tenant > tenants.name) FROM tenants WHERE tenants.name IS NOT NULL) \
+     SELECT name FROM tenants WHERE name IS NOT NULL";
+
+/// The first minute retention keeps of the rollup at `horizon`: the one `horizon` falls in. A
+/// minute the horizon cuts keeps its counts, since they cannot be split; every earlier minute
+/// ended before the horizon and goes.
+pub(in crate::storage) fn volume_cutoff(horizon: DateTime<Utc>) -> DateTime<Utc> {
+    horizon
+        .duration_trunc(TimeDelta::minutes(1))
+        .unwrap_or(horizon)
+}
 
 /// The records and message bytes of one group of a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +116,25 @@ mod tests {
                 (120, "a", 17, 1, 0),
                 (120, "b", 9, 1, 2),
             ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod cutoff_tests {
+    use super::*;
+
+    #[test]
+    fn the_minute_the_horizon_cuts_is_kept() {
+        let horizon = DateTime::parse_from_rfc3339("2026-12-01T10:15:42.5Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let cutoff = volume_cutoff(horizon);
+        assert_eq!(cutoff.to_rfc3339(), "2026-12-01T10:15:00+00:00");
+        assert_eq!(
+            volume_cutoff(cutoff),
+            cutoff,
+            "a horizon on a minute keeps that minute"
         );
     }
 }

@@ -161,8 +161,11 @@ async fn serve_connection<S>(
         request.extensions_mut().insert(ConnectInfo(peer));
         request
     });
-    let connection =
-        builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+    // Upgrades are what Loki's tail WebSocket needs; once a connection is upgraded this future
+    // ends and the socket is its handler's, bounded by the handler's own limits.
+    let connection = builder
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+        .with_upgrades();
     tokio::pin!(connection);
     let outcome = tokio::select! {
         outcome = connection.as_mut() => outcome,

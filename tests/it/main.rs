@@ -22,6 +22,7 @@ mod hostile;
 mod http_ingest;
 mod ingest;
 mod loki_query;
+mod loki_tail;
 mod otlp;
 mod overload;
 mod probes;

@@ -362,3 +362,50 @@ fn store_pool(store: &Store) -> &sqlx::PgPool {
         Store::Sqlite(_) => unreachable!("a PostgreSQL test"),
     }
 }
+
+/// The volume rollup leaves with the window: 6,000 old minutes of one tenant (more than a chunk),
+/// a few of another and the minute before the horizon's go; the minute after it and newer stay.
+async fn the_volume_rollup_is_trimmed_to_the_window(db: &TestDb) {
+    let store = migrated(db).await;
+    let now = Utc::now().timestamp() / 60 * 60;
+    // The newest of the old minutes, the minute the horizon (two days) falls in when the test
+    // starts (or the next one, should a minute begin meanwhile), and a recent minute.
+    let old = now - 3 * 86_400;
+    let cut = now - 2 * 86_400;
+    let recent = now - 3_600;
+    let rows = [
+        ("a", old, 6000),
+        ("b", old, 3),
+        ("a", cut - 60, 1),
+        ("a", cut + 60, 1),
+        ("a", recent, 2),
+        ("b", recent, 2),
+    ];
+    for (tenant, first, minutes) in rows {
+        let sql = match db.backend {
+            Backend::Sqlite => format!(
+                "WITH RECURSIVE g(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM g WHERE n < {minutes} - 1) \
+                 INSERT INTO log_volume (tenant, minute, service, severity, records, bytes) \
+                 SELECT '{tenant}', {first} - 60 * n, 'svc', 9, 1, 10 FROM g"
+            ),
+            Backend::Postgres => format!(
+                "INSERT INTO log_volume (tenant, minute, service, severity, writer, records, bytes) \
+                 SELECT '{tenant}', to_timestamp({first} - 60 * n), 'svc', 9, 1, 1, 10 \
+                 FROM generate_series(0, {minutes} - 1) AS n"
+            ),
+        };
+        db.execute(&sql).await;
+    }
+    let report = run_once(&store, &keep_two_days()).await.unwrap();
+    assert!(report.ran);
+    assert_eq!(report.volume_rows_deleted, 6004, "{report:?}");
+    assert_eq!(
+        db.query_scalar("SELECT count(*) FROM log_volume").await,
+        5,
+        "the minute after the horizon's and the recent ones stay"
+    );
+    let again = run_once(&store, &keep_two_days()).await.unwrap();
+    assert_eq!(again.volume_rows_deleted, 0, "nothing left to trim");
+    store.close().await;
+}
+on_both_backends!(retention_volume, the_volume_rollup_is_trimmed_to_the_window);

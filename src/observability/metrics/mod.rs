@@ -213,6 +213,8 @@ pub struct Metrics {
     pub partitions_dropped: Counter,
     /// Rows deleted in chunks by retention.
     pub rows_deleted: Counter,
+    /// Volume rollup rows deleted by retention.
+    pub volume_rows_deleted: Counter,
     /// BRIN ranges summarized by retention.
     pub brin_ranges_summarized: Counter,
     /// Chunk keys deleted after the dedup window.
@@ -423,6 +425,7 @@ impl Metrics {
             partitions_created: counter("loghaul_retention_partitions_created_total", "Daily partitions created ahead (PostgreSQL)."),
             partitions_dropped: counter("loghaul_retention_partitions_dropped_total", "Daily partitions dropped whole because their day left the retention window (PostgreSQL)."),
             rows_deleted: counter("loghaul_retention_rows_deleted_total", "Rows deleted in chunks (SQLite, and the PostgreSQL default partition)."),
+            volume_rows_deleted: counter("loghaul_retention_volume_rows_deleted_total", "Rows of the per-minute volume rollup deleted because their minute left the retention window."),
             brin_ranges_summarized: counter("loghaul_brin_ranges_summarized_total", "BRIN page ranges the retention task summarized (PostgreSQL), so reads can skip them."),
             chunk_keys_pruned: counter("loghaul_chunk_keys_pruned_total", "Chunk keys deleted after the dedup window (--dedup-window)."),
             sqlite_checkpoint_errors: counter("loghaul_sqlite_checkpoint_errors_total", "SQLite checkpoint passes that failed (the WAL grows until a later pass gets through)."),

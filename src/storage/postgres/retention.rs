@@ -15,6 +15,7 @@ use sqlx::{Connection, PgConnection};
 use super::{citus, Flavor, PostgresStore};
 use crate::storage::chunked_delete::{CHUNK_PAUSE, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::volume::{volume_cutoff, VOLUME_TENANTS_SQL};
 
 /// The advisory lock key that elects the replica doing retention ("loghaul\0" in ASCII).
 pub const RETENTION_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c00;
@@ -192,6 +193,47 @@ impl PgRetention {
             }
             tokio::time::sleep(CHUNK_PAUSE).await;
         }
+    }
+
+    /// Deletes the rollup's minutes that ended before `horizon`: a tenant at a time through the
+    /// primary key, in chunks (on Citus, shard by shard). Ingest never writes those minutes
+    /// again (it refuses records older than the window), so the deletes wait on no writer.
+    pub(in crate::storage) async fn delete_volume_before(
+        &mut self,
+        horizon: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let cutoff = volume_cutoff(horizon);
+        if self.flavor == Flavor::Citus {
+            return Ok(
+                citus::delete_per_shard(&mut self.conn, "log_volume", "minute", cutoff).await?,
+            );
+        }
+        let tenants: Vec<String> = sqlx::query_scalar(VOLUME_TENANTS_SQL)
+            .fetch_all(&mut self.conn)
+            .await
+            .map_err(unavailable)?;
+        let mut deleted = 0;
+        for tenant in tenants {
+            loop {
+                let chunk = sqlx::query(
+                    "DELETE FROM log_volume WHERE ctid = ANY(ARRAY( \
+                       SELECT ctid FROM log_volume WHERE tenant = $1 AND minute < $2 LIMIT $3))",
+                )
+                .bind(&tenant)
+                .bind(cutoff)
+                .bind(DELETE_CHUNK)
+                .execute(&mut self.conn)
+                .await
+                .map_err(unavailable)?
+                .rows_affected();
+                deleted += chunk;
+                if chunk < DELETE_CHUNK as u64 {
+                    break;
+                }
+                tokio::time::sleep(CHUNK_PAUSE).await;
+            }
+        }
+        Ok(deleted)
     }
 
     pub(in crate::storage) async fn close(self) -> Result<(), StoreError> {

@@ -7,6 +7,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::volume::{volume_cutoff, VOLUME_TENANTS_SQL};
 
 /// Every tenant with rows, by a loose index scan of `(tenant, ts)`: one index probe per tenant
 /// instead of reading every row.
@@ -19,6 +20,10 @@ const TENANTS_SQL: &str = "WITH RECURSIVE tenants(name) AS ( \
 /// One chunk: the oldest rows of one tenant found through the index, deleted by rowid.
 const DELETE_SQL: &str = "DELETE FROM logs WHERE id IN \
      (SELECT id FROM logs WHERE tenant = ? AND ts < ? LIMIT ?)";
+
+/// One chunk of a tenant's old rollup minutes, found through the primary key.
+const DELETE_VOLUME_SQL: &str = "DELETE FROM log_volume WHERE rowid IN \
+     (SELECT rowid FROM log_volume WHERE tenant = ? AND minute < ? LIMIT ?)";
 
 /// A retention run's session: the writer itself, since SQLite has one.
 #[derive(Debug)]
@@ -84,6 +89,38 @@ impl SqliteRetention {
                 sqlx::query(DELETE_SQL)
                     .bind(tenant)
                     .bind(horizon)
+                    .bind(DELETE_CHUNK)
+                    .execute(pool)
+                    .await
+                    .map(|done| done.rows_affected())
+            })
+            .await
+            .map_err(unavailable)?;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes the rollup's minutes that ended before `horizon`, a tenant at a time through the
+    /// primary key, each chunk a writer's turn as above.
+    pub(in crate::storage) async fn delete_volume_before(
+        &mut self,
+        horizon: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let cutoff = volume_cutoff(horizon).timestamp();
+        let store = &self.store;
+        let pool = store.pool();
+        let tenants: Vec<String> = sqlx::query_scalar(VOLUME_TENANTS_SQL)
+            .fetch_all(pool)
+            .await
+            .map_err(unavailable)?;
+        let mut deleted = 0;
+        for tenant in tenants {
+            let tenant = tenant.as_str();
+            deleted += delete_in_chunks(move || async move {
+                let _turn = store.turn().await;
+                sqlx::query(DELETE_VOLUME_SQL)
+                    .bind(tenant)
+                    .bind(cutoff)
                     .bind(DELETE_CHUNK)
                     .execute(pool)
                     .await

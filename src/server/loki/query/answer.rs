@@ -62,7 +62,21 @@ pub fn stats(stats: &Stats) -> Json {
 
 /// A log query's answer.
 pub fn streams(streams: Streams, stats: &Stats) -> Json {
-    let result: Vec<Json> = streams
+    success(json!({
+        "resultType": "streams",
+        "result": stream_list(streams),
+        "stats": self::stats(stats),
+    }))
+}
+
+/// One message of a live tail: the lines of each stream, oldest first.
+pub fn tail(streams: Streams) -> Json {
+    json!({"streams": stream_list(streams)})
+}
+
+/// Streams as Loki lists them: `[{"stream": labels, "values": [["<ns>", "line"], …]}, …]`.
+fn stream_list(streams: Streams) -> Json {
+    streams
         .streams
         .into_iter()
         .map(|(labels, entries)| {
@@ -72,12 +86,7 @@ pub fn streams(streams: Streams, stats: &Stats) -> Json {
                 .collect();
             json!({"stream": labels, "values": values})
         })
-        .collect();
-    success(json!({
-        "resultType": "streams",
-        "result": result,
-        "stats": self::stats(stats),
-    }))
+        .collect()
 }
 
 fn matrix_series(series: &Series, steps: Steps) -> Json {

@@ -10,6 +10,7 @@
 
 pub mod answer;
 pub mod params;
+mod tail;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -60,6 +61,7 @@ pub fn routes(api: LokiApi) -> Router {
         .route("/loki/api/v1/series", get(series))
         .route("/loki/api/v1/index/volume", get(volume))
         .route("/loki/api/v1/index/volume_range", get(volume_range))
+        .route("/loki/api/v1/tail", get(tail::tail))
         .route("/loki/api/v1/status/buildinfo", get(buildinfo))
         .route("/ready", get(ready))
         .with_state(api)
