@@ -204,6 +204,7 @@ fn serve_http_ingest(
         core.reads.clone(),
         core.limits,
         Arc::clone(&core.keys),
+        Arc::clone(&core.readiness),
         config,
     );
     let (drain, stop) = (core.draining.clone(), core.stopping.clone());

@@ -211,6 +211,10 @@ async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
         matches!(http_get(server.http, "/readyz").await, Ok((503, _)))
     })
     .await;
+    // Loki's probe on the HTTP listener, which Grafana's data source reads, says the same.
+    let (status, body) = http_get(server.http_ingest, "/ready").await.unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("database"), "{body}");
     // The outage lasts past the retry timeout: streams give up.
     wait_until("a stream to end with UNAVAILABLE", DEADLINE, async || {
         load.failed_with(Code::Unavailable) > 0
@@ -235,6 +239,10 @@ async fn a_store_outage_turns_readiness_off_answers_unavailable_and_recovers() {
         matches!(http_get(server.http, "/readyz").await, Ok((200, _)))
     })
     .await;
+    assert!(matches!(
+        http_get(server.http_ingest, "/ready").await,
+        Ok((200, body)) if body.trim() == "ready"
+    ));
     let recovered_from = load.acked_count();
     wait_until(
         "throughput to recover without a restart",

@@ -32,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::auth::{KeyStore, Tenant};
 use crate::config::ServeConfig;
 use crate::observability::metrics::metrics;
+use crate::observability::readiness::Readiness;
 use crate::pipeline::{Ingress, Meter};
 use crate::query::Reads;
 use crate::server::inflate::Compression;
@@ -60,17 +61,19 @@ pub struct HttpIngest {
 }
 
 impl HttpIngest {
-    /// The handlers of `loghaul serve`, feeding `ingress` and reading through `reads`.
+    /// The handlers of `loghaul serve`, feeding `ingress`, reading through `reads` and telling
+    /// Loki's readiness probe what `readiness` says.
     pub fn new(
         ingress: Ingress,
         reads: Reads,
         limits: Limits,
         keys: Arc<KeyStore>,
+        readiness: Arc<Readiness>,
         config: &ServeConfig,
     ) -> Self {
         let idle = config.stream_idle_timeout.0;
         HttpIngest {
-            loki_api: LokiApi::new(reads, Arc::clone(&keys)),
+            loki_api: LokiApi::new(reads, Arc::clone(&keys), readiness),
             reception: Reception {
                 ingress: ingress.clone(),
                 keys,

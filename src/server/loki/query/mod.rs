@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, Path};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{Response, StatusCode};
 use axum::routing::get;
@@ -30,6 +30,7 @@ use crate::auth::KeyStore;
 use crate::logql::ast::{LogQuery, Query};
 use crate::logql::eval::{Steps, Value};
 use crate::observability::metrics::metrics;
+use crate::observability::readiness::Readiness;
 use crate::query::loki::{nanos, LokiError};
 use crate::query::Reads;
 use crate::server::http::auth;
@@ -41,12 +42,18 @@ use params::Params;
 pub struct LokiApi {
     reads: Reads,
     keys: Arc<KeyStore>,
+    readiness: Arc<Readiness>,
 }
 
 impl LokiApi {
-    /// The endpoints reading through `reads`, authenticating with `keys`.
-    pub fn new(reads: Reads, keys: Arc<KeyStore>) -> Self {
-        LokiApi { reads, keys }
+    /// The endpoints reading through `reads`, authenticating with `keys`; `/ready` answers what
+    /// `readiness` says.
+    pub fn new(reads: Reads, keys: Arc<KeyStore>, readiness: Arc<Readiness>) -> Self {
+        LokiApi {
+            reads,
+            keys,
+            readiness,
+        }
     }
 }
 
@@ -345,11 +352,21 @@ async fn buildinfo() -> Response<Body> {
     )
 }
 
-/// Loki's readiness probe: this listener answers, so it is ready to be asked.
-async fn ready() -> Response<Body> {
-    reply::response(
-        StatusCode::OK,
-        "text/plain; charset=utf-8",
-        b"ready\n".to_vec(),
-    )
+/// Loki's readiness probe, as the service's own `/readyz` decides: ready while the store answers
+/// and the service is not shutting down, else 503 saying which.
+async fn ready(State(api): State<LokiApi>) -> Response<Body> {
+    let (status, text): (_, &[u8]) = if api.readiness.draining() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            b"not ready: shutting down\n",
+        )
+    } else if !api.readiness.store_up() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            b"not ready: the database does not answer\n",
+        )
+    } else {
+        (StatusCode::OK, b"ready\n")
+    };
+    reply::response(status, "text/plain; charset=utf-8", text.to_vec())
 }
