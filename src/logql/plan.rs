@@ -218,13 +218,24 @@ pub struct VolumePlan {
     pub by: Vec<String>,
 }
 
+/// Where a metric query's answer may count a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// At its own time, as a scan counts it.
+    Exact,
+    /// At the end of its minute: what a volume histogram asks for (Grafana tags its histogram
+    /// requests), so that the rollup can answer ranges that do not start on a minute.
+    Minute,
+}
+
 /// The volume plan of `expr` at `steps`, when the rollup can answer it at the minute's
-/// resolution: its range whole minutes, and its steps on whole minutes (a step inside a minute
-/// would count that minute a step late).
-pub fn volume_plan(expr: &MetricExpr, steps: Steps) -> Option<VolumePlan> {
-    let on_minutes =
-        steps.start % MINUTE_NANOS == 0 && (steps.count == 1 || steps.step % MINUTE_NANOS == 0);
-    if !on_minutes {
+/// resolution: its range and step whole minutes, and with [`Placement::Exact`] its steps on whole
+/// minutes too. A step inside a minute counts that minute at the step whose range holds the
+/// minute's end, which is where a scan counts only the lines of the minute's last part.
+pub fn volume_plan(expr: &MetricExpr, steps: Steps, placement: Placement) -> Option<VolumePlan> {
+    let whole_steps = steps.count == 1 || steps.step % MINUTE_NANOS == 0;
+    let aligned = placement == Placement::Minute || steps.start % MINUTE_NANOS == 0;
+    if !(whole_steps && aligned) {
         return None;
     }
     let MetricExpr::Aggregate {
@@ -357,16 +368,21 @@ mod tests {
             r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#,
         );
         let minutes = Steps::new(0, 10 * MINUTE_NANOS, MINUTE_NANOS).unwrap();
-        let plan = volume_plan(&grafana, minutes).unwrap();
+        let plan = volume_plan(&grafana, minutes, Placement::Exact).unwrap();
         assert_eq!(plan.by, ["level", "detected_level"]);
-        for off_minutes in [
-            Steps::new(1, 10 * MINUTE_NANOS, MINUTE_NANOS).unwrap(),
-            Steps::new(0, 10 * MINUTE_NANOS, MINUTE_NANOS / 2).unwrap(),
-        ] {
-            assert_eq!(volume_plan(&grafana, off_minutes), None, "{off_minutes:?}");
+        let unaligned = Steps::new(1, 10 * MINUTE_NANOS, MINUTE_NANOS).unwrap();
+        assert_eq!(volume_plan(&grafana, unaligned, Placement::Exact), None);
+        assert_eq!(
+            volume_plan(&grafana, unaligned, Placement::Minute),
+            Some(plan),
+            "a histogram takes minutes counted at their end"
+        );
+        let half_minutes = Steps::new(0, 10 * MINUTE_NANOS, MINUTE_NANOS / 2).unwrap();
+        for placement in [Placement::Exact, Placement::Minute] {
+            assert_eq!(volume_plan(&grafana, half_minutes, placement), None);
         }
         let instant = Steps::new(MINUTE_NANOS, MINUTE_NANOS, 1).unwrap();
-        assert!(volume_plan(&grafana, instant).is_some());
+        assert!(volume_plan(&grafana, instant, Placement::Exact).is_some());
         for scanned in [
             r#"sum by (level) (count_over_time({service_name="api"} |= "x" [1m]))"#,
             r#"sum by (user) (count_over_time({service_name="api"}[1m]))"#,
@@ -375,7 +391,8 @@ mod tests {
             r#"sum(count_over_time({user="x"}[1m]))"#,
             r#"count(count_over_time({service_name="api"}[1m]))"#,
         ] {
-            assert_eq!(volume_plan(&metric(scanned), minutes), None, "{scanned}");
+            let plan = volume_plan(&metric(scanned), minutes, Placement::Minute);
+            assert_eq!(plan, None, "{scanned}");
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::logql::ast::{LogQuery, MetricExpr, RangeFunction};
 use crate::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
 use crate::logql::labels::{self, Labels};
 use crate::logql::pipeline::{CompileError, Output, Pipeline};
-use crate::logql::plan::{self, VolumePlan};
+use crate::logql::plan::{self, Placement, VolumePlan};
 use crate::logql::ParseError;
 use crate::model::selection::{Order, VolumeRow};
 use crate::observability::metrics::metrics;
@@ -280,17 +280,21 @@ fn only(stream: Labels, keep: &[String]) -> Labels {
 }
 
 impl Reads {
-    /// A metric query at `steps` (one step for an instant query).
+    /// A metric query at `steps` (one step for an instant query), counting each line where
+    /// `placement` allows.
     pub async fn loki_metric(
         &self,
         tenant: &Arc<str>,
         expr: &MetricExpr,
         steps: Steps,
+        placement: Placement,
     ) -> Result<(Value, Stats), LokiError> {
         let started = Instant::now();
         self.admitted(tenant, async {
             let mut stats = Stats::default();
-            let value = self.evaluate(tenant, expr, steps, &mut stats).await?;
+            let value = self
+                .evaluate(tenant, expr, steps, placement, &mut stats)
+                .await?;
             stats.returned = points(&value);
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((value, stats))
@@ -303,10 +307,11 @@ impl Reads {
         tenant: &'a str,
         expr: &'a MetricExpr,
         steps: Steps,
+        placement: Placement,
         stats: &'a mut Stats,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
         Box::pin(async move {
-            if let Some(plan) = plan::volume_plan(expr, steps) {
+            if let Some(plan) = plan::volume_plan(expr, steps, placement) {
                 metrics()
                     .loki_metric_sources
                     .increment_static(["rollup"], 1);
@@ -363,7 +368,10 @@ impl Reads {
                     grouping,
                     parameter,
                     inner,
-                } => match self.evaluate(tenant, inner, steps, stats).await? {
+                } => match self
+                    .evaluate(tenant, inner, steps, placement, stats)
+                    .await?
+                {
                     Value::Matrix(series) => Ok(Value::Matrix(eval::aggregate(
                         *op,
                         grouping,
@@ -377,8 +385,10 @@ impl Reads {
                     )),
                 },
                 MetricExpr::Binary { op, left, right } => {
-                    let left = self.evaluate(tenant, left, steps, stats).await?;
-                    let right = self.evaluate(tenant, right, steps, stats).await?;
+                    let left = self.evaluate(tenant, left, steps, placement, stats).await?;
+                    let right = self
+                        .evaluate(tenant, right, steps, placement, stats)
+                        .await?;
                     Ok(eval::binary(*op, left, right))
                 }
                 MetricExpr::Number(value) => Ok(Value::Scalar(*value)),

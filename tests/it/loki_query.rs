@@ -330,6 +330,57 @@ fn expected(
     out
 }
 
+/// The points of a matrix summed by level: level → [(seconds, value)], times as sent.
+fn level_points(answer: &Json) -> BTreeMap<String, Vec<(f64, String)>> {
+    answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metric"]["level"].as_str().unwrap().to_owned(),
+                s["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| (p[0].as_f64().unwrap(), p[1].as_str().unwrap().to_owned()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// What the rollup gives a histogram of one-minute steps from `start` (nanoseconds, on no
+/// particular second) for the known records matching `keep`: per level, each record counted at
+/// the first step at or after its minute's end.
+fn by_minute_end(
+    base: i64,
+    start: i64,
+    keep: impl Fn(&Known) -> bool,
+) -> BTreeMap<String, Vec<(f64, String)>> {
+    let step = 60 * NANOS;
+    let mut counts: BTreeMap<String, BTreeMap<i64, u64>> = BTreeMap::new();
+    for known in KNOWN.iter().filter(|k| keep(k)) {
+        let minute_end = (at(base, known) / NANOS / 60 * 60 + 60) * NANOS - 1;
+        let t = start + (minute_end - start + step - 1) / step * step;
+        *counts
+            .entry(known.level.to_owned())
+            .or_default()
+            .entry(t)
+            .or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(level, at)| {
+            let points = at
+                .into_iter()
+                .map(|(t, n)| (t as f64 / 1e9, n.to_string()))
+                .collect();
+            (level, points)
+        })
+        .collect()
+}
+
 fn basic(user: &str, password: &str) -> String {
     let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     format!("Basic {encoded}")
@@ -1444,21 +1495,23 @@ async fn grafana_explore_sequence_is_answered(db: &TestDb) {
     }
     assert!(logs["data"]["stats"]["summary"].is_object(), "{logs}");
 
-    // The logs volume, on Grafana's range aligned to the step (as its data source aligns it).
-    let step = 60 * NANOS;
-    let (vstart, vend) = ((now - 3_600 * NANOS) / step * step, now / step * step);
-    let volume = ok(
+    // The logs volume, as Grafana's data source sends it: the same unaligned range, a step in
+    // milliseconds, and the histogram's tag, so the rollup answers.
+    let volume = get(
         addr,
         RANGE,
         &[
+            ("direction", "backward"),
+            ("end", &end),
             ("query", r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#),
-            ("start", &vstart.to_string()),
-            ("end", &vend.to_string()),
+            ("start", &start),
             ("step", "60000ms"),
         ],
-        &[],
+        &[("x-query-tags", "Source=logvolhist")],
     )
     .await;
+    assert_eq!(volume.status, 200, "{}", volume.text());
+    let volume: Json = serde_json::from_slice(&volume.body).unwrap();
     assert_eq!(volume["data"]["resultType"], "matrix", "{volume}");
     for series in volume["data"]["result"].as_array().unwrap() {
         assert_eq!(
@@ -1467,17 +1520,12 @@ async fn grafana_explore_sequence_is_answered(db: &TestDb) {
         );
         assert_eq!(series["metric"].as_object().unwrap().len(), 2, "{series}");
     }
-    let want = expected(
-        base,
-        vstart / NANOS,
-        vend / NANOS,
-        60,
-        60,
-        |k| k.level.to_owned(),
-        |k| k.service == "api",
-        false,
+    assert_eq!(
+        volume["data"]["stats"]["summary"]["totalLinesProcessed"], 0,
+        "the rollup answered: {volume}"
     );
-    assert_eq!(matrix(&volume, "level"), want, "{volume}");
+    let want = by_minute_end(base, now - 3_600 * NANOS, |k| k.service == "api");
+    assert_eq!(level_points(&volume), want, "{volume}");
     server.stop().await;
 }
 on_both_backends!(
@@ -1485,8 +1533,9 @@ on_both_backends!(
     grafana_explore_sequence_is_answered
 );
 
-/// The logs volume on Grafana's own unaligned range (now − 1h to now, in nanoseconds): the rollup
-/// must count what a scan counts, each step the minute before it.
+/// The logs volume on Grafana's own unaligned range (now − 1h to now, in nanoseconds): untagged,
+/// it counts what a scan counts; tagged as Grafana's histogram, the rollup answers it, each
+/// minute at the step after its end, with every line counted once.
 async fn the_volume_query_on_an_unaligned_range_counts_what_a_scan_counts(db: &TestDb) {
     let server = TestServer::start(config(db)).await;
     let addr = server.http_ingest;
@@ -1511,29 +1560,42 @@ async fn the_volume_query_on_an_unaligned_range_counts_what_a_scan_counts(db: &T
     };
     let rollup = ask(r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#).await;
     let scan = ask(r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ |~ ".*" [1m]))"#).await;
-    let points = |answer: &Json| -> BTreeMap<String, Vec<(f64, String)>> {
-        answer["data"]["result"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                (
-                    s["metric"]["level"].as_str().unwrap().to_owned(),
-                    s["values"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|p| (p[0].as_f64().unwrap(), p[1].as_str().unwrap().to_owned()))
-                        .collect(),
-                )
-            })
-            .collect()
-    };
     assert_eq!(
-        points(&rollup),
-        points(&scan),
+        level_points(&rollup),
+        level_points(&scan),
         "rollup {rollup}\nscan {scan}"
     );
+
+    // Grafana's histogram tags its query; the rollup answers it, each minute at the step whose
+    // range holds the minute's end.
+    let histogram = ok(
+        addr,
+        RANGE,
+        &[
+            ("query", r#"sum by (level, detected_level) (count_over_time({service_name="api"} | drop __error__ [1m]))"#),
+            ("start", &start.to_string()),
+            ("end", &end.to_string()),
+            ("step", "60000ms"),
+        ],
+        &[("x-query-tags", "Source=logvolhist")],
+    )
+    .await;
+    let stats = &histogram["data"]["stats"];
+    assert!(
+        stats["volume"]["rollupRowsRead"].as_u64().unwrap() > 0,
+        "{histogram}"
+    );
+    assert_eq!(stats["summary"]["totalLinesProcessed"], 0, "{histogram}");
+    let want = by_minute_end(base, start, |k| k.service == "api");
+    assert_eq!(level_points(&histogram), want, "{histogram}");
+    let total = |answer: &Json| -> f64 {
+        level_points(answer)
+            .values()
+            .flatten()
+            .map(|(_, v)| v.parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!(total(&histogram), total(&scan), "every line counted once");
     server.stop().await;
 }
 on_both_backends!(

@@ -29,6 +29,7 @@ use serde_json::{json, Value as Json};
 use crate::auth::KeyStore;
 use crate::logql::ast::{LogQuery, Query};
 use crate::logql::eval::{Steps, Value};
+use crate::logql::plan::Placement;
 use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::query::loki::{nanos, LokiError};
@@ -119,6 +120,9 @@ struct Call {
     reads: Reads,
     tenant: Result<Arc<str>, HttpError>,
     params: Params,
+    /// Where a metric query may count a line: at its minute's end for Grafana's volume
+    /// histogram, which says so in `X-Query-Tags`.
+    placement: Placement,
 }
 
 impl FromRequestParts<LokiApi> for Call {
@@ -134,9 +138,33 @@ impl FromRequestParts<LokiApi> for Call {
             reads: api.reads.clone(),
             tenant: auth::tenant(&api.keys, &parts.headers, peer).map(|t| t.name().clone()),
             params: Params::parse(parts.uri.query()),
+            placement: placement(&parts.headers),
         })
     }
 }
+
+/// The placement a request asks for: [`Placement::Minute`] when `X-Query-Tags` has
+/// `Source=logvolhist`, which Grafana sends with the queries of its log-volume histogram.
+fn placement(headers: &axum::http::HeaderMap) -> Placement {
+    let histogram = headers
+        .get_all("x-query-tags")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|tags| tags.split(','))
+        .filter_map(|tag| tag.split_once('='))
+        .any(|(key, value)| {
+            key.trim().eq_ignore_ascii_case("source")
+                && value.trim().eq_ignore_ascii_case(HISTOGRAM_SOURCE)
+        });
+    if histogram {
+        Placement::Minute
+    } else {
+        Placement::Exact
+    }
+}
+
+/// The `Source` tag of Grafana's log-volume histogram queries.
+const HISTOGRAM_SOURCE: &str = "logvolhist";
 
 impl Call {
     /// The endpoint's answer or refusal, counted and timed.
@@ -216,6 +244,7 @@ async fn log_answer(
 }
 
 async fn query_range(call: Call) -> Response<Body> {
+    let placement = call.placement;
     call.answer("query_range", |reads, tenant, params| async move {
         let range = params.range(Utc::now())?;
         match logql(&params)? {
@@ -223,7 +252,7 @@ async fn query_range(call: Call) -> Response<Body> {
             Query::Metric(expr) => {
                 let step = params.step(range)?;
                 let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
-                let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                let (value, stats) = reads.loki_metric(&tenant, &expr, steps, placement).await?;
                 Ok(answer::matrix(value, steps, &stats))
             }
         }
@@ -232,6 +261,7 @@ async fn query_range(call: Call) -> Response<Body> {
 }
 
 async fn query(call: Call) -> Response<Body> {
+    let placement = call.placement;
     call.answer("query", |reads, tenant, params| async move {
         let time = params.time("time", Utc::now())?;
         match logql(&params)? {
@@ -246,7 +276,7 @@ async fn query(call: Call) -> Response<Body> {
             Query::Metric(expr) => {
                 let at = nanos(time);
                 let steps = Steps::new(at, at, 1)?;
-                let (value, stats) = reads.loki_metric(&tenant, &expr, steps).await?;
+                let (value, stats) = reads.loki_metric(&tenant, &expr, steps, placement).await?;
                 Ok(answer::instant(value, at, &stats))
             }
         }
