@@ -63,7 +63,7 @@ impl Reads {
 
 impl LokiTail {
     /// The next lines committed that the query matches, grouped by their labels in commit
-    /// order; `None` once the client has gone, an error when the tail ended for another reason.
+    /// order; an error says why the tail ended, `None` that it ended without one.
     pub async fn next(&mut self) -> Option<Result<Streams, LokiError>> {
         while let Some(polled) = self.live.next().await {
             let rows = match polled {
