@@ -4,6 +4,8 @@
 //! - `GET /api/v1/logs`: one page, newest first; same filters, page size and cursor as `Query`,
 //!   and `default_from` when the server bounded a search that had no `from`.
 //! - `GET /api/v1/tail`: Server-Sent Events, oldest first; same filters and cursor as `Tail`.
+//! - `GET /api/v1/volume`: a search's records per time bucket and level, from the per-minute
+//!   volume rollup ([`crate::query::histogram`]); same filters as `/logs`.
 //! - `GET /api/v1/health`: the pipeline's metrics, readiness and storage backend.
 //!
 //! Every call needs the `x-api-key` header and sees only its key's tenant, as on gRPC. The key
@@ -20,15 +22,17 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::error::{json_response, ApiError};
-use super::params::Params;
+use super::params::{Endpoint, Params};
 use super::ConsoleState;
 use crate::auth::{Tenant, API_KEY_HEADER};
 use crate::proto::v1::StoredRecord;
 use crate::query;
+use crate::query::histogram::Histogram;
 
 /// How often an idle tail sends a comment, so proxies keep the connection and a vanished browser
 /// is noticed.
@@ -96,7 +100,7 @@ pub async fn logs(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
-    let params = Params::parse(raw.as_deref(), true).map_err(ApiError::BadRequest)?;
+    let params = Params::parse(raw.as_deref(), Endpoint::Logs).map_err(ApiError::BadRequest)?;
     let page = query::search(&state.reads, tenant.name(), params.query_request()).await?;
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
     let mut body = json!({"records": records, "next_cursor": page.next_cursor});
@@ -117,7 +121,7 @@ pub async fn tail(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
-    let mut params = Params::parse(raw.as_deref(), false).map_err(ApiError::BadRequest)?;
+    let mut params = Params::parse(raw.as_deref(), Endpoint::Tail).map_err(ApiError::BadRequest)?;
     if params.cursor.is_empty() {
         if let Some(last) = headers.get("last-event-id") {
             params.cursor = last.to_str().unwrap_or_default().to_owned();
@@ -159,6 +163,20 @@ pub async fn tail(
     Ok(response)
 }
 
+/// `GET /api/v1/volume`: the histogram above the search results, read under the same admission
+/// and timeout as a page.
+pub async fn volume(
+    State(state): State<ConsoleState>,
+    peer: Peer,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let tenant = state.authenticate(&headers, peer)?;
+    let params = Params::parse(raw.as_deref(), Endpoint::Volume).map_err(ApiError::BadRequest)?;
+    let histogram = state.reads.histogram(tenant.name(), params.filter).await?;
+    Ok(json_response(StatusCode::OK, &histogram_json(&histogram)))
+}
+
 /// `GET /api/v1/health`: the snapshot the Health view charts.
 pub async fn health(
     State(state): State<ConsoleState>,
@@ -176,7 +194,7 @@ pub async fn health(
 pub async fn not_found() -> Response {
     json_response(
         StatusCode::NOT_FOUND,
-        &json!({"error": "no such API endpoint; see /api/v1/logs, /api/v1/tail, /api/v1/health, /api/v1/session"}),
+        &json!({"error": "no such API endpoint; see /api/v1/logs, /api/v1/tail, /api/v1/volume, /api/v1/health, /api/v1/session"}),
     )
 }
 
@@ -185,6 +203,52 @@ fn record_json(record: &StoredRecord) -> Value {
     let mut value = crate::query::render::json_value(record);
     value["received_at"] = json!(crate::query::render::time(record.received_at.as_ref()));
     value
+}
+
+/// A histogram as the console draws it: every bucket with its bounds, total and counts by level
+/// name (levels without records left out).
+fn histogram_json(histogram: &Histogram) -> Value {
+    let time = |ts: DateTime<Utc>| ts.to_rfc3339_opts(SecondsFormat::Secs, true);
+    let size = histogram.bucket;
+    let buckets: Vec<Value> = histogram
+        .buckets
+        .iter()
+        .map(|bucket| {
+            let counts: serde_json::Map<String, Value> = bucket
+                .levels()
+                .map(|(level, count)| (level.to_owned(), json!(count)))
+                .collect();
+            json!({
+                "start": time(bucket.start),
+                "end": time(bucket.start.checked_add_signed(size).unwrap_or(DateTime::<Utc>::MAX_UTC)),
+                "total": bucket.total(),
+                "counts": counts,
+            })
+        })
+        .collect();
+    let mut body = json!({
+        "from": time(histogram.from),
+        "to": time(histogram.to),
+        "bucket": duration_name(size),
+        "bucket_seconds": size.num_seconds(),
+        "total": histogram.total(),
+        "buckets": buckets,
+        "not_applied": histogram.not_applied,
+    });
+    if let Some(from) = histogram.default_from {
+        body["default_from"] = json!(time(from));
+    }
+    body
+}
+
+/// Whole minutes as `5m`, `2h` or `3d`, in the largest unit that divides them.
+fn duration_name(duration: chrono::TimeDelta) -> String {
+    let minutes = duration.num_minutes();
+    match minutes {
+        m if m > 0 && m % 1440 == 0 => format!("{}d", m / 1440),
+        m if m > 0 && m % 60 == 0 => format!("{}h", m / 60),
+        m => format!("{m}m"),
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +277,19 @@ mod tests {
             "127.0.0.1.nip.io",
         ] {
             assert!(!is_local_or_ip(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn bucket_sizes_are_named_in_their_largest_unit() {
+        for (minutes, name) in [
+            (1, "1m"),
+            (15, "15m"),
+            (90, "90m"),
+            (120, "2h"),
+            (2880, "2d"),
+        ] {
+            assert_eq!(duration_name(chrono::TimeDelta::minutes(minutes)), name);
         }
     }
 }

@@ -2,9 +2,10 @@
 //! its own (`--console-listen`, never the metrics port, whose probes and `/metrics` stay open for
 //! Kubernetes and Prometheus while everything here needs an API key).
 //!
-//! - [`api`]: `/api/v1/{session,logs,tail,health}`, authenticated with the gRPC API keys and
-//!   scoped to the key's tenant, reading through the same code as `LogQuery`
-//!   ([`crate::query::search`], [`crate::query::tail::start`]).
+//! - [`api`]: `/api/v1/{session,logs,tail,volume,health}`, authenticated with the gRPC API keys
+//!   and scoped to the key's tenant, reading through the same code as `LogQuery`
+//!   ([`crate::query::search`], [`crate::query::tail::start`]) and, for the volume histogram, as
+//!   Loki's volume endpoints ([`crate::query::histogram`]).
 //! - [`params`]: the query string → the wire `Filter`, `QueryRequest` and `TailRequest`.
 //! - [`health`]: the snapshot the Health view samples, from the service's own metrics.
 //! - [`error`]: JSON error answers.
@@ -57,6 +58,7 @@ pub fn router(state: ConsoleState) -> Router {
         .route("/session", get(api::session))
         .route("/logs", get(api::logs))
         .route("/tail", get(api::tail))
+        .route("/volume", get(api::volume))
         .route("/health", get(api::health))
         .fallback(api::not_found);
     Router::new()
@@ -77,6 +79,7 @@ async fn count(request: Request, next: Next) -> Response {
     let endpoint = match request.uri().path() {
         "/api/v1/logs" => "logs",
         "/api/v1/tail" => "tail",
+        "/api/v1/volume" => "volume",
         "/api/v1/health" => "health",
         "/api/v1/session" => "session",
         path if path.starts_with("/api") => "other_api",

@@ -1,6 +1,6 @@
-//! The query string of `/api/v1/logs` and `/api/v1/tail` turned into the same wire requests the
-//! gRPC `LogQuery` takes, so the filter rules and their reasons live in one place
-//! ([`crate::query::filter`]); this module only refuses what cannot even be parsed.
+//! The query string of `/api/v1/logs`, `/api/v1/tail` and `/api/v1/volume` turned into the same
+//! wire requests the gRPC `LogQuery` takes, so the filter rules and their reasons live in one
+//! place ([`crate::query::filter`]); this module only refuses what cannot even be parsed.
 
 use chrono::{DateTime, Utc};
 
@@ -11,24 +11,49 @@ use crate::send::parse_severity;
 /// Longest query string accepted; a filter never needs more.
 const MAX_QUERY_BYTES: usize = 16 << 10;
 
-/// Parameters common to search and tail, and what they mean.
+/// Parameters common to search, tail and volume, and what they mean.
 pub const FILTER_PARAMETERS: &str =
     "since, from, to, service, min_severity, contains, attr (key=value)";
+
+/// Which endpoint the parameters are for: each takes the filter and a few of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `/logs`: `page_size` and `cursor`.
+    Logs,
+    /// `/tail`: `cursor`.
+    Tail,
+    /// `/volume`: the filter alone (it answers in one go).
+    Volume,
+}
+
+impl Endpoint {
+    fn takes_cursor(self) -> bool {
+        matches!(self, Endpoint::Logs | Endpoint::Tail)
+    }
+
+    fn own_parameters(self) -> &'static str {
+        match self {
+            Endpoint::Logs => ", page_size, cursor",
+            Endpoint::Tail => ", cursor",
+            Endpoint::Volume => "",
+        }
+    }
+}
 
 /// The parsed parameters.
 #[derive(Debug, Default, PartialEq)]
 pub struct Params {
     /// The wire filter.
     pub filter: Filter,
-    /// `page_size` (search only).
+    /// `page_size` (`/logs` only).
     pub page_size: u32,
-    /// `cursor`: where a page or a tail continues.
+    /// `cursor`: where a page or a tail continues (not `/volume`).
     pub cursor: String,
 }
 
 impl Params {
-    /// Parses a raw query string (`None`: no parameters). `paged` allows `page_size`.
-    pub fn parse(query: Option<&str>, paged: bool) -> Result<Params, String> {
+    /// Parses a raw query string (`None`: no parameters) for `endpoint`.
+    pub fn parse(query: Option<&str>, endpoint: Endpoint) -> Result<Params, String> {
         let query = query.unwrap_or_default();
         if query.len() > MAX_QUERY_BYTES {
             return Err(format!(
@@ -59,20 +84,16 @@ impl Params {
                         .attributes
                         .insert(key.to_owned(), value.to_owned());
                 }
-                "cursor" => params.cursor = value,
-                "page_size" if paged => {
+                "cursor" if endpoint.takes_cursor() => params.cursor = value,
+                "page_size" if endpoint == Endpoint::Logs => {
                     params.page_size = value
                         .parse()
                         .map_err(|_| format!("page_size {value:?} is not a whole number"))?;
                 }
                 other => {
-                    let extra = if paged {
-                        ", page_size, cursor"
-                    } else {
-                        ", cursor"
-                    };
                     return Err(format!(
-                        "unknown parameter {other:?}; known: {FILTER_PARAMETERS}{extra}"
+                        "unknown parameter {other:?}; known: {FILTER_PARAMETERS}{}",
+                        endpoint.own_parameters()
                     ));
                 }
             }
@@ -144,7 +165,7 @@ mod tests {
     fn every_filter_parameter_maps_onto_the_wire_filter() {
         let params = Params::parse(
             Some("service=a&service=b+c&min_severity=warn&contains=card%20declined&attr=region%3Deu&attr=k%3Dv%3Dw&from=2026-11-29T10:00:00Z&to=2026-11-29T11:00:00%2B01:00&page_size=50&cursor=xyz"),
-            true,
+            Endpoint::Logs,
         )
         .unwrap();
         assert_eq!(params.filter.services, ["a", "b c"]);
@@ -160,11 +181,14 @@ mod tests {
 
     #[test]
     fn since_is_relative_to_now() {
-        let params = Params::parse(Some("since=15m"), false).unwrap();
+        let params = Params::parse(Some("since=15m"), Endpoint::Tail).unwrap();
         let from = params.filter.from.unwrap().seconds;
         let expected = Utc::now().timestamp() - 15 * 60;
         assert!((from - expected).abs() <= 2, "{from} vs {expected}");
-        assert_eq!(Params::parse(None, true).unwrap(), Params::default());
+        assert_eq!(
+            Params::parse(None, Endpoint::Logs).unwrap(),
+            Params::default()
+        );
     }
 
     #[test]
@@ -179,10 +203,17 @@ mod tests {
             ("colour=red", "unknown parameter \"colour\""),
         ];
         for (query, expected) in cases {
-            let err = Params::parse(Some(query), true).unwrap_err();
+            let err = Params::parse(Some(query), Endpoint::Logs).unwrap_err();
             assert!(err.contains(expected), "{query}: {err}");
         }
-        let err = Params::parse(Some("page_size=10"), false).unwrap_err();
+        let err = Params::parse(Some("page_size=10"), Endpoint::Tail).unwrap_err();
         assert!(err.contains("unknown parameter \"page_size\""), "{err}");
+        for own in ["page_size=10", "cursor=xyz"] {
+            let err = Params::parse(Some(own), Endpoint::Volume).unwrap_err();
+            assert!(
+                err.ends_with(&format!("known: {FILTER_PARAMETERS}")),
+                "{own}: {err}"
+            );
+        }
     }
 }

@@ -86,6 +86,17 @@ impl From<EvalError> for LokiError {
     }
 }
 
+/// For reads of the rollup outside Loki's API (the console's histogram): a request the rollup
+/// cannot serve as asked is an invalid argument there.
+impl From<LokiError> for QueryError {
+    fn from(err: LokiError) -> Self {
+        match err {
+            LokiError::BadRequest(message) => QueryError::InvalidArgument(message),
+            LokiError::Query(err) => err,
+        }
+    }
+}
+
 impl From<crate::storage::StoreError> for LokiError {
     fn from(err: crate::storage::StoreError) -> Self {
         LokiError::Query(QueryError::Store(err))
@@ -139,7 +150,7 @@ pub fn nanos(ts: DateTime<Utc>) -> i64 {
 
 impl Reads {
     /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout.
-    async fn admitted<T>(
+    pub(super) async fn admitted<T>(
         &self,
         tenant: &Arc<str>,
         work: impl Future<Output = Result<T, LokiError>>,
@@ -398,8 +409,9 @@ impl Reads {
     }
 
     /// The rollup's rows over `range` whose stream `query` (a selector of indexed labels)
-    /// selects, with the stream's labels; refused past [`MAX_VOLUME_ROWS`].
-    async fn selected_streams(
+    /// selects, with the stream's labels; refused past [`MAX_VOLUME_ROWS`]. The one reader of the
+    /// rollup: Loki's endpoints and the console's histogram ([`super::histogram`]) all read here.
+    pub(super) async fn selected_streams(
         &self,
         tenant: &str,
         query: &LogQuery,

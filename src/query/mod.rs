@@ -5,6 +5,7 @@
 //! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
 //! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
 //! - [`search`]: one page, shared by the gRPC service and the console.
+//! - [`histogram`]: the console's volume histogram of a search, from the per-minute rollup.
 //! - [`render`]: a stored record as a line for people or a JSON object.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
@@ -15,6 +16,7 @@
 
 pub mod admission;
 pub use crate::model::{cursor, filter};
+pub mod histogram;
 pub mod limits;
 pub mod loki;
 pub mod loki_tail;

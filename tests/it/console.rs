@@ -10,10 +10,11 @@ use crate::common::process::Process;
 use crate::common::{config, push_as, record, Backend, TestDb, TestServer};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 
-const KEY_A: &str = "console-key-alpha";
-const KEY_B: &str = "console-key-beta";
+pub const KEY_A: &str = "console-key-alpha";
+pub const KEY_B: &str = "console-key-beta";
 
-async fn server_with_keys(db: &TestDb) -> TestServer {
+/// A server with two tenants' keys, alpha's `KEY_A` and beta's `KEY_B`.
+pub async fn server_with_keys(db: &TestDb) -> TestServer {
     let mut settings = config(db);
     settings.api_keys = Some(format!("{KEY_A}=alpha,{KEY_B}=beta").parse().unwrap());
     settings.tail_poll_interval = "100ms".parse().unwrap();

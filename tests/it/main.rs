@@ -17,6 +17,7 @@ mod citus;
 mod cli;
 mod client;
 mod console;
+mod console_volume;
 mod faults;
 mod hostile;
 mod http_ingest;

@@ -1,0 +1,296 @@
+//! The console's volume histogram: a search's records per time bucket and level, read from the
+//! per-minute `log_volume` rollup through the reader Loki's volume endpoints use
+//! ([`super::loki`]), never by scanning the rows.
+//!
+//! The rollup keeps (minute, service, severity), so it answers a search's time range, services
+//! and minimum severity exactly, at the minute's resolution: a range that starts or ends inside a
+//! minute counts that whole minute. It keeps nothing of the message or the attributes, so a
+//! histogram leaves `contains` and `attr` out and says so ([`Histogram::not_applied`]).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::filter::Filter;
+use super::loki::{Stats, TimeRange};
+use super::Reads;
+use crate::error::QueryError;
+use crate::logql::ast::{LogQuery, MatchOp, Matcher};
+use crate::logql::labels::{LEVELS, LEVEL_LABEL, SERVICE_LABEL};
+use crate::proto::v1;
+
+/// The most buckets a histogram is cut into.
+pub const MAX_BUCKETS: i64 = 120;
+
+/// Bucket sizes in minutes, smallest first; past the last, whole days.
+const BUCKET_MINUTES: [i64; 12] = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440];
+
+const MINUTE: i64 = 60;
+const DAY_MINUTES: i64 = 1440;
+
+/// Records per level in one bucket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Where the bucket starts (whole minutes; the first bucket may start before the range).
+    pub start: DateTime<Utc>,
+    /// Records per level, in the order of [`LEVELS`].
+    pub counts: [u64; LEVELS.len()],
+}
+
+impl Bucket {
+    /// All the bucket's records.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The levels with records, by Loki's level names, and their counts.
+    pub fn levels(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        LEVELS
+            .iter()
+            .zip(self.counts)
+            .filter(|(_, count)| *count > 0)
+            .map(|((name, _, _), count)| (*name, count))
+    }
+}
+
+/// A search's volume over its range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram {
+    /// The start of the first minute counted.
+    pub from: DateTime<Utc>,
+    /// The end of the last minute counted.
+    pub to: DateTime<Utc>,
+    /// How long each bucket is: whole minutes.
+    pub bucket: TimeDelta,
+    /// Every bucket from the one holding `from` to the one holding the last minute, empty ones
+    /// included.
+    pub buckets: Vec<Bucket>,
+    /// The lower bound the server chose for a filter without `from`, as a search does.
+    pub default_from: Option<DateTime<Utc>>,
+    /// The parameters of the filter the rollup cannot apply (`contains`, `attr`): the counts
+    /// are of the records the rest of the filter selects.
+    pub not_applied: Vec<&'static str>,
+}
+
+impl Histogram {
+    /// All records counted.
+    pub fn total(&self) -> u64 {
+        self.buckets.iter().map(Bucket::total).sum()
+    }
+}
+
+/// The bucket size for a span of `minutes`: the smallest of [`BUCKET_MINUTES`], or whole days
+/// past them, that cuts it into fewer than [`MAX_BUCKETS`] pieces, so that with the buckets on
+/// multiples of their size (one more at most) there are no more than [`MAX_BUCKETS`].
+pub fn bucket_minutes(minutes: i64) -> i64 {
+    let fits = |size: i64| (minutes + size - 1) / size < MAX_BUCKETS;
+    BUCKET_MINUTES
+        .into_iter()
+        .find(|size| fits(*size))
+        .unwrap_or_else(|| {
+            let days =
+                (minutes + DAY_MINUTES * (MAX_BUCKETS - 1) - 1) / (DAY_MINUTES * (MAX_BUCKETS - 1));
+            days.max(1) * DAY_MINUTES
+        })
+}
+
+/// The rollup's selection of `filter`: its services (any of them) and the levels that hold
+/// severities at or above its minimum. A level can hold severities below the minimum too (warn
+/// holds 13 to 16); those rows are dropped after the read.
+fn selector(filter: &Filter) -> LogQuery {
+    let mut selector = Vec::new();
+    match filter.services.as_slice() {
+        [] => {}
+        [service] => selector.push(Matcher {
+            label: SERVICE_LABEL.into(),
+            op: MatchOp::Eq,
+            value: service.clone(),
+        }),
+        services => selector.push(Matcher {
+            label: SERVICE_LABEL.into(),
+            op: MatchOp::Re,
+            value: services
+                .iter()
+                .map(|service| regex::escape(service))
+                .collect::<Vec<_>>()
+                .join("|"),
+        }),
+    }
+    if filter.min_severity > 0 {
+        let levels: Vec<&str> = LEVELS
+            .iter()
+            .filter(|(_, _, high)| *high >= filter.min_severity)
+            .map(|(name, _, _)| *name)
+            .collect();
+        selector.push(Matcher {
+            label: LEVEL_LABEL.into(),
+            op: MatchOp::Re,
+            value: levels.join("|"),
+        });
+    }
+    LogQuery {
+        selector,
+        pipeline: Vec::new(),
+    }
+}
+
+/// The index in [`LEVELS`] of a severity's level (unknown, first, for one outside them all).
+fn level_index(severity: i16) -> usize {
+    LEVELS
+        .iter()
+        .position(|(_, low, high)| (*low..=*high).contains(&severity))
+        .unwrap_or(0)
+}
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(seconds, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The end of the minute that holds the last instant before `to`, in seconds.
+fn minute_ceil(to: DateTime<Utc>) -> i64 {
+    let micros = to.timestamp_micros();
+    (micros + MINUTE * 1_000_000 - 1).div_euclid(MINUTE * 1_000_000) * MINUTE
+}
+
+impl Reads {
+    /// The volume histogram of `tenant`'s records that `filter` selects, checked and bounded as
+    /// a search is (the default range when it has no `from`, one admitted read within the read
+    /// timeout).
+    pub async fn histogram(
+        &self,
+        tenant: &Arc<str>,
+        filter: v1::Filter,
+    ) -> Result<Histogram, QueryError> {
+        let filter = Filter::from_proto(Some(filter))?;
+        let default_from = self.limits.default_from(&filter);
+        let from = filter.from.or(default_from);
+        let to = filter
+            .to
+            .unwrap_or_else(Utc::now)
+            .max(from.unwrap_or_default());
+        let query = selector(&filter);
+        let mut not_applied = Vec::new();
+        if filter.contains.is_some() {
+            not_applied.push("contains");
+        }
+        if !filter.attributes.is_empty() {
+            not_applied.push("attr");
+        }
+        let range = TimeRange {
+            // Without any lower bound, from the first minute of the tenant's rollup.
+            from: from.unwrap_or(DateTime::UNIX_EPOCH),
+            to,
+        };
+        let rows = self
+            .admitted(tenant, async {
+                self.selected_streams(tenant, &query, range, &mut Stats::default())
+                    .await
+            })
+            .await?;
+        let rows: Vec<_> = rows
+            .into_iter()
+            .map(|(_, row)| row)
+            .filter(|row| row.severity >= filter.min_severity)
+            .collect();
+        let first = match from {
+            Some(from) => from.timestamp().div_euclid(MINUTE) * MINUTE,
+            None => rows
+                .iter()
+                .map(|row| row.minute)
+                .min()
+                .unwrap_or(minute_ceil(to) - MINUTE),
+        };
+        let last = minute_ceil(to).max(first + MINUTE);
+        let size = bucket_minutes((last - first) / MINUTE) * MINUTE;
+        let start = first.div_euclid(size) * size;
+        let count = (last - start + size - 1) / size;
+        let mut buckets: Vec<Bucket> = (0..count)
+            .map(|n| Bucket {
+                start: at(start + n * size),
+                counts: [0; LEVELS.len()],
+            })
+            .collect();
+        for row in rows {
+            let index = (row.minute - start).div_euclid(size);
+            if let Some(bucket) = usize::try_from(index).ok().and_then(|i| buckets.get_mut(i)) {
+                bucket.counts[level_index(row.severity)] += row.count.max(0) as u64;
+            }
+        }
+        Ok(Histogram {
+            from: at(first),
+            to: at(last),
+            bucket: TimeDelta::seconds(size),
+            buckets,
+            default_from,
+            not_applied,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_whole_minutes_and_at_most_the_maximum() {
+        let cases = [
+            (1, 1),
+            (5, 1),
+            (60, 1),
+            (119, 1),
+            (120, 2),
+            (360, 5),
+            (1440, 15),
+            (7 * 1440, 120),
+            (30 * 1440, 720),
+            (90 * 1440, DAY_MINUTES),
+            (200 * 1440, 2 * DAY_MINUTES),
+            (3650 * 1440, 31 * DAY_MINUTES),
+        ];
+        for (minutes, expected) in cases {
+            assert_eq!(bucket_minutes(minutes), expected, "{minutes} minutes");
+        }
+        for minutes in (1..20_000).chain([525_600, 5_256_000, 52_560_000]) {
+            let size = bucket_minutes(minutes);
+            // The worst alignment: the span starts one minute before a bucket's end.
+            let buckets = (minutes + size - 1) / size + 1;
+            assert!(buckets <= MAX_BUCKETS, "{minutes}: {buckets} of {size}");
+        }
+    }
+
+    #[test]
+    fn the_selector_takes_services_and_the_levels_of_the_minimum() {
+        let filter = Filter {
+            services: vec!["a.b".into(), "c|d".into()],
+            min_severity: 14,
+            ..Filter::default()
+        };
+        let query = selector(&filter);
+        assert_eq!(query.selector[0].value, r"a\.b|c\|d");
+        assert_eq!(query.selector[1].value, "warn|error|fatal");
+        let one = selector(&Filter {
+            services: vec!["checkout".into()],
+            ..Filter::default()
+        });
+        assert_eq!(one.selector.len(), 1);
+        assert_eq!(one.selector[0].op, MatchOp::Eq);
+        assert!(selector(&Filter::default()).selector.is_empty());
+    }
+
+    #[test]
+    fn levels_are_indexed_as_loki_names_them() {
+        assert_eq!(LEVELS[level_index(0)].0, "unknown");
+        assert_eq!(LEVELS[level_index(4)].0, "trace");
+        assert_eq!(LEVELS[level_index(13)].0, "warn");
+        assert_eq!(LEVELS[level_index(24)].0, "fatal");
+        assert_eq!(LEVELS[level_index(99)].0, "unknown");
+    }
+
+    #[test]
+    fn the_last_minute_is_the_one_before_to() {
+        let exact = DateTime::from_timestamp(600, 0).unwrap();
+        assert_eq!(minute_ceil(exact), 600);
+        let inside = DateTime::from_timestamp(600, 1000).unwrap();
+        assert_eq!(minute_ceil(inside), 660);
+    }
+}
