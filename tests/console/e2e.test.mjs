@@ -67,6 +67,38 @@ const ALPHA = [
   { severity: "trace", service: "api", message: "cache lookup cart:7 hit", attributes: {} },
 ];
 
+// The last hour of a web service, minute by minute: a wave of info and debug, warnings every
+// nine minutes and an incident of errors (and one fatal) 21 and 22 minutes ago; what the volume
+// histogram draws.
+const WEB = [];
+const WEB_STARTED = Date.now();
+for (let m = 55; m >= 3; m--) {
+  const timestamp = new Date(WEB_STARTED - m * 60_000).toISOString();
+  const add = (count, severity) => {
+    for (let n = 0; n < count; n++) WEB.push({ timestamp, severity, service: "web", message: `web ${m} min ago ${severity} ${n}` });
+  };
+  const wave = 6 + Math.round(5 * Math.sin(m / 6));
+  add(wave - Math.floor(wave / 4), "info");
+  add(Math.floor(wave / 4), "debug");
+  if (m % 9 === 0) add(4, "warn");
+  if (m === 21 || m === 22) add(7, "error");
+  if (m === 22) add(1, "fatal");
+}
+const webCount = (levels) => WEB.filter((r) => levels.includes(r.severity)).length;
+
+/** The histogram's bars: each bucket's count, bounds and counts by level, as drawn. */
+const histogramBars = (page) =>
+  page.$$eval("#volume-chart g.bucket", (groups) => groups.map((g) => ({
+    count: Number(g.dataset.count),
+    start: g.dataset.start,
+    end: g.dataset.end,
+    title: g.querySelector("title").textContent,
+    levels: Object.fromEntries([...g.querySelectorAll("rect[data-level]")].map((r) => [r.dataset.level, Number(r.dataset.count)])),
+  })));
+
+const histogramTotal = (page, total) =>
+  page.waitForFunction((n) => document.getElementById("volume").dataset.total === String(n), total);
+
 before(async () => {
   mkdirSync(SCREENSHOTS, { recursive: true });
   browser = await chromium.launch({
@@ -87,6 +119,7 @@ before(async () => {
     attributes: { n: String(n), region: `r${n % 7}` },
   }));
   assert.match(send(KEY_A, volume), /accepted 10000 rejected 0/);
+  assert.match(send(KEY_A, WEB), new RegExp(`accepted ${WEB.length} rejected 0`));
 });
 
 after(async () => {
@@ -137,6 +170,7 @@ test("search: log in, see the tenant's rows newest first with severity colours",
   assert.equal(await page.inputValue("#f-severity"), "warn");
   await page.goto(`${CONSOLE_URL}/#/search?since=1h&service=checkout&service=api&service=ledger`);
   await page.waitForFunction(() => document.querySelectorAll("#search-rows .rec").length === 6);
+  await histogramTotal(page, 6);
   await shot(page, "search");
   // The tail follows with the same filters, without the time range.
   await page.click("#nav-tail");
@@ -145,6 +179,69 @@ test("search: log in, see the tenant's rows newest first with severity colours",
   assert.doesNotMatch(page.url(), /since=/);
   assert.equal(await page.inputValue("#f-services"), "checkout, api, ledger");
   await page.waitForSelector("#tail-scroller[data-following=true]");
+  await page.context().close();
+});
+
+test("search: the volume histogram draws the search's records by level; a bar narrows the range", async () => {
+  const page = await newPage();
+  await login(page, KEY_A, "#/search?since=1h&service=web");
+  await histogramTotal(page, WEB.length);
+  const bars = await histogramBars(page);
+  assert.equal(await page.getAttribute("#volume", "data-bucket"), "1m");
+  assert.ok(bars.length === 60 || bars.length === 61, `${bars.length} one-minute bars over the hour`);
+  assert.equal(bars.reduce((sum, bar) => sum + bar.count, 0), WEB.length, "the bars add up to what was pushed");
+  const byLevel = {};
+  for (const bar of bars) {
+    assert.equal(Object.values(bar.levels).reduce((a, b) => a + b, 0), bar.count, "a bar's levels add up to it");
+    for (const [level, count] of Object.entries(bar.levels)) byLevel[level] = (byLevel[level] || 0) + count;
+  }
+  assert.deepEqual(byLevel, {
+    info: webCount(["info"]), debug: webCount(["debug"]), warn: webCount(["warn"]),
+    error: webCount(["error"]), fatal: webCount(["fatal"]),
+  });
+  const incident = bars.find((bar) => bar.levels.fatal);
+  assert.equal(incident.levels.error, 7);
+  assert.match(incident.title, /UTC · \d+ records \(fatal 1, error 7, /);
+  assert.match(incident.title, /Click to search this range/);
+  // Axis labels, the level colours of the severity badges, and the legend.
+  const labels = await page.$$eval("#volume-chart text", (texts) => texts.map((t) => t.textContent));
+  assert.ok(labels.includes("records") && labels.includes("time (UTC)"), labels.join("|"));
+  assert.ok(labels.some((text) => /^\d\d:\d\d$/.test(text)), "time ticks");
+  assert.equal(await page.$eval("#volume-chart rect.lv-error", (r) => getComputedStyle(r).fill), "rgb(220, 38, 38)");
+  assert.match(await page.textContent("#volume-title"), /Records per minute, by level/);
+  assert.match(await page.textContent("#volume-legend"), /fatal.*error.*warn.*info.*debug/);
+  assert.equal(await page.isHidden("#volume-note"), true);
+  // Hovering a bar reads it out.
+  await page.hover(`#volume-chart g.bucket[data-start="${incident.start}"]`);
+  assert.match(await page.textContent("#volume-readout"), /fatal 1, error 7/);
+  await shot(page, "search-volume");
+
+  // Redrawn on every search: the minimum severity narrows it, to the number.
+  await page.selectOption("#f-severity", "warn");
+  await page.click("#f-submit");
+  await histogramTotal(page, webCount(["warn", "error", "fatal"]));
+  // Text and attribute filters are not the rollup's: the histogram says it counts without them.
+  await page.selectOption("#f-severity", "");
+  await page.fill("#f-contains", "min ago info 0");
+  await page.click("#f-submit");
+  await page.locator("#volume-note:not([hidden])").waitFor();
+  assert.match(await page.textContent("#volume-note"), /Not filtered by message text/);
+  await histogramTotal(page, WEB.length);
+  assert.equal(await page.getAttribute("#volume", "data-partial"), "true");
+
+  // A click on a bar searches its minute: the rows and the new histogram are that bar's.
+  await page.fill("#f-contains", "");
+  await page.click("#f-submit");
+  await page.locator("#volume-note").waitFor({ state: "hidden" });
+  await histogramTotal(page, WEB.length);
+  await page.click(`#volume-chart g.bucket[data-start="${incident.start}"]`);
+  await page.waitForFunction(() => location.hash.includes("from="));
+  const hash = decodeURIComponent(new URL(page.url()).hash);
+  assert.ok(hash.includes(`from=${incident.start}`) && hash.includes(`to=${incident.end}`), hash);
+  assert.doesNotMatch(hash, /since=/);
+  assert.match(hash, /service=web/);
+  await histogramTotal(page, incident.count);
+  await page.waitForFunction((n) => document.querySelectorAll("#search-rows .rec").length === n, incident.count);
   await page.context().close();
 });
 
@@ -170,10 +267,15 @@ test("search: open a row's attributes with the mouse and the keyboard", async ()
   await page.keyboard.press(" ");
   assert.equal(await row.getAttribute("aria-expanded"), "true");
 
-  // Tab reaches the rows from the form, and arrows move between them.
+  // Tab reaches the histogram, then the rows, from the form; arrows move between bars and rows.
   await page.goto(`${CONSOLE_URL}/#/search?service=checkout`);
   await page.waitForFunction(() => document.querySelectorAll("#search-rows .rec").length === 3);
+  await histogramTotal(page, 3);
   await page.focus("#f-submit");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.id), "volume-chart");
+  await page.keyboard.press("End");
+  assert.match(await page.textContent("#volume-readout"), /UTC · \d+ records? \(/);
   await page.keyboard.press("Tab");
   assert.equal(await page.evaluate(() => document.activeElement.classList.contains("rec")), true);
   await page.keyboard.press("ArrowDown");
@@ -299,6 +401,7 @@ test("tenancy: another tenant's key sees nothing of the first tenant", async () 
   const messages = await rowMessages(page, "search-rows");
   assert.deepEqual(messages, ["beta indexing batch 2", "beta indexing batch 1", "beta indexing batch 0"]);
   assert.match(await page.textContent("#who"), /tenant beta/);
+  await histogramTotal(page, 3);
   await shot(page, "search-other-tenant");
   await page.goto(`${CONSOLE_URL}/#/search?all=1&service=checkout`);
   await page.locator("#search-rows .empty").waitFor();

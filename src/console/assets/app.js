@@ -28,7 +28,7 @@
     tenant: null,
     open: false,
     view: null,
-    search: { params: null, cursor: "", loading: false, generation: 0 },
+    search: { params: null, cursor: "", loading: false, generation: 0, volume: null },
     tail: { controller: null, paused: false, cursor: "", stick: true, unseen: 0, retry: null, count: 0 },
     health: { timer: null, samples: [] },
   };
@@ -420,6 +420,7 @@
       const from = resolveSince(since);
       if (from) query.set("from", from); else query.set("since", since); // let the server explain
     }
+    const volumeQuery = new URLSearchParams(query);
     query.set("page_size", params.get("size") || "100");
     // A new search replaces one still in flight; the older answer is dropped when it arrives.
     search.generation += 1;
@@ -429,7 +430,13 @@
     $("search-rows").replaceChildren();
     $("search-error").textContent = "";
     $("load-older").hidden = true;
-    await loadPage(true);
+    const generation = search.generation;
+    $("volume").setAttribute("aria-busy", "true");
+    // The histogram is read after the first page, not beside it: a search then holds one of the
+    // tenant's read slots at a time (--max-concurrent-reads-per-tenant), and a filter the page
+    // refused is not refused twice.
+    if (await loadPage(true)) await loadVolume(volumeQuery, generation);
+    else if (generation === search.generation) showVolume(null);
   }
 
   function resolveSince(text) {
@@ -439,9 +446,10 @@
     return new Date(Date.now() - Number(match[1]) * unit).toISOString();
   }
 
+  // One page of the search; true when it arrived and is shown.
   async function loadPage(first) {
     const search = state.search;
-    if (search.loading) return; // "Load older" pressed twice
+    if (search.loading) return false; // "Load older" pressed twice
     const generation = search.generation;
     search.loading = true;
     $("search-status").textContent = "Searching…";
@@ -450,7 +458,7 @@
     const started = performance.now();
     try {
       const page = await api("/api/v1/logs", query);
-      if (generation !== search.generation) return;
+      if (generation !== search.generation) return false;
       if (first && page.records.length === 0) {
         $("search-rows").replaceChildren(el("div", "empty", "No records match these filters."));
       } else {
@@ -464,16 +472,260 @@
       $("search-status").textContent =
         `${shown} record${shown === 1 ? "" : "s"}${page.next_cursor ? ", more older" : ", all shown"} (${took} ms)${bounded}`;
       $("load-older").hidden = !page.next_cursor;
+      return true;
     } catch (err) {
-      if (generation !== search.generation) return;
+      if (generation !== search.generation) return false;
       $("search-status").textContent = "";
       if (err.status !== 401) $("search-error").textContent = err.message;
+      return false;
     } finally {
       if (generation === search.generation) search.loading = false;
     }
   }
 
   $("load-older").addEventListener("click", () => loadPage(false));
+
+  // ---- Volume histogram ----------------------------------------------------------------------
+  //
+  // Records per time bucket and level over the search's range, from the server's per-minute
+  // volume rollup (/api/v1/volume). Drawn in the SVG's own pixels, redrawn when the window
+  // resizes, so that its text is never stretched.
+
+  // Stacked bottom to top: the most severe on the baseline, where bars compare best.
+  const VOLUME_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "unknown"];
+  const LEVEL_LABELS = { unknown: "no severity" };
+  const VOLUME_HEIGHT = 150;
+  const VOLUME_MARGIN = { left: 58, right: 12, top: 10, bottom: 36 };
+  const NOT_APPLIED = { contains: "message text", attr: "attributes" };
+
+  async function loadVolume(query, generation) {
+    const search = state.search;
+    try {
+      const volume = await api("/api/v1/volume", query);
+      if (generation !== search.generation) return;
+      showVolume(volume);
+    } catch (err) {
+      if (generation !== search.generation) return;
+      showVolume(null);
+      if (err.status !== 401) {
+        $("volume").hidden = false;
+        $("volume-error").textContent = `No histogram: ${err.message}`;
+      }
+    }
+  }
+
+  function showVolume(volume) {
+    const figure = $("volume");
+    state.search.volume = volume;
+    figure.removeAttribute("aria-busy");
+    $("volume-error").textContent = "";
+    figure.hidden = !volume;
+    if (!volume) {
+      $("volume-chart").replaceChildren();
+      delete figure.dataset.total;
+      return;
+    }
+    const words = bucketWords(volume.bucket_seconds);
+    $("volume-title").textContent = `Records per ${words}, by level`;
+    const present = VOLUME_LEVELS.filter((level) => volume.buckets.some((b) => b.counts[level]));
+    $("volume-legend").replaceChildren(...present.flatMap((level) =>
+      [el("i", `lv-${level}`), document.createTextNode(`${LEVEL_LABELS[level] || level} `)]));
+    const note = $("volume-note");
+    note.hidden = !volume.not_applied.length;
+    if (volume.not_applied.length) {
+      const skipped = volume.not_applied.map((name) => NOT_APPLIED[name] || name).join(" and ");
+      note.replaceChildren(el("strong", null, `Not filtered by ${skipped}: `),
+        document.createTextNode("the histogram counts every record of these services and severities in the range; the per-minute volume rollup it is read from keeps no message or attributes."));
+    }
+    figure.dataset.total = String(volume.total);
+    figure.dataset.bucket = volume.bucket;
+    figure.dataset.buckets = String(volume.buckets.length);
+    figure.dataset.partial = String(volume.not_applied.length > 0);
+    drawVolume();
+  }
+
+  function bucketWords(seconds) {
+    for (const [size, unit] of [[86400, "day"], [3600, "hour"], [60, "minute"]]) {
+      if (seconds % size === 0) {
+        const n = seconds / size;
+        return n === 1 ? unit : `${n} ${unit}s`;
+      }
+    }
+    return `${seconds} seconds`;
+  }
+
+  // 1, 2 or 5 times a power of ten, at least `value`.
+  function niceCeiling(value) {
+    if (value <= 1) return 1;
+    const power = 10 ** Math.floor(Math.log10(value));
+    return [1, 2, 5, 10].map((step) => step * power).find((top) => top >= value);
+  }
+
+  const utc = (iso) => new Date(iso).toISOString();
+
+  function spanText(startIso, endIso) {
+    const start = utc(startIso);
+    const end = utc(endIso);
+    if (start.slice(11, 19) === "00:00:00" && end.slice(11, 19) === "00:00:00") {
+      return `${start.slice(0, 10)} – ${end.slice(0, 10)}`;
+    }
+    const sameDay = start.slice(0, 10) === end.slice(0, 10);
+    return `${start.slice(0, 10)} ${start.slice(11, 16)}–${sameDay ? "" : end.slice(0, 10) + " "}${end.slice(11, 16)}`;
+  }
+
+  function bucketText(bucket) {
+    const levels = VOLUME_LEVELS.filter((level) => bucket.counts[level])
+      .map((level) => `${LEVEL_LABELS[level] || level} ${number(bucket.counts[level])}`);
+    const total = `${number(bucket.total)} record${bucket.total === 1 ? "" : "s"}`;
+    return `${spanText(bucket.start, bucket.end)} UTC · ${total}${levels.length ? ` (${levels.join(", ")})` : ""}`;
+  }
+
+  function summaryText(volume) {
+    return `${number(volume.total)} record${volume.total === 1 ? "" : "s"} from ${spanText(volume.from, volume.to)} UTC`;
+  }
+
+  function tickLabel(ms, bucketSeconds, spanMs) {
+    const iso = new Date(ms).toISOString();
+    if (bucketSeconds >= 86400) return iso.slice(0, 10);
+    if (spanMs > 86400e3) return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
+    return iso.slice(11, 16);
+  }
+
+  function svgNode(tag, attributes, text) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function drawVolume() {
+    const volume = state.search.volume;
+    const svg = $("volume-chart");
+    if (!volume) return;
+    const width = Math.max(320, Math.round(svg.getBoundingClientRect().width) || 800);
+    const height = VOLUME_HEIGHT;
+    const m = VOLUME_MARGIN;
+    const plotWidth = width - m.left - m.right;
+    const plotHeight = height - m.top - m.bottom;
+    const bottom = m.top + plotHeight;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    const buckets = volume.buckets;
+    const top = niceCeiling(Math.max(0, ...buckets.map((b) => b.total)));
+    const y = (count) => bottom - (count / top) * plotHeight;
+    const band = plotWidth / Math.max(1, buckets.length);
+    const gap = band >= 6 ? Math.max(1, band * 0.15) : 0;
+    const nodes = [];
+
+    // The count axis: 0, the middle when it is a whole number, the top.
+    const ticks = top % 2 === 0 ? [0, top / 2, top] : [0, top];
+    for (const tick of ticks) {
+      nodes.push(svgNode("line", { class: "grid", x1: m.left, x2: width - m.right, y1: y(tick), y2: y(tick) }));
+      nodes.push(svgNode("text", { x: m.left - 6, y: y(tick) + 4, "text-anchor": "end" }, number(tick)));
+    }
+    const middle = m.top + plotHeight / 2;
+    nodes.push(svgNode("text", { class: "axis-title", x: 12, y: middle, "text-anchor": "middle",
+      transform: `rotate(-90 12 ${middle})` }, "records"));
+
+    // The time axis: a label every k buckets, on multiples of k so that labels fall on round times.
+    const bucketMs = volume.bucket_seconds * 1000;
+    const spanMs = new Date(volume.to) - new Date(volume.from);
+    const every = [1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 24, 30, 60, 120].find((k) => k * band >= 78) || 120;
+    nodes.push(svgNode("line", { class: "axis-line", x1: m.left, x2: width - m.right, y1: bottom, y2: bottom }));
+    buckets.forEach((bucket, i) => {
+      const startMs = new Date(bucket.start).getTime();
+      if (Math.round(startMs / bucketMs) % every !== 0) return;
+      const x = m.left + i * band;
+      if (x > width - m.right - 24) return;
+      nodes.push(svgNode("line", { class: "axis-line", x1: x, x2: x, y1: bottom, y2: bottom + 4 }));
+      nodes.push(svgNode("text", { x, y: bottom + 16, "text-anchor": "middle" }, tickLabel(startMs, volume.bucket_seconds, spanMs)));
+    });
+    nodes.push(svgNode("text", { class: "axis-title", x: width - m.right, y: height - 3, "text-anchor": "end" }, "time (UTC)"));
+
+    // The bars: one group per bucket, empty ones too (a click there still narrows the range).
+    buckets.forEach((bucket, i) => {
+      const x = m.left + i * band;
+      const group = svgNode("g", { class: "bucket", "data-index": i, "data-start": bucket.start,
+        "data-end": bucket.end, "data-count": bucket.total });
+      group.append(svgNode("rect", { class: "hit", x, y: m.top, width: band, height: plotHeight }));
+      let below = 0;
+      for (const level of VOLUME_LEVELS) {
+        const count = bucket.counts[level] || 0;
+        if (!count) continue;
+        // At least a pixel: a level with a few records among many still shows.
+        const segment = Math.max(1, y(below) - y(below + count));
+        group.append(svgNode("rect", { class: `lv-${level}`, "data-level": level, "data-count": count,
+          x: x + gap / 2, y: y(below) - segment, width: Math.max(1, band - gap), height: segment }));
+        below += count;
+      }
+      group.append(svgNode("title", null, `${bucketText(bucket)}\nClick to search this range`));
+      nodes.push(group);
+    });
+    if (!volume.total) {
+      nodes.push(svgNode("text", { class: "empty-text", x: m.left + plotWidth / 2, y: middle, "text-anchor": "middle" },
+        "No records in this range"));
+    }
+    svg.replaceChildren(...nodes);
+    svg.setAttribute("aria-label", `Records per ${bucketWords(volume.bucket_seconds)} by level: ${summaryText(volume)}`);
+    $("volume-readout").textContent = summaryText(volume);
+  }
+
+  function currentBucket() {
+    return $("volume-chart").querySelector(".bucket.current");
+  }
+
+  function pointAt(group) {
+    const previous = currentBucket();
+    if (previous) previous.classList.remove("current");
+    if (!group) {
+      if (state.search.volume) $("volume-readout").textContent = summaryText(state.search.volume);
+      return;
+    }
+    group.classList.add("current");
+    $("volume-readout").textContent = bucketText(state.search.volume.buckets[Number(group.dataset.index)]);
+  }
+
+  // A bar's time range becomes the search's; the other filters stay.
+  function narrowTo(group) {
+    const { params } = parseHash();
+    for (const key of ["since", "from", "to", "all"]) params.delete(key);
+    params.set("from", group.dataset.start);
+    params.set("to", group.dataset.end);
+    location.hash = `#/search?${params}`;
+  }
+
+  const chart = $("volume-chart");
+  chart.addEventListener("click", (event) => {
+    const group = event.target.closest(".bucket");
+    if (group) narrowTo(group);
+  });
+  chart.addEventListener("mouseover", (event) => pointAt(event.target.closest(".bucket")));
+  chart.addEventListener("mouseleave", () => pointAt(null));
+  chart.addEventListener("blur", () => pointAt(null));
+  chart.addEventListener("keydown", (event) => {
+    const filled = [...chart.querySelectorAll(".bucket")].filter((g) => g.dataset.count !== "0");
+    if (!filled.length) return;
+    const at = filled.indexOf(currentBucket());
+    const moves = {
+      ArrowLeft: () => filled[Math.max(0, at < 0 ? filled.length - 1 : at - 1)],
+      ArrowRight: () => filled[at < 0 ? 0 : Math.min(filled.length - 1, at + 1)],
+      Home: () => filled[0],
+      End: () => filled[filled.length - 1],
+    };
+    if (moves[event.key]) {
+      event.preventDefault();
+      pointAt(moves[event.key]());
+    } else if ((event.key === "Enter" || event.key === " ") && currentBucket()) {
+      event.preventDefault();
+      narrowTo(currentBucket());
+    }
+  });
+
+  let resizing = false;
+  window.addEventListener("resize", () => {
+    if (resizing || state.view !== "search" || !state.search.volume) return;
+    resizing = true;
+    requestAnimationFrame(() => { resizing = false; drawVolume(); });
+  });
 
   // ---- Live tail ---------------------------------------------------------------------------------
   //
