@@ -1,7 +1,8 @@
 //! The real binary: API keys reloaded on SIGHUP and when the keys file changes, `loghaul query` /
-//! `loghaul tail` output, and `loghaul bench`'s paced runs.
+//! `loghaul tail` output, `loghaul bench`'s paced runs, and `loghaul bench-query` on a small table.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::common::process::{assert_success, output_within, Process, BINARY};
 use crate::common::{metric, push_as, record, wait_until, Backend, TestDb, DEADLINE};
@@ -551,4 +552,55 @@ fn bench_over_otlp_http_posts_records_that_are_stored() {
     assert_eq!(run["rejected"], 0, "{report}");
     assert_eq!(run["failed_streams"], serde_json::json!([]), "{report}");
     assert_eq!(run["verified"], true, "{report}");
+}
+
+/// `bench-query --json` against the test's database with `extra` arguments: its exit status,
+/// everything it printed, and its report when it succeeded.
+async fn bench_query(db: &TestDb, extra: &[&str]) -> (Output, Option<serde_json::Value>) {
+    let child = Command::new(BINARY)
+        .args(["bench-query", "--database-url", &db.url])
+        .args(["--rows", "20000", "--days", "1", "--tenants", "2"])
+        .args(["--queries", "3", "--json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = output_within(child, Duration::from_secs(120), "bench-query to finish").await;
+    let report = output.status.success().then(|| {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    });
+    (output, report)
+}
+
+/// A small `bench-query`: the rows loaded, every kind of page timed, and the report as one JSON
+/// object; `--reuse` queries them again without loading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_query_times_every_kind_of_read_and_reuses_its_rows() {
+    let Some(db) = TestDb::create(Backend::Postgres, "bench_query").await else {
+        return;
+    };
+    let (output, report) = bench_query(&db, &[]).await;
+    assert_success(&output);
+    let report = report.unwrap();
+    assert_eq!(report["setup"]["rows"], 20_000, "{report}");
+    assert!(report["setup"]["load_seconds"].as_f64().unwrap() > 0.0);
+    let timings = report["timings"].as_array().unwrap();
+    let pages: Vec<&serde_json::Value> = timings.iter().filter(|t| t["kind"] == "page").collect();
+    assert_eq!(pages.len(), 8, "{report}");
+    for page in &pages {
+        assert!(page["queries"].as_u64().unwrap() >= 3, "{page}");
+        assert!(page["p50_ms"].as_f64().unwrap() > 0.0, "{page}");
+    }
+    assert_eq!(
+        pages[0]["returned"], 100.0,
+        "the newest page is full: {report}"
+    );
+
+    let (output, report) = bench_query(&db, &["--reuse"]).await;
+    assert_success(&output);
+    let report = report.unwrap();
+    assert!(report["setup"]["load_seconds"].is_null(), "{report}");
+    assert_eq!(report["setup"]["rows"], 20_000, "{report}");
 }
