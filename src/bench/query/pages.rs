@@ -127,7 +127,7 @@ pub async fn run(
             let rows = reader.page(&tenant, &filter, after, budget).await?.rows;
             samples.add(began.elapsed(), rows.len().min(args.page_size) as u64);
         }
-        report.push(samples.timing("page", scenario.name.into()));
+        report.push(samples.timing("page", scenario.name.into(), None));
     }
     Ok(())
 }
