@@ -212,7 +212,7 @@ pub async fn run(mut args: BenchQueryArgs) -> Result<(), BenchError> {
     let timed = async {
         // A rollup that disagrees with the rows stops the run before anything is timed.
         logql::check_agreement(&reads, newest, &mut report).await?;
-        pages::run(&reader, &args, start, &mut report).await?;
+        pages::run(&reader, &args, start, newest, &mut report).await?;
         logql::run(&reads, &args, newest, &mut report).await
     }
     .await;
