@@ -186,7 +186,7 @@ impl RangeAccumulator {
 }
 
 /// The labels an aggregation keeps of `labels`.
-fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
+pub fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
     match grouping {
         None => Labels::new(),
         Some(Grouping {

@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 
 use super::Reads;
 use crate::error::QueryError;
-use crate::logql::ast::{LogQuery, MetricExpr, RangeFunction};
+use crate::logql::ast::{AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction};
 use crate::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
 use crate::logql::labels::{self, Labels};
 use crate::logql::pipeline::{CompileError, Output, Pipeline};
@@ -264,6 +264,45 @@ struct Scan {
     limit: Option<usize>,
 }
 
+/// A range function over a log query, such as `count_over_time({…} |= "x" [5m])`.
+#[derive(Clone, Copy, Debug)]
+struct RangeQuery<'a> {
+    function: RangeFunction,
+    query: &'a LogQuery,
+    range: std::time::Duration,
+}
+
+impl<'a> RangeQuery<'a> {
+    /// `expr` when it is a `sum` (by or without labels, or of everything) of a range function:
+    /// the sum's grouping and the range function.
+    fn summed(expr: &'a MetricExpr) -> Option<(&'a Option<Grouping>, Self)> {
+        let MetricExpr::Aggregate {
+            op: AggregateOp::Sum,
+            grouping,
+            parameter: None,
+            inner,
+        } = expr
+        else {
+            return None;
+        };
+        match &**inner {
+            MetricExpr::Range {
+                function,
+                query,
+                range,
+            } => Some((
+                grouping,
+                RangeQuery {
+                    function: *function,
+                    query,
+                    range: *range,
+                },
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
 /// step's range holds the minutes that end within it; the minute still going at the last step at
 /// that step, so that the newest lines are counted.
@@ -330,49 +369,35 @@ impl Reads {
                     self.rollup(tenant, &plan, steps, stats).await?,
                 ));
             }
+            // A sum's groups are made as the lines are counted: summing each line's series
+            // afterwards would first make one series per distinct label set, which lines with an
+            // attribute of many values (a request id) take past MAX_SERIES.
+            if let Some((grouping, inner)) = RangeQuery::summed(expr) {
+                let series = self
+                    .range_series(tenant, inner, Some(grouping), steps, stats)
+                    .await?;
+                return Ok(Value::Matrix(eval::aggregate(
+                    AggregateOp::Sum,
+                    grouping,
+                    None,
+                    series,
+                    steps.count,
+                )?));
+            }
             match expr {
                 MetricExpr::Range {
                     function,
                     query,
                     range,
                 } => {
-                    metrics().loki_metric_sources.increment_static(["scan"], 1);
-                    let range = range.as_nanos() as i64;
-                    let mut accumulator = RangeAccumulator::new(*function, range, steps);
-                    let span = TimeRange {
-                        from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
-                        to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+                    let inner = RangeQuery {
+                        function: *function,
+                        query,
+                        range: *range,
                     };
-                    let mut failed = None;
-                    {
-                        let mut each = |row: &StoredRow, output: Output| match accumulator.add(
-                            output.labels,
-                            nanos(row.ts),
-                            output.line.len(),
-                        ) {
-                            Ok(()) => true,
-                            Err(err) => {
-                                failed = Some(err);
-                                false
-                            }
-                        };
-                        self.each_output(
-                            tenant,
-                            query,
-                            Scan {
-                                range: span,
-                                order: Order::Any,
-                                limit: None,
-                            },
-                            stats,
-                            &mut each,
-                        )
-                        .await?;
-                    }
-                    match failed {
-                        Some(err) => Err(err.into()),
-                        None => Ok(Value::Matrix(accumulator.finish())),
-                    }
+                    Ok(Value::Matrix(
+                        self.range_series(tenant, inner, None, steps, stats).await?,
+                    ))
                 }
                 MetricExpr::Aggregate {
                     op,
@@ -406,6 +431,61 @@ impl Reads {
                 MetricExpr::Vector(value) => Ok(eval::vector(*value, steps.count)),
             }
         })
+    }
+
+    /// The series of a range function at `steps`, read by a scan; with `sum_by`, each line is counted in its group of that `sum`'s grouping instead of
+    /// its own series.
+    async fn range_series(
+        &self,
+        tenant: &str,
+        RangeQuery {
+            function,
+            query,
+            range,
+        }: RangeQuery<'_>,
+        sum_by: Option<&Option<Grouping>>,
+        steps: Steps,
+        stats: &mut Stats,
+    ) -> Result<Vec<Series>, LokiError> {
+        metrics().loki_metric_sources.increment_static(["scan"], 1);
+        let range = range.as_nanos() as i64;
+        let mut accumulator = RangeAccumulator::new(function, range, steps);
+        let span = TimeRange {
+            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+        };
+        let mut failed = None;
+        {
+            let mut each = |row: &StoredRow, output: Output| {
+                let labels = match sum_by {
+                    Some(grouping) => eval::group_key(grouping, &output.labels),
+                    None => output.labels,
+                };
+                match accumulator.add(labels, nanos(row.ts), output.line.len()) {
+                    Ok(()) => true,
+                    Err(err) => {
+                        failed = Some(err);
+                        false
+                    }
+                }
+            };
+            self.each_output(
+                tenant,
+                query,
+                Scan {
+                    range: span,
+                    order: Order::Any,
+                    limit: None,
+                },
+                stats,
+                &mut each,
+            )
+            .await?;
+        }
+        match failed {
+            Some(err) => Err(err.into()),
+            None => Ok(accumulator.finish()),
+        }
     }
 
     /// The rollup's rows over `range` whose stream `query` (a selector of indexed labels)

@@ -1,7 +1,8 @@
 //! The real binary: API keys reloaded on SIGHUP and when the keys file changes, `loghaul query` /
-//! `loghaul tail` output, and `loghaul bench`'s paced runs.
+//! `loghaul tail` output, `loghaul bench`'s paced runs, and `loghaul bench-query` on a small table.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::common::process::{assert_success, output_within, Process, BINARY};
 use crate::common::{metric, push_as, record, wait_until, Backend, TestDb, DEADLINE};
@@ -551,4 +552,146 @@ fn bench_over_otlp_http_posts_records_that_are_stored() {
     assert_eq!(run["rejected"], 0, "{report}");
     assert_eq!(run["failed_streams"], serde_json::json!([]), "{report}");
     assert_eq!(run["verified"], true, "{report}");
+}
+
+/// `bench-query --json` against the test's database with `extra` arguments: its exit status,
+/// everything it printed, and its report when it succeeded.
+async fn bench_query(db: &TestDb, extra: &[&str]) -> (Output, Option<serde_json::Value>) {
+    let child = Command::new(BINARY)
+        .args(["bench-query", "--database-url", &db.url])
+        .args(["--rows", "20000", "--days", "1", "--tenants", "2"])
+        .args(["--queries", "3", "--json"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = output_within(child, Duration::from_secs(120), "bench-query to finish").await;
+    let report = output.status.success().then(|| {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    });
+    (output, report)
+}
+
+/// A small `bench-query`: the rows loaded and their rollup counted, every kind of page and LogQL
+/// query timed, each volume histogram answered from where it is meant to be and the rollup
+/// agreeing with a scan, the report as one JSON object. `--reuse` queries the rows again without
+/// loading, counts the rollup again when it is empty, and fails when it disagrees with a scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_query_times_pages_and_logql_and_checks_the_rollup_against_a_scan() {
+    let Some(db) = TestDb::create(Backend::Postgres, "bench_query").await else {
+        return;
+    };
+    let (output, report) = bench_query(&db, &[]).await;
+    assert_success(&output);
+    let report = report.unwrap();
+    let setup = &report["setup"];
+    assert_eq!(setup["rows"], 20_000, "{report}");
+    assert!(setup["load_seconds"].as_f64().unwrap() > 0.0, "{setup}");
+    assert!(setup["rollup_seconds"].as_f64().is_some(), "{setup}");
+    assert!(setup["rollup_rows"].as_i64().unwrap() > 0, "{setup}");
+    let rollup_total: i64 = db
+        .query_scalar("SELECT sum(records)::int8 FROM log_volume")
+        .await;
+    assert_eq!(rollup_total, 20_000, "the rollup counts every row");
+    let rollup_bytes = db
+        .query_scalar("SELECT sum(bytes)::int8 FROM log_volume")
+        .await;
+    let message_bytes = db
+        .query_scalar("SELECT sum(octet_length(message))::int8 FROM logs")
+        .await;
+    assert_eq!(rollup_bytes, message_bytes, "and their messages' bytes");
+
+    let timings = report["timings"].as_array().unwrap();
+    let kind = |kind: &str| -> Vec<&serde_json::Value> {
+        timings.iter().filter(|t| t["kind"] == kind).collect()
+    };
+    let pages = kind("page");
+    assert_eq!(pages.len(), 8, "{report}");
+    for page in &pages {
+        assert!(page["queries"].as_u64().unwrap() >= 3, "{page}");
+        assert!(page["p50_ms"].as_f64().unwrap() > 0.0, "{page}");
+    }
+    assert_eq!(
+        pages[0]["returned"], 100.0,
+        "the newest page is full: {report}"
+    );
+
+    let logql = kind("logql");
+    assert_eq!(logql.len(), 15, "{report}");
+    let named = |part: &str| -> Vec<&serde_json::Value> {
+        logql
+            .iter()
+            .copied()
+            .filter(|t| t["name"].as_str().unwrap().contains(part))
+            .collect()
+    };
+    for lines in named("newest") {
+        assert!(lines["returned"].as_f64().unwrap() > 0.0, "{lines}");
+        assert!(
+            lines["lines_scanned"].as_f64().unwrap() >= lines["returned"].as_f64().unwrap(),
+            "{lines}"
+        );
+    }
+    let logfmt = named("logfmt")[0];
+    assert!(
+        logfmt["query"]
+            .as_str()
+            .unwrap()
+            .contains("| logfmt | status >= 500"),
+        "{logfmt}"
+    );
+    // 1 line in 10 has a status of 500 or more: reaching 100 takes about ten times as many.
+    let ratio = logfmt["lines_scanned"].as_f64().unwrap() / logfmt["returned"].as_f64().unwrap();
+    assert!((5.0..20.0).contains(&ratio), "{logfmt}");
+    let (rollups, scans) = (named(", rollup"), named(", scan"));
+    assert_eq!((rollups.len(), scans.len()), (4, 4), "{report}");
+    for rollup in rollups {
+        assert!(rollup["volume_rows"].as_f64().unwrap() > 0.0, "{rollup}");
+        assert_eq!(rollup["lines_scanned"], 0.0, "{rollup}");
+    }
+    for scan in scans {
+        assert!(scan["lines_scanned"].as_f64().unwrap() > 0.0, "{scan}");
+        assert_eq!(scan["volume_rows"], 0.0, "{scan}");
+    }
+    let agreements = report["agreements"].as_array().unwrap();
+    assert_eq!(agreements.len(), 4, "{report}");
+    for agreement in agreements {
+        assert!(agreement["rollup"].as_f64().unwrap() > 0.0, "{agreement}");
+        assert_eq!(agreement["rollup"], agreement["scan"], "{agreement}");
+    }
+
+    // A reused table whose rollup is empty has it counted again.
+    db.execute("DELETE FROM log_volume").await;
+    let (output, report) = bench_query(&db, &["--reuse"]).await;
+    assert_success(&output);
+    let report = report.unwrap();
+    assert!(report["setup"]["load_seconds"].is_null(), "{report}");
+    assert!(
+        report["setup"]["rollup_seconds"].as_f64().is_some(),
+        "{report}"
+    );
+    assert_eq!(report["setup"]["rows"], 20_000, "{report}");
+    assert_eq!(
+        report["agreements"].as_array().unwrap().len(),
+        4,
+        "{report}"
+    );
+
+    // A rollup that counts one line too many a minute is caught before anything is timed.
+    db.execute("UPDATE log_volume SET records = records + 1 WHERE tenant = 'bench-0'")
+        .await;
+    let (output, _) = bench_query(&db, &["--reuse"]).await;
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the rollup and a scan disagree on"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("queries") && !stdout.contains("p50"),
+        "nothing is timed: {stdout}"
+    );
 }

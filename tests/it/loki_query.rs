@@ -1602,3 +1602,56 @@ on_both_backends!(
     loki_query_unaligned_volume,
     the_volume_query_on_an_unaligned_range_counts_what_a_scan_counts
 );
+
+/// A scanned `sum by (level) (…)` over lines whose structured metadata has a value per line (a
+/// request id): the sum has one series per level, so it is answered however many distinct label
+/// sets its lines have; the series limit still holds for an answer that keeps them apart.
+async fn a_scanned_sum_over_lines_with_many_label_sets_is_answered(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let lines = 600;
+    let values: Vec<Json> = (0..lines)
+        .map(|n| {
+            let ts = (base + 30) * NANOS + n * 1_000_000;
+            json!([ts.to_string(), format!("request {n} done"), {"request.id": format!("r{n}")}])
+        })
+        .collect();
+    let stream = json!({"stream": {"service_name": "ids", "level": "info"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= lines
+    })
+    .await;
+    let time = (base + 120).to_string();
+    let instant =
+        async |q: &str| -> Json { ok(addr, INSTANT, &[("query", q), ("time", &time)], &[]).await };
+    for q in [
+        r#"sum by (level) (count_over_time({service_name="ids"} |= "done" [5m]))"#,
+        r#"sum(count_over_time({service_name="ids"} |= "done" [5m]))"#,
+        r#"sum without (request_id) (count_over_time({service_name="ids"} |= "done" [5m]))"#,
+    ] {
+        let answer = instant(q).await;
+        let result = answer["data"]["result"].as_array().unwrap();
+        assert_eq!(result.len(), 1, "{q}: {answer}");
+        assert_eq!(result[0]["value"][1], lines.to_string(), "{q}: {answer}");
+    }
+    refused(
+        addr,
+        INSTANT,
+        &[
+            (
+                "query",
+                r#"count_over_time({service_name="ids"} |= "done" [5m])"#,
+            ),
+            ("time", &time),
+        ],
+        "maximum number of series (500) reached",
+    )
+    .await;
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_many_label_sets,
+    a_scanned_sum_over_lines_with_many_label_sets_is_answered
+);
