@@ -18,6 +18,7 @@ use super::load::SERVICES;
 use super::report::{Agreement, Report, Samples};
 use super::{BenchError, BenchQueryArgs};
 use crate::logql::eval::{Series, Steps, Value};
+use crate::logql::plan::Placement;
 use crate::logql::Query;
 use crate::model::selection::Order;
 use crate::query::admission::{Admission, AdmissionLimits};
@@ -220,7 +221,7 @@ impl Scenario {
                 let steps = Steps::new(end - range, end, step).map_err(|err| failed(err.into()))?;
                 let began = Instant::now();
                 let (value, stats) = reads
-                    .loki_metric(tenant, &expr, steps)
+                    .loki_metric(tenant, &expr, steps, Placement::Exact)
                     .await
                     .map_err(failed)?;
                 let took = began.elapsed();
@@ -390,7 +391,7 @@ mod tests {
                         step.num_nanoseconds().unwrap(),
                     )
                     .unwrap();
-                    let planned = plan::volume_plan(&expr, steps).is_some();
+                    let planned = plan::volume_plan(&expr, steps, Placement::Exact).is_some();
                     assert_eq!(planned, source == Source::Rollup, "{text}");
                 }
                 (_, other) => panic!("{text} parsed as {other:?}"),
