@@ -184,7 +184,10 @@ fn hex_id(
             ),
         });
     }
-    Ok(hex::encode(bytes))
+    // Into a buffer, not through `hex::encode`'s iterator of chars: this runs twice per record.
+    let mut hex = vec![0; expected * 2];
+    hex::encode_to_slice(bytes, &mut hex).expect("the buffer holds two digits a byte");
+    Ok(String::from_utf8(hex).expect("hex digits are ASCII"))
 }
 
 /// A value as one string: strings as they are, bytes as standard base64 (as OTLP/JSON writes
