@@ -230,3 +230,45 @@ pub enum BinaryOp {
     /// `/`
     Div,
 }
+
+/// A range function over a log query, such as `count_over_time({…} |= "x" [5m])`.
+#[derive(Clone, Copy, Debug)]
+pub struct RangeQuery<'a> {
+    /// The function.
+    pub function: RangeFunction,
+    /// The log query whose lines it counts.
+    pub query: &'a LogQuery,
+    /// Its range.
+    pub range: Duration,
+}
+
+impl MetricExpr {
+    /// This expression when it is a `sum` (by or without labels, or of everything) of a range
+    /// function: the sum's grouping and the range function.
+    pub fn sum_of_range(&self) -> Option<(&Option<Grouping>, RangeQuery<'_>)> {
+        let MetricExpr::Aggregate {
+            op: AggregateOp::Sum,
+            grouping,
+            parameter: None,
+            inner,
+        } = self
+        else {
+            return None;
+        };
+        match &**inner {
+            MetricExpr::Range {
+                function,
+                query,
+                range,
+            } => Some((
+                grouping,
+                RangeQuery {
+                    function: *function,
+                    query,
+                    range: *range,
+                },
+            )),
+            _ => None,
+        }
+    }
+}

@@ -238,15 +238,14 @@ pub fn volume_plan(expr: &MetricExpr, steps: Steps, placement: Placement) -> Opt
     if !(whole_steps && aligned) {
         return None;
     }
-    let MetricExpr::Aggregate {
-        op: AggregateOp::Sum,
+    let (
         grouping,
-        parameter: None,
-        inner,
-    } = expr
-    else {
-        return None;
-    };
+        RangeQuery {
+            function,
+            query,
+            range,
+        },
+    ) = expr.sum_of_range()?;
     let by = match grouping {
         None => Vec::new(),
         Some(Grouping {
@@ -254,14 +253,6 @@ pub fn volume_plan(expr: &MetricExpr, steps: Steps, placement: Placement) -> Opt
             labels: by,
         }) if by.iter().all(|label| labels::is_indexed(label)) => by.clone(),
         Some(_) => return None,
-    };
-    let MetricExpr::Range {
-        function,
-        query,
-        range,
-    } = &**inner
-    else {
-        return None;
     };
     let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % MINUTE_NANOS as u128 == 0;
     let selector_only = query.selector.iter().all(|m| labels::is_indexed(&m.label))
@@ -271,8 +262,8 @@ pub fn volume_plan(expr: &MetricExpr, steps: Steps, placement: Placement) -> Opt
             _ => false,
         });
     (whole_minutes && selector_only).then(|| VolumePlan {
-        function: *function,
-        range: *range,
+        function,
+        range,
         query: query.clone(),
         by,
     })

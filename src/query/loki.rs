@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 
 use super::Reads;
 use crate::error::QueryError;
-use crate::logql::ast::{AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction};
+use crate::logql::ast::{AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction, RangeQuery};
 use crate::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
 use crate::logql::labels::{self, Labels};
 use crate::logql::pipeline::{CompileError, Output, Pipeline};
@@ -264,45 +264,6 @@ struct Scan {
     limit: Option<usize>,
 }
 
-/// A range function over a log query, such as `count_over_time({…} |= "x" [5m])`.
-#[derive(Clone, Copy, Debug)]
-struct RangeQuery<'a> {
-    function: RangeFunction,
-    query: &'a LogQuery,
-    range: std::time::Duration,
-}
-
-impl<'a> RangeQuery<'a> {
-    /// `expr` when it is a `sum` (by or without labels, or of everything) of a range function:
-    /// the sum's grouping and the range function.
-    fn summed(expr: &'a MetricExpr) -> Option<(&'a Option<Grouping>, Self)> {
-        let MetricExpr::Aggregate {
-            op: AggregateOp::Sum,
-            grouping,
-            parameter: None,
-            inner,
-        } = expr
-        else {
-            return None;
-        };
-        match &**inner {
-            MetricExpr::Range {
-                function,
-                query,
-                range,
-            } => Some((
-                grouping,
-                RangeQuery {
-                    function: *function,
-                    query,
-                    range: *range,
-                },
-            )),
-            _ => None,
-        }
-    }
-}
-
 /// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
 /// step's range holds the minutes that end within it; the minute still going at the last step at
 /// that step, so that the newest lines are counted.
@@ -372,7 +333,7 @@ impl Reads {
             // A sum's groups are made as the lines are counted: summing each line's series
             // afterwards would first make one series per distinct label set, which lines with an
             // attribute of many values (a request id) take past MAX_SERIES.
-            if let Some((grouping, inner)) = RangeQuery::summed(expr) {
+            if let Some((grouping, inner)) = expr.sum_of_range() {
                 let series = self
                     .range_series(tenant, inner, Some(grouping), steps, stats)
                     .await?;

@@ -175,24 +175,15 @@ impl PgRetention {
                 citus::delete_per_shard(&mut self.conn, "logs_default", "ts", horizon).await?,
             );
         }
-        let mut deleted = 0;
-        loop {
-            let chunk = sqlx::query(
+        delete_in_rounds(&mut self.conn, || {
+            sqlx::query(
                 "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
                    SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
             )
             .bind(horizon)
             .bind(DELETE_CHUNK)
-            .execute(&mut self.conn)
-            .await
-            .map_err(unavailable)?
-            .rows_affected();
-            deleted += chunk;
-            if chunk < DELETE_CHUNK as u64 {
-                return Ok(deleted);
-            }
-            tokio::time::sleep(CHUNK_PAUSE).await;
-        }
+        })
+        .await
     }
 
     /// Deletes the rollup's minutes that ended before `horizon`: a tenant at a time through the
@@ -213,25 +204,17 @@ impl PgRetention {
             .await
             .map_err(unavailable)?;
         let mut deleted = 0;
-        for tenant in tenants {
-            loop {
-                let chunk = sqlx::query(
+        for tenant in &tenants {
+            deleted += delete_in_rounds(&mut self.conn, || {
+                sqlx::query(
                     "DELETE FROM log_volume WHERE ctid = ANY(ARRAY( \
                        SELECT ctid FROM log_volume WHERE tenant = $1 AND minute < $2 LIMIT $3))",
                 )
-                .bind(&tenant)
+                .bind(tenant)
                 .bind(cutoff)
                 .bind(DELETE_CHUNK)
-                .execute(&mut self.conn)
-                .await
-                .map_err(unavailable)?
-                .rows_affected();
-                deleted += chunk;
-                if chunk < DELETE_CHUNK as u64 {
-                    break;
-                }
-                tokio::time::sleep(CHUNK_PAUSE).await;
-            }
+            })
+            .await?;
         }
         Ok(deleted)
     }
@@ -354,6 +337,29 @@ async fn summarize_paced(
         }
     }
     Ok(summarized)
+}
+
+/// Runs the delete `statement` makes (at most [`DELETE_CHUNK`] rows each) on `conn` until one
+/// comes back short, pausing [`CHUNK_PAUSE`] between rounds; returns the rows deleted. The
+/// session's own connection, which [`crate::storage::chunked_delete::delete_in_chunks`]'s
+/// closures cannot borrow from one round to the next.
+async fn delete_in_rounds<'q>(
+    conn: &mut PgConnection,
+    statement: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<u64, StoreError> {
+    let mut deleted = 0;
+    loop {
+        let chunk = statement()
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+        deleted += chunk;
+        if chunk < DELETE_CHUNK as u64 {
+            return Ok(deleted);
+        }
+        tokio::time::sleep(CHUNK_PAUSE).await;
+    }
 }
 
 #[cfg(test)]

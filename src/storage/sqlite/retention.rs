@@ -74,42 +74,32 @@ impl SqliteRetention {
         &mut self,
         horizon: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
-        let horizon = horizon.timestamp_micros();
-        let store = &self.store;
-        let pool = store.pool();
-        let tenants: Vec<String> = sqlx::query_scalar(TENANTS_SQL)
-            .fetch_all(pool)
+        self.delete_per_tenant(TENANTS_SQL, DELETE_SQL, horizon.timestamp_micros())
             .await
-            .map_err(unavailable)?;
-        let mut deleted = 0;
-        for tenant in tenants {
-            let tenant = tenant.as_str();
-            deleted += delete_in_chunks(move || async move {
-                let _turn = store.turn().await;
-                sqlx::query(DELETE_SQL)
-                    .bind(tenant)
-                    .bind(horizon)
-                    .bind(DELETE_CHUNK)
-                    .execute(pool)
-                    .await
-                    .map(|done| done.rows_affected())
-            })
-            .await
-            .map_err(unavailable)?;
-        }
-        Ok(deleted)
     }
 
     /// Deletes the rollup's minutes that ended before `horizon`, a tenant at a time through the
-    /// primary key, each chunk a writer's turn as above.
+    /// primary key, in chunks as above.
     pub(in crate::storage) async fn delete_volume_before(
         &mut self,
         horizon: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         let cutoff = volume_cutoff(horizon).timestamp();
+        self.delete_per_tenant(VOLUME_TENANTS_SQL, DELETE_VOLUME_SQL, cutoff)
+            .await
+    }
+
+    /// Runs `delete` (bound to a tenant, `cutoff` and the chunk size) in chunks for each tenant
+    /// `tenants` lists, each chunk a writer's turn; returns the rows deleted.
+    async fn delete_per_tenant(
+        &self,
+        tenants: &str,
+        delete: &'static str,
+        cutoff: i64,
+    ) -> Result<u64, StoreError> {
         let store = &self.store;
         let pool = store.pool();
-        let tenants: Vec<String> = sqlx::query_scalar(VOLUME_TENANTS_SQL)
+        let tenants: Vec<String> = sqlx::query_scalar(tenants)
             .fetch_all(pool)
             .await
             .map_err(unavailable)?;
@@ -118,7 +108,7 @@ impl SqliteRetention {
             let tenant = tenant.as_str();
             deleted += delete_in_chunks(move || async move {
                 let _turn = store.turn().await;
-                sqlx::query(DELETE_VOLUME_SQL)
+                sqlx::query(delete)
                     .bind(tenant)
                     .bind(cutoff)
                     .bind(DELETE_CHUNK)
