@@ -394,8 +394,8 @@ impl Reads {
         })
     }
 
-    /// The series of a range function at `steps`, read by a scan; with `sum_by`, each line is counted in its group of that `sum`'s grouping instead of
-    /// its own series.
+    /// The series of a range function at `steps`, read by a scan; with `sum_by`, each line is
+    /// counted in its group of that `sum`'s grouping instead of its own series.
     async fn range_series(
         &self,
         tenant: &str,
