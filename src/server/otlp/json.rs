@@ -274,6 +274,24 @@ mod tests {
     }
 
     #[test]
+    fn a_double_keeps_every_digit_it_was_sent_with() {
+        // The nearest double to the text, not a neighbour of it: serde_json's fast float parser
+        // is off by one unit in the last place for some inputs such as this one.
+        let text = "1796295206.0067441";
+        let json = format!(
+            r#"{{"resourceLogs":[{{"scopeLogs":[{{"logRecords":[{{"attributes":[
+                {{"key":"d","value":{{"doubleValue":{text}}}}}]}}]}}]}}]}}"#
+        );
+        let transcoded = to_protobuf(json.as_bytes()).unwrap();
+        let request = ExportLogsServiceRequest::decode(&transcoded.protobuf[..]).unwrap();
+        let record = &request.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!(
+            record.attributes[0].value.as_ref().unwrap().value,
+            Some(Value::DoubleValue(text.parse().unwrap()))
+        );
+    }
+
+    #[test]
     fn a_bad_record_is_rejected_alone_and_unknown_fields_are_ignored() {
         let json = r#"{"resourceLogs":[{"futureField":{"a":[1,2]},"scopeLogs":[{"logRecords":[
             {"body":{"stringValue":"one"}},
