@@ -128,7 +128,7 @@ pub struct TimeRange {
 }
 
 /// One line of a log query's answer.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Entry {
     /// Nanoseconds since the epoch.
     pub ts: i64,

@@ -3,6 +3,7 @@
 //! part is the tail every other reader uses ([`super::tail`]), polling with what of the query a
 //! poll can check ([`plan::tail_filter`]); the engine checks each row it brings.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -12,6 +13,7 @@ use super::loki::{nanos, Entry, LokiError, Streams, TimeRange};
 use super::tail::{self, Follow};
 use super::Reads;
 use crate::logql::ast::LogQuery;
+use crate::logql::labels::Labels;
 use crate::logql::pipeline::Pipeline;
 use crate::logql::plan;
 use crate::model::selection::Order;
@@ -23,12 +25,17 @@ pub struct LokiTail {
     pub backfill: Streams,
     live: Follow,
     pipeline: Pipeline,
+    /// The backfill's lines, so that a line committed while the tail opened, which both parts
+    /// may bring, is sent once (Loki too keeps one of a stream's lines with the same time and
+    /// text).
+    backfilled: HashSet<(Labels, Entry)>,
+    /// The backfill's end: no later line can be in it.
+    backfilled_until: i64,
 }
 
 impl Reads {
     /// Opens a tail of `query` for `tenant`: the newest `limit` lines since `start`, then every
-    /// line committed from now on. A line committed while the tail opens may come in both parts;
-    /// none falls between them.
+    /// line committed from now on, each once: none falls between the parts.
     pub async fn loki_tail(
         &self,
         tenant: &Arc<str>,
@@ -53,15 +60,26 @@ impl Reads {
                 entries.reverse();
             }
         }
-        Ok(LokiTail {
-            backfill,
-            live,
-            pipeline,
-        })
+        Ok(LokiTail::new(backfill, live, pipeline, nanos(now)))
     }
 }
 
 impl LokiTail {
+    fn new(backfill: Streams, live: Follow, pipeline: Pipeline, backfilled_until: i64) -> Self {
+        let backfilled = backfill
+            .streams
+            .iter()
+            .flat_map(|(labels, entries)| entries.iter().map(|e| (labels.clone(), e.clone())))
+            .collect();
+        LokiTail {
+            backfill,
+            live,
+            pipeline,
+            backfilled,
+            backfilled_until,
+        }
+    }
+
     /// The next lines committed that the query matches, grouped by their labels in commit
     /// order; an error says why the tail ended, `None` that it ended without one.
     pub async fn next(&mut self) -> Option<Result<Streams, LokiError>> {
@@ -72,17 +90,93 @@ impl LokiTail {
             };
             let mut lines = Streams::default();
             for row in rows {
-                if let Some(output) = self.pipeline.process(&row) {
-                    lines.streams.entry(output.labels).or_default().push(Entry {
-                        ts: nanos(row.ts),
-                        line: output.line,
-                    });
+                let Some(output) = self.pipeline.process(&row) else {
+                    continue;
+                };
+                let entry = Entry {
+                    ts: nanos(row.ts),
+                    line: output.line,
+                };
+                let line = (output.labels, entry);
+                if line.1.ts <= self.backfilled_until && self.backfilled.contains(&line) {
+                    continue;
                 }
+                lines.streams.entry(line.0).or_default().push(line.1);
             }
             if !lines.streams.is_empty() {
                 return Some(Ok(lines));
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    use super::*;
+    use crate::logql::ast::Query;
+    use crate::storage::StoredRow;
+
+    fn row(id: i64, second: i64, message: &str) -> StoredRow {
+        let ts = DateTime::from_timestamp(second, 0).unwrap();
+        StoredRow {
+            id,
+            ts,
+            received_at: ts,
+            severity: 9,
+            service: "api".into(),
+            message: message.into(),
+            attributes: "{}".into(),
+            trace_id: None,
+            span_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_the_backfill_brought_is_not_sent_again_live() {
+        let Query::Log(query) = crate::logql::parse(r#"{service_name="api"}"#).unwrap() else {
+            panic!("a log query");
+        };
+        let pipeline = Pipeline::compile(&query).unwrap();
+        // Committed while the tail opened: the backfill read it, and so does the first poll.
+        let both = row(1, 100, "committed while the tail opened");
+        let output = pipeline.process(&both).unwrap();
+        let mut backfill = Streams::default();
+        backfill
+            .streams
+            .entry(output.labels.clone())
+            .or_default()
+            .push(Entry {
+                ts: nanos(both.ts),
+                line: output.line,
+            });
+        let (sender, receiver) = mpsc::channel(1);
+        let until = nanos(both.ts) + 1_000_000_000;
+        let mut tail = LokiTail::new(backfill, ReceiverStream::new(receiver), pipeline, until);
+        let polled = vec![
+            both,
+            row(2, 100, "another line at the same time"),
+            // The same text at a time the backfill did not reach is a line of its own.
+            row(3, 200, "committed while the tail opened"),
+        ];
+        sender.send(Ok(polled)).await.unwrap();
+        drop(sender);
+
+        let live = tail.next().await.unwrap().unwrap();
+        let sent: Vec<(i64, &str)> = live.streams[&output.labels]
+            .iter()
+            .map(|e| (e.ts / 1_000_000_000, e.line.as_str()))
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                (100, "another line at the same time"),
+                (200, "committed while the tail opened")
+            ]
+        );
+        assert!(tail.next().await.is_none());
     }
 }
