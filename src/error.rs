@@ -384,6 +384,22 @@ impl QueryError {
         }
     }
 
+    /// When to try again, for the errors that waiting cures: the same delay in gRPC's
+    /// `RetryInfo` and in HTTP's `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            QueryError::Store(_) => Some(STORE_RETRY_AFTER),
+            QueryError::ShuttingDown => Some(Duration::from_secs(1)),
+            QueryError::TooManyReads { .. } => Some(TOO_MANY_READS_RETRY_AFTER),
+            // Waiting helps only once someone closes a tail: no delay to promise.
+            QueryError::InvalidArgument(_)
+            | QueryError::SubscriberTooSlow(_)
+            | QueryError::DeadlineExceeded { .. }
+            | QueryError::TooManyTenantTails { .. }
+            | QueryError::TooManyTails { .. } => None,
+        }
+    }
+
     /// The HTTP status of the error on the console's JSON API: the same classes as the gRPC
     /// codes below (400 the request, 429 too slow, 503 come back later, 504 too long).
     pub fn http_status(&self) -> u16 {
@@ -401,24 +417,27 @@ impl QueryError {
 
 impl From<QueryError> for Status {
     fn from(err: QueryError) -> Self {
+        let code = match err {
+            QueryError::InvalidArgument(_) => Code::InvalidArgument,
+            QueryError::Store(_) | QueryError::ShuttingDown => Code::Unavailable,
+            QueryError::SubscriberTooSlow(_)
+            | QueryError::TooManyReads { .. }
+            | QueryError::TooManyTenantTails { .. }
+            | QueryError::TooManyTails { .. } => Code::ResourceExhausted,
+            QueryError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+        };
         let message = err.to_string();
-        match err {
-            QueryError::InvalidArgument(_) => Status::invalid_argument(message),
-            QueryError::Store(_) => retry_later(Code::Unavailable, message, STORE_RETRY_AFTER),
-            QueryError::SubscriberTooSlow(_) => Status::resource_exhausted(message),
-            QueryError::ShuttingDown => {
-                retry_later(Code::Unavailable, message, Duration::from_secs(1))
-            }
-            QueryError::DeadlineExceeded { .. } => Status::deadline_exceeded(message),
-            QueryError::TooManyReads { .. } => {
-                retry_later(Code::ResourceExhausted, message, TOO_MANY_READS_RETRY_AFTER)
-            }
-            // Waiting helps only once someone closes a tail: no retry delay to promise.
-            QueryError::TooManyTenantTails { .. } | QueryError::TooManyTails { .. } => {
-                Status::resource_exhausted(message)
-            }
+        match err.retry_after() {
+            Some(delay) => retry_later(code, message, delay),
+            None => Status::new(code, message),
         }
     }
+}
+
+/// `Retry-After` of an HTTP answer: whole seconds, at least 1, since the header has no finer
+/// unit and 0 would invite an immediate retry.
+pub fn retry_after_header(delay: Duration) -> axum::http::HeaderValue {
+    axum::http::HeaderValue::from(delay.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 /// A status that tells the client to come back after `delay`: `google.rpc.RetryInfo` in the
@@ -584,6 +603,7 @@ mod tests {
             assert!(message.starts_with(char::is_lowercase), "{message}");
             assert!(message.contains("(--"), "names its option: {message}");
             let retries = matches!(err, QueryError::TooManyReads { .. });
+            assert_eq!(err.retry_after().is_some(), retries, "{message}");
             let status = Status::from(err);
             assert_eq!(status.code(), code, "{message}");
             assert_eq!(status.get_error_details().retry_info().is_some(), retries);

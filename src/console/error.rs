@@ -39,10 +39,24 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            ApiError::Query(err) => err.retry_after(),
+            _ => None,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = json_response(status, &serde_json::json!({"error": self.to_string()}));
+        if let Some(delay) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, crate::error::retry_after_header(delay));
+        }
         if status == StatusCode::UNAUTHORIZED {
             // Not `Basic`: browsers would pop up their own password dialog.
             response.headers_mut().insert(

@@ -59,6 +59,14 @@ impl LokiError {
         }
     }
 
+    /// When to try again, for the errors that waiting cures.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            LokiError::BadRequest(_) => None,
+            LokiError::Query(err) => err.retry_after(),
+        }
+    }
+
     /// The `outcome` label of `loghaul_loki_queries_total`.
     pub fn kind(&self) -> &'static str {
         match self {

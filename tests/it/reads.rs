@@ -366,6 +366,18 @@ async fn a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on(db: &Te
     let answer = get(server.console, "/api/v1/logs", "key-a", &[]).await;
     assert_eq!(answer.status, 429, "{}", answer.body);
     assert_eq!(answer.json()["error"], status.message());
+    assert_eq!(answer.header("retry-after"), Some("1"), "{answer:?}");
+    // Loki's query API refuses it too, with the same delay to come back after.
+    let loki = get(
+        server.http_ingest,
+        "/loki/api/v1/query_range?query=%7Bservice_name%3D%22a%22%7D",
+        "key-a",
+        &[],
+    )
+    .await;
+    assert_eq!(loki.status, 429, "{}", loki.body);
+    assert_eq!(loki.body.trim(), status.message());
+    assert_eq!(loki.header("retry-after"), Some("1"), "{loki:?}");
     assert!(!holder.is_finished(), "the first read still runs");
 
     // team-b reads meanwhile, unaffected by team-a's limit.

@@ -178,14 +178,12 @@ pub fn text_error(err: &HttpError) -> Response<Body> {
     )
 }
 
-/// `Retry-After` in whole seconds, at least 1: the header has no finer unit, and 0 would invite
-/// an immediate retry.
-fn with_retry_after(mut response: Response<Body>, delay: Option<Duration>) -> Response<Body> {
+/// `response` with `Retry-After` when there is a `delay` to promise.
+pub fn with_retry_after(mut response: Response<Body>, delay: Option<Duration>) -> Response<Body> {
     if let Some(delay) = delay {
-        let seconds = delay.as_secs_f64().ceil().max(1.0) as u64;
         response
             .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            .insert(header::RETRY_AFTER, crate::error::retry_after_header(delay));
     }
     response
 }

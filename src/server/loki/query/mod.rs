@@ -106,6 +106,13 @@ impl Refusal {
         }
     }
 
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Refusal::Auth(err) => err.retry_after(),
+            Refusal::Read(err) => err.retry_after(),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Refusal::Auth(err) => err.kind(),
@@ -197,10 +204,13 @@ impl Call {
                 if refusal.status().is_server_error() {
                     tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
                 }
-                reply::response(
-                    refusal.status(),
-                    "text/plain; charset=utf-8",
-                    format!("{refusal}\n").into_bytes(),
+                reply::with_retry_after(
+                    reply::response(
+                        refusal.status(),
+                        "text/plain; charset=utf-8",
+                        format!("{refusal}\n").into_bytes(),
+                    ),
+                    refusal.retry_after(),
                 )
             }
         }
