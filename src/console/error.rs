@@ -37,9 +37,8 @@ impl ApiError {
             }
         }
     }
-}
 
-impl ApiError {
+    /// When to try again, for the errors that waiting cures.
     fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
             ApiError::Query(err) => err.retry_after(),

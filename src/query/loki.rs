@@ -136,7 +136,7 @@ pub struct TimeRange {
 }
 
 /// One line of a log query's answer.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
     /// Nanoseconds since the epoch.
     pub ts: i64,

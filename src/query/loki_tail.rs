@@ -4,6 +4,7 @@
 //! poll can check ([`plan::tail_filter`]); the engine checks each row it brings.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -25,10 +26,12 @@ pub struct LokiTail {
     pub backfill: Streams,
     live: Follow,
     pipeline: Pipeline,
-    /// The backfill's lines, so that a line committed while the tail opened, which both parts
-    /// may bring, is sent once (Loki too keeps one of a stream's lines with the same time and
-    /// text).
-    backfilled: HashSet<(Labels, Entry)>,
+    /// The backfill's lines, as their time and a hash of their labels and text, so that a line
+    /// committed while the tail opened, which both parts may bring, is sent once (Loki too keeps
+    /// one of a stream's lines with the same time and text). Hashes, since the set lives as long
+    /// as the tail does and the lines themselves are sent and dropped.
+    backfilled: HashSet<(i64, u64)>,
+    hasher: RandomState,
     /// The backfill's end: no later line can be in it.
     backfilled_until: i64,
 }
@@ -66,18 +69,29 @@ impl Reads {
 
 impl LokiTail {
     fn new(backfill: Streams, live: Follow, pipeline: Pipeline, backfilled_until: i64) -> Self {
-        let backfilled = backfill
-            .streams
-            .iter()
-            .flat_map(|(labels, entries)| entries.iter().map(|e| (labels.clone(), e.clone())))
-            .collect();
+        let hasher = RandomState::new();
+        let mut backfilled = HashSet::new();
+        for (labels, entries) in &backfill.streams {
+            for entry in entries {
+                backfilled.insert((entry.ts, hasher.hash_one((labels, &entry.line))));
+            }
+        }
         LokiTail {
             backfill,
             live,
             pipeline,
             backfilled,
+            hasher,
             backfilled_until,
         }
+    }
+
+    /// Whether the backfill already brought this line.
+    fn already_sent(&self, labels: &Labels, entry: &Entry) -> bool {
+        entry.ts <= self.backfilled_until
+            && self
+                .backfilled
+                .contains(&(entry.ts, self.hasher.hash_one((labels, &entry.line))))
     }
 
     /// The next lines committed that the query matches, grouped by their labels in commit
@@ -97,11 +111,9 @@ impl LokiTail {
                     ts: nanos(row.ts),
                     line: output.line,
                 };
-                let line = (output.labels, entry);
-                if line.1.ts <= self.backfilled_until && self.backfilled.contains(&line) {
-                    continue;
+                if !self.already_sent(&output.labels, &entry) {
+                    lines.streams.entry(output.labels).or_default().push(entry);
                 }
-                lines.streams.entry(line.0).or_default().push(line.1);
             }
             if !lines.streams.is_empty() {
                 return Some(Ok(lines));
