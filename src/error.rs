@@ -434,10 +434,20 @@ impl From<QueryError> for Status {
     }
 }
 
-/// `Retry-After` of an HTTP answer: whole seconds, at least 1, since the header has no finer
-/// unit and 0 would invite an immediate retry.
-pub fn retry_after_header(delay: Duration) -> axum::http::HeaderValue {
-    axum::http::HeaderValue::from(delay.as_secs_f64().ceil().max(1.0) as u64)
+/// An HTTP answer with `Retry-After` when there is a `delay` to promise: whole seconds, at least
+/// 1, since the header has no finer unit and 0 would invite an immediate retry.
+pub fn with_retry_after(
+    mut response: axum::response::Response,
+    delay: Option<Duration>,
+) -> axum::response::Response {
+    if let Some(delay) = delay {
+        let seconds = delay.as_secs_f64().ceil().max(1.0) as u64;
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(seconds),
+        );
+    }
+    response
 }
 
 /// A status that tells the client to come back after `delay`: `google.rpc.RetryInfo` in the

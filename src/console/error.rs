@@ -5,7 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::auth::AuthFailure;
-use crate::error::QueryError;
+use crate::error::{with_retry_after, QueryError};
 
 /// Why an API call was refused.
 #[derive(Debug, thiserror::Error)]
@@ -50,12 +50,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let mut response = json_response(status, &serde_json::json!({"error": self.to_string()}));
-        if let Some(delay) = self.retry_after() {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, crate::error::retry_after_header(delay));
-        }
+        let mut response = with_retry_after(
+            json_response(status, &serde_json::json!({"error": self.to_string()})),
+            self.retry_after(),
+        );
         if status == StatusCode::UNAUTHORIZED {
             // Not `Basic`: browsers would pop up their own password dialog.
             response.headers_mut().insert(

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 use prost::Message;
 
 use crate::auth::AuthFailure;
-use crate::error::IngestError;
+use crate::error::{with_retry_after, IngestError};
 
 /// Why an HTTP ingest request was not served.
 #[derive(Debug, thiserror::Error)]
@@ -176,16 +176,6 @@ pub fn text_error(err: &HttpError) -> Response<Body> {
         response(err.status(), "text/plain; charset=utf-8", body),
         err.retry_after(),
     )
-}
-
-/// `response` with `Retry-After` when there is a `delay` to promise.
-pub fn with_retry_after(mut response: Response<Body>, delay: Option<Duration>) -> Response<Body> {
-    if let Some(delay) = delay {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, crate::error::retry_after_header(delay));
-    }
-    response
 }
 
 #[cfg(test)]

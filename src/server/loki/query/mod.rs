@@ -204,7 +204,7 @@ impl Call {
                 if refusal.status().is_server_error() {
                     tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
                 }
-                reply::with_retry_after(
+                crate::error::with_retry_after(
                     reply::response(
                         refusal.status(),
                         "text/plain; charset=utf-8",
