@@ -43,7 +43,7 @@ pub enum IngestError {
         limit: u64,
     },
     /// A message's records would take more memory than one message may hold.
-    #[error("request too large once decoded: its records need more than {limit} bytes of memory (half of --max-buffered-bytes; every record counts a fixed overhead, and OTLP resource and scope attributes count once per record); send fewer records per request")]
+    #[error("request too large once decoded: its records need more than {limit} bytes of memory (half of --max-buffered-bytes, and within --tenant-buffer-share of it; every record counts a fixed overhead, and OTLP resource and scope attributes count once per record); send fewer records per request")]
     DecodedTooLarge {
         /// The most one message may hold.
         limit: usize,
@@ -67,6 +67,17 @@ pub enum IngestError {
         "stream idle for {0:?} (--stream-idle-timeout); open a new stream for the next records"
     )]
     StreamIdle(Duration),
+    /// A body (an HTTP body, a gRPC message) arrived slower than `--min-body-rate` once past its
+    /// grace; nothing of it is stored, and the budget it claimed is free again.
+    #[error("the body arrived too slowly: {received} bytes in {elapsed:.1?}, under the minimum of {bytes_per_second} bytes/s averaged from its start (--min-body-rate); nothing of it is stored; send it again")]
+    BodyTooSlow {
+        /// The minimum.
+        bytes_per_second: u64,
+        /// Bytes of the body received when it was cut off.
+        received: u64,
+        /// Time from its first byte read to the cut.
+        elapsed: Duration,
+    },
     /// The client's stream failed (reset, malformed message, transport error).
     #[error(transparent)]
     Stream(Status),
@@ -90,6 +101,7 @@ impl IngestError {
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Store(_) => "store_unavailable",
             IngestError::StreamIdle(_) => "idle_timeout",
+            IngestError::BodyTooSlow { .. } => "body_too_slow",
             IngestError::Malformed(_) => "malformed_message",
             IngestError::Stream(_) => "stream_error",
         }
@@ -148,7 +160,7 @@ impl IngestError {
             | IngestError::DecodedTooLarge { .. } => Code::ResourceExhausted,
             IngestError::InvalidChunk(_) | IngestError::Malformed(_) => Code::InvalidArgument,
             IngestError::ShuttingDown | IngestError::Store(_) => Code::Unavailable,
-            IngestError::StreamIdle(_) => Code::DeadlineExceeded,
+            IngestError::StreamIdle(_) | IngestError::BodyTooSlow { .. } => Code::DeadlineExceeded,
             IngestError::Stream(status) => status.code(),
         }
     }
@@ -166,7 +178,7 @@ impl IngestError {
             IngestError::InvalidChunk(_) | IngestError::Malformed(_) | IngestError::Stream(_) => {
                 400
             }
-            IngestError::StreamIdle(_) => 408,
+            IngestError::StreamIdle(_) | IngestError::BodyTooSlow { .. } => 408,
         }
     }
 }

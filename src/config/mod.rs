@@ -153,13 +153,33 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_QUEUE_CAPACITY", default_value_t = 64)]
     pub queue_capacity: usize,
 
-    /// How long a stream may wait for queue space before it ends with RESOURCE_EXHAUSTED.
+    /// How long a request may wait for room (in the memory budget or its shard's queue) while that
+    /// room does not move at all, before it ends with RESOURCE_EXHAUSTED (HTTP 503); waiting in
+    /// line behind requests that are being served is not limited.
     #[arg(long, env = "LOGHAUL_ENQUEUE_TIMEOUT", default_value = "5s")]
     pub enqueue_timeout: HumanDuration,
 
-    /// Bytes of records buffered in the whole process (queues and batches) before senders wait.
+    /// Bytes the whole process may hold for ingest: requests being read and decoded, and records
+    /// in queues and batches. Requests claim room before they are read and wait, in order and
+    /// holding nothing, while there is none.
     #[arg(long, env = "LOGHAUL_MAX_BUFFERED_BYTES", default_value = "64MiB")]
     pub max_buffered_bytes: ByteSize,
+
+    /// Percent of --max-buffered-bytes that one tenant's requests may claim while they are read
+    /// and decoded (its records queued for the database do not count), so that one tenant's slow
+    /// or stuck clients never hold the room of the others.
+    #[arg(long, env = "LOGHAUL_TENANT_BUFFER_SHARE", default_value_t = 50)]
+    pub tenant_buffer_share: u8,
+
+    /// Slowest a request body (an HTTP body, a gRPC message) may arrive once it has started, in
+    /// bytes per second averaged from its start; a slower one is cut off (HTTP 408, gRPC
+    /// DEADLINE_EXCEEDED) and its claim on the budget released. 0 turns it off.
+    #[arg(long, env = "LOGHAUL_MIN_BODY_RATE", default_value = "64KiB")]
+    pub min_body_rate: ByteSize,
+
+    /// How long a body may arrive at any rate before --min-body-rate applies.
+    #[arg(long, env = "LOGHAUL_MIN_BODY_RATE_GRACE", default_value = "5s")]
+    pub min_body_rate_grace: HumanDuration,
 
     /// Largest log message accepted; longer records are rejected individually.
     #[arg(long, env = "LOGHAUL_MAX_MESSAGE_BYTES", default_value = "256KiB")]
@@ -434,7 +454,22 @@ impl ServeConfig {
         if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
             return fail("--max-buffered-bytes must be below 4GiB");
         }
+        if !(10..=100).contains(&self.tenant_buffer_share) {
+            return fail(
+                "--tenant-buffer-share is a percent of --max-buffered-bytes, from 10 to 100",
+            );
+        }
+        if self.min_body_rate_grace.0.is_zero()
+            || self.min_body_rate_grace.0 > std::time::Duration::from_secs(600)
+        {
+            return fail("--min-body-rate-grace must be above 0s and at most 10m");
+        }
         Ok(())
+    }
+
+    /// Bytes of --max-buffered-bytes one tenant's requests in progress may claim.
+    pub fn tenant_buffer_bytes(&self) -> usize {
+        self.max_buffered_bytes.as_usize() / 100 * usize::from(self.tenant_buffer_share)
     }
 
     /// The number of shards to run: the configured count, or one per CPU core.

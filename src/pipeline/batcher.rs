@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ack::{RowRejection, Stored};
+use super::stall::Progress;
 use super::writer::{Span, Writer, Written};
 use super::Chunk;
 use crate::client::deadline::sleep_until_some;
@@ -94,6 +95,8 @@ pub struct Batcher {
     pub series: Arc<ShardMetrics>,
     /// The shard's queue.
     pub queue: mpsc::Receiver<Chunk>,
+    /// Marked at every chunk taken off the queue: handlers waiting for room wait while it moves.
+    pub dequeued: Arc<Progress>,
     /// Where batches go.
     pub writer: Writer,
     /// When to flush.
@@ -119,6 +122,7 @@ impl Batcher {
                 }
                 received = self.queue.recv() => {
                     let Some(chunk) = received else { break };
+                    self.dequeued.mark();
                     let (rows, bytes, arrived) = (chunk.records.len(), chunk.bytes, chunk.enqueued_at);
                     if batch.push(chunk, rows, bytes, arrived, &self.limits) {
                         self.flush(&mut batch, FlushTrigger::Full).await;

@@ -1,20 +1,24 @@
 //! From a validated chunk to a committed batch: a bounded queue per shard, one batching task each.
 //!
-//! Before reading a message the stream handler takes a [`Reservation`] of the process-wide byte
-//! budget ([`Ingress::reserve`]); after decoding it calls [`Ingress::enqueue`], which trims or tops
-//! up that reservation to the records' size and waits for room in the shard's queue. While it waits
-//! the handler stops reading its stream, so HTTP/2 flow control slows the client down; after the
-//! enqueue timeout the stream is told to back off.
+//! Before reading a message a handler claims room in the process-wide byte [`budget`] through a
+//! [`Meter`] ([`Ingress::meter`]), charging it as bytes arrive and records are built; after
+//! decoding it calls [`Ingress::enqueue`], which hands what the records hold to their chunk and
+//! waits for room in the shard's queue. While it waits the handler stops reading its stream, so
+//! HTTP/2 flow control slows the client down; a wait is refused, and the stream told to back off,
+//! only once what it waits for has not moved for the enqueue timeout ([`stall`]).
 
 pub mod ack;
 pub mod batcher;
+pub mod budget;
+pub mod meter;
 pub mod router;
+pub mod stall;
 pub mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +30,9 @@ use crate::record::Record;
 use crate::storage::Store;
 use ack::AckReceiver;
 use batcher::{BatchLimits, Batcher};
+use budget::{Budget, BudgetLimits, Held};
+pub use meter::Meter;
+use stall::{unless_stalled, Progress, Stalled};
 use writer::Writer;
 
 /// The name a client gave a chunk so that a retry of it is stored once.
@@ -62,7 +69,7 @@ pub struct Chunk {
     /// Resolved after the commit.
     pub ack: ack::AckSender,
     /// Returned to the budget when the chunk is dropped, after its batch is written.
-    _budget: OwnedSemaphorePermit,
+    _budget: Held,
 }
 
 /// How the pipeline is sized.
@@ -78,6 +85,8 @@ pub struct PipelineConfig {
     pub enqueue_timeout: Duration,
     /// Bytes buffered in the whole process.
     pub max_buffered_bytes: usize,
+    /// Bytes one tenant's requests in progress may claim of them.
+    pub tenant_buffer_share: usize,
     /// How long a batch is retried against an unavailable store.
     pub store_retry_timeout: Duration,
 }
@@ -95,32 +104,41 @@ impl Pipeline {
         let closing = CancellationToken::new();
         let writer = Writer::new(store, config.store_retry_timeout, readiness);
         let mut queues = Vec::with_capacity(config.shards);
+        let mut dequeued = Vec::with_capacity(config.shards);
         let mut batchers = Vec::with_capacity(config.shards);
         for shard in 0..config.shards {
             let (sender, queue) = mpsc::channel(config.queue_capacity);
             let series = metrics().shard(shard);
             series.queue_capacity.set(config.queue_capacity as f64);
             queues.push(sender);
+            let progress = Arc::new(Progress::default());
+            dequeued.push(Arc::clone(&progress));
             let batcher = Batcher {
                 shard,
                 series,
                 queue,
+                dequeued: progress,
                 writer: writer.clone(),
                 limits: config.limits,
                 closing: closing.clone(),
             };
             batchers.push(tokio::spawn(batcher.run()));
         }
-        // The semaphore counts bytes; tokio caps permits per acquire at u32::MAX, config checks that.
-        let budget_total = u32::try_from(config.max_buffered_bytes).unwrap_or(u32::MAX);
-        metrics().buffered_bytes_limit.set(f64::from(budget_total));
+        let budget = Budget::new(BudgetLimits {
+            total: config.max_buffered_bytes,
+            tenant_share: config.tenant_buffer_share,
+            stall_timeout: config.enqueue_timeout,
+        });
+        metrics()
+            .buffered_bytes_limit
+            .set(config.max_buffered_bytes as f64);
         let ingress = Ingress {
             shard_series: (0..config.shards)
                 .map(|shard| metrics().shard(shard))
                 .collect(),
             queues: queues.into(),
-            budget: Arc::new(Semaphore::new(budget_total as usize)),
-            budget_total,
+            dequeued: dequeued.into(),
+            budget,
             enqueue_timeout: config.enqueue_timeout,
         };
         Pipeline {
@@ -147,86 +165,14 @@ impl Pipeline {
     }
 }
 
-/// Budget held for a message about to be read; returned when dropped.
-#[derive(Debug)]
-pub struct Reservation(OwnedSemaphorePermit);
-
-/// Budget taken for one message while it is read and decoded: every byte is charged before it
-/// is held, the reservation grows as needed (waiting until the deadline), and a message that
-/// would need more than its share of the budget is refused before it is in memory.
-pub struct Meter<'a> {
-    ingress: &'a Ingress,
-    held: Option<OwnedSemaphorePermit>,
-    charged: usize,
-    deadline: Instant,
-    started: Instant,
-}
-
-impl Meter<'_> {
-    /// Charges `bytes` more, taking budget first when what is held does not cover them.
-    pub async fn charge(&mut self, bytes: usize) -> Result<(), IngestError> {
-        self.charged += bytes;
-        let limit = self.ingress.message_limit();
-        if self.charged > limit {
-            return Err(IngestError::DecodedTooLarge { limit });
-        }
-        self.expect(self.charged).await
-    }
-
-    /// Gives back the charge of `bytes` no longer held (the reservation stays, for what comes).
-    pub fn release(&mut self, bytes: usize) {
-        self.charged = self.charged.saturating_sub(bytes);
-    }
-
-    /// Makes sure `bytes` are held, so that a message expected to need them waits for room once
-    /// rather than growing step by step.
-    pub async fn expect(&mut self, bytes: usize) -> Result<(), IngestError> {
-        let bytes = bytes.min(self.ingress.message_limit());
-        let have = self
-            .held
-            .as_ref()
-            .map_or(0, OwnedSemaphorePermit::num_permits);
-        if bytes <= have {
-            return Ok(());
-        }
-        let missing = u32::try_from(bytes - have).unwrap_or(u32::MAX);
-        let more = tokio::time::timeout_at(
-            self.deadline,
-            Arc::clone(&self.ingress.budget).acquire_many_owned(missing),
-        )
-        .await
-        .map_err(|_| self.ingress.backpressure("memory budget", self.started))?
-        .map_err(|_| IngestError::ShuttingDown)?;
-        match &mut self.held {
-            Some(held) => held.merge(more),
-            None => self.held = Some(more),
-        }
-        Ok(())
-    }
-
-    /// When waits for room end.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Bytes charged so far.
-    pub fn charged(&self) -> usize {
-        self.charged
-    }
-
-    /// What is held, for [`Ingress::enqueue`] to trim to the records' size.
-    pub fn into_reservation(self) -> Option<Reservation> {
-        self.held.map(Reservation)
-    }
-}
-
 /// Cloneable entry to the shards, held by every stream handler.
 #[derive(Clone, Debug)]
 pub struct Ingress {
     queues: Arc<[mpsc::Sender<Chunk>]>,
     shard_series: Arc<[Arc<ShardMetrics>]>,
-    budget: Arc<Semaphore>,
-    budget_total: u32,
+    /// Moves when each shard's batcher takes a chunk off its queue.
+    dequeued: Arc<[Arc<Progress>]>,
+    budget: Budget,
     enqueue_timeout: Duration,
 }
 
@@ -234,7 +180,7 @@ pub struct Ingress {
 const BACKPRESSURE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl Ingress {
-    /// Sets the queue-depth and buffered-bytes gauges from the live values. Called when metrics are
+    /// Sets the queue-depth and budget gauges from the live values. Called when metrics are
     /// scraped, so the hot path never touches a gauge.
     pub fn sample_gauges(&self) {
         for (queue, series) in self.queues.iter().zip(self.shard_series.iter()) {
@@ -242,8 +188,11 @@ impl Ingress {
                 .queue_depth
                 .set((queue.max_capacity() - queue.capacity()) as f64);
         }
-        let in_use = self.budget_total as usize - self.budget.available_permits();
-        metrics().buffered_bytes.set(in_use as f64);
+        let metrics = metrics();
+        metrics.buffered_bytes.set(self.budget.charged() as f64);
+        let (claimed, waiting) = self.budget.reserved_and_waiting();
+        metrics.buffer_claimed_bytes.set(claimed as f64);
+        metrics.buffer_waiting_requests.set(waiting as f64);
     }
 
     /// The series of each shard, in shard order.
@@ -256,87 +205,38 @@ impl Ingress {
         router::pick_shard(&self.queues)
     }
 
-    /// A meter for one message, whose waits for room end at `deadline`.
-    pub fn meter(&self, deadline: Instant) -> Meter<'_> {
-        Meter {
-            ingress: self,
-            held: None,
-            charged: 0,
-            deadline,
-            started: Instant::now(),
-        }
+    /// A meter for one message of `tenant`'s, which claims its place in the budget on first use.
+    pub fn meter(&self, tenant: &Arc<str>) -> Meter<'_> {
+        Meter::new(self, &self.budget, tenant)
     }
 
-    /// Most bytes one message may hold while it is read and decoded: half the budget, so that a
-    /// message never waits for room only it could free, and no single request can take it all.
+    /// Most bytes one message may hold while it is read and decoded: half the budget (and no more
+    /// than a tenant's share), so that a message never waits for room only it could free, and no
+    /// single request can take it all.
     pub fn message_limit(&self) -> usize {
-        self.budget_total as usize / 2
+        self.budget.message_cap()
     }
 
-    /// Holds `bytes` of the budget for a message not yet read, waiting until `deadline` for room.
-    /// Taking it before reading is what keeps memory bounded: while the budget is full the handler
-    /// stops reading, so the message stays on the client's side of HTTP/2 flow control instead of
-    /// being decoded into memory nobody accounts for.
-    pub async fn reserve(
-        &self,
-        bytes: usize,
-        deadline: Instant,
-    ) -> Result<Reservation, IngestError> {
-        let started = Instant::now();
-        let charge = self.clamp_to_budget(bytes);
-        let permit = tokio::time::timeout_at(
-            deadline,
-            Arc::clone(&self.budget).acquire_many_owned(charge),
-        )
-        .await
-        .map_err(|_| self.backpressure("memory budget", started))?
-        .map_err(|_| IngestError::ShuttingDown)?;
-        Ok(Reservation(permit))
-    }
-
-    /// Queues records from `source` for `shard` (deduplicated when the source names a key), charging their `bytes` (the sum of [`Record::size_bytes`],
-    /// which the caller has already computed for the rate limit) to `held` (a reservation taken
-    /// before the message was read, topped up or trimmed) and waiting until `deadline` for room in
-    /// the queue. The receiver resolves once the records are committed (or have failed for good).
+    /// Queues records from `source` for `shard` (deduplicated when the source names a key): the
+    /// `bytes` they hold (the sum of [`Record::size_bytes`], which the caller has already computed
+    /// for the rate limit) move from `meter`'s claim to the chunk, and the handler waits for room
+    /// in the queue for as long as the queue keeps moving. The receiver resolves once the records
+    /// are committed (or have failed for good).
     pub async fn enqueue(
         &self,
         shard: usize,
         source: ChunkSource,
         records: Vec<Record>,
         bytes: usize,
-        held: Option<Reservation>,
-        deadline: Instant,
+        meter: Meter<'_>,
     ) -> Result<AckReceiver, IngestError> {
         let started = Instant::now();
-        let charge = self.clamp_to_budget(bytes) as usize;
-        let budget = match held {
-            Some(Reservation(mut permit)) if permit.num_permits() >= charge => {
-                // Give back what the message did not need.
-                let _surplus = permit.split(permit.num_permits() - charge);
-                permit
-            }
-            held => {
-                let have = held
-                    .as_ref()
-                    .map_or(0, |Reservation(permit)| permit.num_permits());
-                let missing = u32::try_from(charge - have).unwrap_or(u32::MAX);
-                let mut extra = tokio::time::timeout_at(
-                    deadline,
-                    Arc::clone(&self.budget).acquire_many_owned(missing),
-                )
-                .await
-                .map_err(|_| self.backpressure("memory budget", started))?
-                .map_err(|_| IngestError::ShuttingDown)?;
-                if let Some(Reservation(permit)) = held {
-                    extra.merge(permit);
-                }
-                extra
-            }
-        };
+        let claim = meter.covering(bytes).await?;
+        let held = claim.into_held(bytes);
         let queue = &self.queues[shard];
-        let slot = tokio::time::timeout_at(deadline, queue.reserve())
+        let slot = unless_stalled(queue.reserve(), &self.dequeued[shard], self.enqueue_timeout)
             .await
-            .map_err(|_| self.backpressure("shard queue", started))?
+            .map_err(|stalled| self.backpressure("shard queue", stalled))?
             .map_err(|_| IngestError::ShuttingDown)?;
         metrics()
             .backpressure_wait
@@ -348,32 +248,27 @@ impl Ingress {
             bytes,
             enqueued_at: Instant::now(),
             ack,
-            _budget: budget,
+            _budget: held,
         });
         Ok(receiver)
     }
 
-    /// How long a stream may wait for room before it is told to back off.
+    /// How long a stream may wait for room that does not move before it is told to back off.
     pub fn enqueue_timeout(&self) -> Duration {
         self.enqueue_timeout
     }
 
-    /// A chunk larger than the whole budget would wait forever; let it take the whole budget.
-    fn clamp_to_budget(&self, bytes: usize) -> u32 {
-        u32::try_from(bytes)
-            .unwrap_or(u32::MAX)
-            .min(self.budget_total)
-    }
-
-    fn backpressure(&self, resource: &'static str, started: Instant) -> IngestError {
-        let waited = started.elapsed();
-        metrics().backpressure_wait.record(waited.as_secs_f64());
+    /// The refusal of a wait for `resource` that saw it stand still, counted.
+    fn backpressure(&self, resource: &'static str, stalled: Stalled) -> IngestError {
+        metrics()
+            .backpressure_wait
+            .record(stalled.waited.as_secs_f64());
         metrics()
             .backpressure_timeouts
             .increment_static([resource], 1);
         IngestError::Backpressure {
             resource,
-            waited,
+            waited: stalled.waited,
             retry_after: BACKPRESSURE_RETRY_AFTER,
         }
     }

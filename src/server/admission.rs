@@ -129,7 +129,6 @@ impl Collected {
             return Ok(tally);
         }
         let bytes = admit(tenant, &records)?;
-        let deadline = meter.deadline();
         let ack = ingress
             .enqueue(
                 ingress.assign_shard(),
@@ -140,8 +139,7 @@ impl Collected {
                 },
                 records,
                 bytes,
-                meter.into_reservation(),
-                deadline,
+                meter,
             )
             .await?;
         let stored = ack.await.map_err(|_| {

@@ -109,6 +109,7 @@ impl Core {
                 },
                 enqueue_timeout: config.enqueue_timeout.0,
                 max_buffered_bytes: config.max_buffered_bytes.as_usize(),
+                tenant_buffer_share: config.tenant_buffer_bytes(),
                 store_retry_timeout: config.store_retry_timeout.0,
             },
             store.clone(),

@@ -4,8 +4,9 @@
 //! tonic keeps a buffer as large as the largest message a stream has sent (and another for its
 //! decompressed form) for the life of the stream, outside any budget, and decodes a whole message
 //! before the handler can weigh it. Here the handler reads a message's 5-byte prefix while holding
-//! nothing, takes budget for the message's size, and only then reads it into a buffer of its own
-//! that is gone once the message is decoded; decompression grows the reservation as it goes.
+//! nothing, claims budget for the message's size, and only then reads it into a buffer of its own
+//! that is gone once the message is decoded, charging the bytes as they arrive (no slower than
+//! `--min-body-rate`); decompression grows the claim as it goes.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,6 +19,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
+use super::body_rate::MinBodyRate;
 use super::inflate::{inflate, Compression};
 use crate::error::IngestError;
 use crate::pipeline::Meter;
@@ -96,17 +98,34 @@ pub struct MessageReader {
     pending: BytesMut,
     encoding: Option<Compression>,
     max_message_bytes: usize,
+    pace: BodyPace,
+}
+
+/// How fast a message, once its prefix has come, must arrive.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyPace {
+    /// Longest the client may send nothing in the middle of a message (`--stream-idle-timeout`);
+    /// `None` waits as long as the minimum rate allows.
+    pub idle: Option<std::time::Duration>,
+    /// The slowest a message may arrive (`--min-body-rate`).
+    pub min_rate: MinBodyRate,
 }
 
 impl MessageReader {
     /// A reader of `body`, whose messages may be `max_message_bytes` long, before and after
-    /// decompression (`--max-request-bytes`).
-    pub fn new(body: Body, encoding: Option<Compression>, max_message_bytes: usize) -> Self {
+    /// decompression (`--max-request-bytes`), and must arrive at `pace`.
+    pub fn new(
+        body: Body,
+        encoding: Option<Compression>,
+        max_message_bytes: usize,
+        pace: BodyPace,
+    ) -> Self {
         MessageReader {
             body,
             pending: BytesMut::new(),
             encoding,
             max_message_bytes,
+            pace,
         }
     }
 
@@ -153,26 +172,30 @@ impl MessageReader {
         Ok(Some(Prefix { compressed, len }))
     }
 
-    /// Reads the message `prefix` announced, decompressed, charging `meter` for every byte held.
+    /// Reads the message `prefix` announced, decompressed, charging `meter` for every byte as it
+    /// arrives; a message slower than the pace is cut off.
     pub async fn read_message(
         &mut self,
         prefix: Prefix,
         meter: &mut Meter<'_>,
     ) -> Result<Bytes, IngestError> {
-        meter.charge(prefix.len).await?;
+        let mut clock = self.pace.min_rate.start();
         let mut message = BytesMut::with_capacity(prefix.len);
         while message.len() < prefix.len {
             if self.pending.is_empty() {
-                let Some(data) = self.next_data().await? else {
+                let idle = self.pace.idle;
+                let Some(data) = clock.next(idle, self.next_data()).await?? else {
                     return Err(IngestError::Malformed(format!(
                         "the stream ended {} bytes into a message of {}",
                         message.len(),
                         prefix.len
                     )));
                 };
+                clock.received(data.len());
                 self.pending = BytesMut::from(data);
             }
             let take = (prefix.len - message.len()).min(self.pending.len());
+            meter.charge(take).await?;
             message.extend_from_slice(&self.pending.split_to(take));
         }
         if self.pending.is_empty() {

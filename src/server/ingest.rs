@@ -16,14 +16,14 @@ use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use prost::Message;
 use tokio::sync::oneshot::error::RecvError;
-use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::Status;
 
 use super::admission::{admit, count_received, respond};
+use super::body_rate::MinBodyRate;
 use super::fields::{fields, repeated, Value};
-use super::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader, Prefix};
+use super::grpc_body::{answer, message_encoding, serve_raw_grpc, BodyPace, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
@@ -76,7 +76,7 @@ pub struct IngestService {
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
-    idle_timeout: Option<Duration>,
+    pace: BodyPace,
 }
 
 impl IngestService {
@@ -86,13 +86,17 @@ impl IngestService {
             ingress,
             limits,
             max_request_bytes,
-            idle_timeout: None,
+            pace: BodyPace {
+                idle: None,
+                min_rate: MinBodyRate::OFF,
+            },
         }
     }
 
-    /// Ends streams that send nothing for `timeout` (`--stream-idle-timeout`); `None` never does.
-    pub fn with_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.idle_timeout = timeout;
+    /// Ends streams that send nothing for `pace.idle` (`--stream-idle-timeout`; `None` never
+    /// does), and messages that arrive slower than `pace.min_rate` (`--min-body-rate`).
+    pub fn with_pace(mut self, pace: BodyPace) -> Self {
+        self.pace = pace;
         self
     }
 
@@ -111,7 +115,7 @@ impl IngestService {
         };
         let _open = OpenStream::start();
         let max_message = usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX);
-        let reader = MessageReader::new(request.into_body(), encoding, max_message);
+        let reader = MessageReader::new(request.into_body(), encoding, max_message, self.pace);
         let outcome = self.ingest(&tenant, reader).await;
         answer(respond(outcome, &metrics().streams_ended).map(tonic::Response::into_inner))
     }
@@ -160,19 +164,16 @@ impl IngestService {
         reader: &mut MessageReader,
         run: &mut StreamRun,
     ) -> Result<(), (IngestError, u64)> {
-        let idle = self.idle_timeout.unwrap_or(Duration::MAX);
+        let idle = self.pace.idle.unwrap_or(Duration::MAX);
         loop {
             let message = run.next_message;
             let at = |err| (err, message);
             let Some(prefix) = self.next_prefix(reader, run, idle).await.map_err(at)? else {
                 return Ok(());
             };
-            let deadline = Instant::now() + self.ingress.enqueue_timeout();
-            let read = self.read_and_queue(tenant, reader, prefix, deadline, run);
-            match tokio::time::timeout(idle, read).await {
-                Ok(queued) => queued.map_err(at)?,
-                Err(_) => return Err(at(IngestError::StreamIdle(idle))),
-            }
+            self.read_and_queue(tenant, reader, prefix, run)
+                .await
+                .map_err(at)?;
             run.next_message += 1;
         }
     }
@@ -193,7 +194,7 @@ impl IngestService {
             tokio::select! {
                 biased;
                 Some((outcome, queued)) = run.in_flight.next() => run.tally.settle(outcome, queued)?,
-                () = &mut silent, if self.idle_timeout.is_some() => {
+                () = &mut silent, if self.pace.idle.is_some() => {
                     return Err(IngestError::StreamIdle(idle));
                 }
                 prefix = &mut next => return prefix,
@@ -201,17 +202,16 @@ impl IngestService {
         }
     }
 
-    /// Reads the message `prefix` announced under a budget meter, then validates its records
-    /// and queues the valid ones on the stream's shard.
+    /// Claims what the message `prefix` announced is expected to need, reads it under that
+    /// claim, then validates its records and queues the valid ones on the stream's shard.
     async fn read_and_queue(
         &self,
         tenant: &Tenant,
         reader: &mut MessageReader,
         prefix: Prefix,
-        deadline: Instant,
         run: &mut StreamRun,
     ) -> Result<(), IngestError> {
-        let mut meter = self.ingress.meter(deadline);
+        let mut meter = self.ingress.meter(tenant.name());
         meter
             .expect((prefix.len as f64 * run.decoded_ratio) as usize)
             .await?;
@@ -293,7 +293,6 @@ impl IngestService {
             return Ok(());
         }
         let bytes = admit(tenant, &records)?;
-        let deadline = meter.deadline();
         let queued = QueuedMessage {
             message: run.next_message,
             first_index,
@@ -311,8 +310,7 @@ impl IngestService {
                 },
                 records,
                 bytes,
-                meter.into_reservation(),
-                deadline,
+                meter,
             )
             .await?;
         run.next_index += count;

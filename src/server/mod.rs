@@ -5,6 +5,7 @@
 
 pub(crate) mod admission;
 mod background;
+pub(crate) mod body_rate;
 mod build;
 pub(crate) mod fields;
 mod grpc;

@@ -18,6 +18,7 @@ mod cli;
 mod client;
 mod console;
 mod console_volume;
+mod fair_admission;
 mod faults;
 mod hostile;
 mod http_ingest;

@@ -153,10 +153,15 @@ pub struct Metrics {
     pub http_ingest_requests: CounterVec<2>,
     /// Records received, by protocol (indexed like [`Protocol::ALL`]).
     ingest_records: Vec<Counter>,
-    /// Bytes held in queues and batches.
+    /// Bytes held by requests in progress and by queued records.
     pub buffered_bytes: Gauge,
     /// The buffer budget.
     pub buffered_bytes_limit: Gauge,
+    /// Bytes the requests in progress have claimed plus the bytes of queued chunks: what
+    /// admission to the budget counts.
+    pub buffer_claimed_bytes: Gauge,
+    /// Requests waiting for room in the budget.
+    pub buffer_waiting_requests: Gauge,
     /// Time a chunk waited for room.
     pub backpressure_wait: Histogram,
     /// Streams ended after waiting the enqueue timeout, by the full resource.
@@ -353,8 +358,10 @@ impl Metrics {
                     )
                 })
                 .collect(),
-            buffered_bytes: gauge("loghaul_buffered_bytes", Bytes, "Bytes of records held in queues and batches."),
+            buffered_bytes: gauge("loghaul_buffered_bytes", Bytes, "Bytes held by requests being read and decoded (as they arrive) and by the records in queues and batches."),
             buffered_bytes_limit: gauge("loghaul_buffered_bytes_limit", Bytes, "The process-wide buffer budget (--max-buffered-bytes)."),
+            buffer_claimed_bytes: gauge("loghaul_buffer_claimed_bytes", Bytes, "Bytes of the budget claimed by requests in progress (what each expects to need) plus queued records: what admission counts."),
+            buffer_waiting_requests: gauge("loghaul_buffer_waiting_requests", Count, "Requests waiting, holding nothing, for room in the budget."),
             backpressure_wait: seconds("loghaul_backpressure_wait_seconds", "Time a chunk waited for room in the budget and its queue."),
             backpressure_timeouts: CounterVec::register(
                 Series::new("loghaul_backpressure_timeouts_total", Count, "Streams ended with RESOURCE_EXHAUSTED after waiting the enqueue timeout, by full resource."),

@@ -1,7 +1,8 @@
 //! A request body read under the size limit and the memory budget, then decompressed as its
 //! `Content-Encoding` says: the limit holds for the body as sent and again once inflated, so a
-//! compression bomb is refused before it is inflated past the limit, and every byte held is
-//! charged to the request's meter first.
+//! compression bomb is refused before it is inflated past the limit. The request claims its place
+//! in the budget before the first byte is read, charges every byte as it arrives, and is cut off
+//! if the body comes slower than `--min-body-rate`.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use http_body_util::BodyExt;
 use super::reply::HttpError;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
+use crate::server::body_rate::MinBodyRate;
 use crate::server::inflate::{inflate, Compression};
 use crate::server::otlp::export::EXPECTED_DECODED_RATIO;
 
@@ -22,8 +24,10 @@ pub struct BodyLimits {
     /// Bytes as sent, and again once decompressed (`--max-request-bytes`).
     pub max_bytes: usize,
     /// How long the client may send nothing in the middle of a body (`--stream-idle-timeout`);
-    /// `None` waits as long as it takes.
+    /// `None` waits as long as the minimum rate allows.
     pub idle: Option<Duration>,
+    /// The slowest the body may arrive (`--min-body-rate`).
+    pub min_rate: MinBodyRate,
 }
 
 /// The compression `Content-Encoding` names; `None` for none. Loki's `snappy` is not a transfer
@@ -65,22 +69,21 @@ pub async fn read(
         if length > limits.max_bytes {
             return Err(too_large(format!("a body of {length} bytes")).into());
         }
-        // What the records will take once decoded too, as gRPC reserves: most requests then
-        // wait for room once, before they hold any of it.
-        meter
-            .expect(length.saturating_mul(EXPECTED_DECODED_RATIO))
-            .await?;
     }
+    // What the records will take once decoded too, as gRPC claims: most requests then wait for
+    // room once, holding nothing, and never again. A body of unknown length may be as long as
+    // the limit.
+    let expected = announced.unwrap_or(limits.max_bytes);
+    meter
+        .expect(expected.saturating_mul(EXPECTED_DECODED_RATIO))
+        .await?;
     let mut raw = BytesMut::with_capacity(announced.unwrap_or(0));
     let mut body = body;
+    let mut clock = limits.min_rate.start();
     loop {
-        let frame = match limits.idle {
-            Some(idle) => tokio::time::timeout(idle, body.frame())
-                .await
-                .map_err(|_| IngestError::StreamIdle(idle))?,
-            None => body.frame().await,
+        let Some(frame) = clock.next(limits.idle, body.frame()).await? else {
+            break;
         };
-        let Some(frame) = frame else { break };
         let frame = frame.map_err(|err| {
             IngestError::Malformed(format!("the request body could not be read: {err}"))
         })?;
@@ -90,6 +93,7 @@ pub async fn read(
         if raw.len() + data.len() > limits.max_bytes {
             return Err(too_large("a body longer than the limit".into()).into());
         }
+        clock.received(data.len());
         meter.charge(data.len()).await?;
         raw.extend_from_slice(&data);
     }

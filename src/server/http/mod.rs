@@ -35,6 +35,7 @@ use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::pipeline::{Ingress, Meter};
 use crate::query::Reads;
+use crate::server::body_rate::MinBodyRate;
 use crate::server::inflate::Compression;
 use crate::server::loki::query::LokiApi;
 use crate::server::loki::Pusher;
@@ -80,6 +81,7 @@ impl HttpIngest {
                 body: BodyLimits {
                     max_bytes: config.max_request_bytes.as_usize(),
                     idle: (!idle.is_zero()).then_some(idle),
+                    min_rate: MinBodyRate::from_config(config),
                 },
             },
             exporter: Exporter::new(ingress.clone(), limits),
@@ -191,15 +193,15 @@ impl Reception {
         self.body.max_bytes
     }
 
-    /// The body, inflated per `compression`, and the meter that holds it.
+    /// `tenant`'s body, inflated per `compression`, and the meter that holds it.
     pub async fn read(
         &self,
+        tenant: &Tenant,
         headers: &HeaderMap,
         body: Body,
         compression: Option<Compression>,
     ) -> Result<(Bytes, Meter<'_>), HttpError> {
-        let deadline = tokio::time::Instant::now() + self.ingress.enqueue_timeout();
-        let mut meter = self.ingress.meter(deadline);
+        let mut meter = self.ingress.meter(tenant.name());
         let body = body::read(body, headers, compression, self.body, &mut meter).await?;
         Ok((body, meter))
     }

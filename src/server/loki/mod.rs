@@ -110,7 +110,9 @@ async fn store(
     let tenant = reception.authenticate(&parts.headers, peer)?;
     let format = push_format(&parts.headers)?;
     let compression = content_encoding(&parts.headers)?;
-    let (body, mut meter) = reception.read(&parts.headers, body, compression).await?;
+    let (body, mut meter) = reception
+        .read(&tenant, &parts.headers, body, compression)
+        .await?;
     let (message, upfront) = match format {
         PushFormat::Protobuf => {
             let message = inflate(

@@ -67,7 +67,9 @@ async fn store(
         )
     })?;
     let compression = content_encoding(&parts.headers)?;
-    let (body, mut meter) = reception.read(&parts.headers, body, compression).await?;
+    let (body, mut meter) = reception
+        .read(&tenant, &parts.headers, body, compression)
+        .await?;
     let (message, upfront) = match format {
         BodyFormat::Protobuf => (body, Vec::new()),
         BodyFormat::Json => {

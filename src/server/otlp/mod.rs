@@ -20,6 +20,7 @@ use prost::Message;
 use prost_types::FileDescriptorSet;
 
 use crate::pipeline::Ingress;
+use crate::server::grpc_body::BodyPace;
 use crate::server::validate::Limits;
 use export::Exporter;
 use service::OtlpLogsService;
@@ -30,11 +31,17 @@ pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SE
 const SERVICE_FILE: &str = "opentelemetry/proto/collector/logs/v1/logs_service.proto";
 
 /// The gRPC service as it is mounted: requests of up to `max_request_bytes` (after
-/// decompression), gzip and zstd accepted.
-pub fn logs_server(ingress: Ingress, limits: Limits, max_request_bytes: u64) -> OtlpLogsService {
+/// decompression) arriving at `pace`, gzip and zstd accepted.
+pub fn logs_server(
+    ingress: Ingress,
+    limits: Limits,
+    max_request_bytes: u64,
+    pace: BodyPace,
+) -> OtlpLogsService {
     OtlpLogsService::new(
         Exporter::new(ingress, limits),
         usize::try_from(max_request_bytes).unwrap_or(usize::MAX),
+        pace,
     )
 }
 

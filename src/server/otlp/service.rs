@@ -12,7 +12,7 @@ use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
 use crate::observability::metrics::{metrics, Protocol};
 use crate::server::admission::respond;
-use crate::server::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader};
+use crate::server::grpc_body::{answer, message_encoding, serve_raw_grpc, BodyPace, MessageReader};
 
 /// The path of the one method this service has.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
@@ -22,15 +22,17 @@ const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Ex
 pub struct OtlpLogsService {
     exporter: Exporter,
     max_request_bytes: usize,
+    pace: BodyPace,
 }
 
 impl OtlpLogsService {
     /// A service storing through `exporter`, taking requests of up to `max_request_bytes`
-    /// (before and after decompression).
-    pub fn new(exporter: Exporter, max_request_bytes: usize) -> Self {
+    /// (before and after decompression) that arrive at `pace`.
+    pub fn new(exporter: Exporter, max_request_bytes: usize, pace: BodyPace) -> Self {
         OtlpLogsService {
             exporter,
             max_request_bytes,
+            pace,
         }
     }
 
@@ -47,7 +49,12 @@ impl OtlpLogsService {
             Ok(encoding) => encoding,
             Err(status) => return status.into_http(),
         };
-        let mut reader = MessageReader::new(request.into_body(), encoding, self.max_request_bytes);
+        let mut reader = MessageReader::new(
+            request.into_body(),
+            encoding,
+            self.max_request_bytes,
+            self.pace,
+        );
         let outcome = self.store(&tenant, &mut reader).await;
         answer(respond(outcome, &metrics().otlp_exports).map(tonic::Response::into_inner))
     }
@@ -62,9 +69,7 @@ impl OtlpLogsService {
                 "the request ended before its message".into(),
             ));
         };
-        let ingress = self.exporter.ingress();
-        let deadline = tokio::time::Instant::now() + ingress.enqueue_timeout();
-        let mut meter = ingress.meter(deadline);
+        let mut meter = self.exporter.ingress().meter(tenant.name());
         meter.expect(prefix.len * EXPECTED_DECODED_RATIO).await?;
         let message = reader.read_message(prefix, &mut meter).await?;
         self.exporter

@@ -391,7 +391,7 @@ async fn a_body_half_sent_at_sigterm_is_finished_stored_and_answered() {
         .await
         .unwrap();
     let mut server = Process::serve(&db.url, &["--shutdown-grace", "10s"]);
-    // Lines that do not compress, so that the body's reservation stands out in the budget.
+    // Lines that do not compress, so that the body's claim stands out in the budget.
     let lines: Vec<String> = (0..10)
         .map(|n| format!("line {n} {}", fastrand_text(10_000)))
         .collect();
@@ -399,9 +399,9 @@ async fn a_body_half_sent_at_sigterm_is_finished_stored_and_answered() {
     let body = snappy(&loki_push(&[(r#"{job="drain"}"#, &lines)]).encode_to_vec());
     let (first, rest) = body.split_at(body.len() / 2);
     let mut pushing = start_request(server.http_ingest, LOKI, &[PROTOBUF], body.len(), first).await;
-    // The handler has taken budget for the announced body: it is reading it.
+    // The handler has claimed budget for the announced body: it is reading it.
     wait_until("the push to be reading its body", DEADLINE, async || {
-        metric(&server.metrics().await, "loghaul_buffered_bytes") >= body.len() as f64
+        metric(&server.metrics().await, "loghaul_buffer_claimed_bytes") >= body.len() as f64
     })
     .await;
     server.signal("TERM");
