@@ -45,6 +45,7 @@ SERVE_FLAGS = {
     "listen", "metrics-listen", "database-url", "shards", "batch-max-rows",
     "batch-max-bytes", "batch-linger", "queue-capacity", "enqueue-timeout",
     "max-buffered-bytes", "max-message-bytes", "max-request-bytes",
+    "tenant-buffer-share", "min-body-rate", "min-body-rate-grace",
     "store-retry-timeout", "db-max-connections", "max-connection-age",
     "max-connection-age-grace", "shutdown-grace", "log-format",
     "api-keys-file", "api-keys", "tenant-records-per-second", "tenant-bytes-per-second",
@@ -469,7 +470,8 @@ def config_toml_has_only_known_keys():
                        ("tail-poll-interval", "500ms"), ("console-listen", "127.0.0.1:8080"),
                        ("stream-idle-timeout", "60s"), ("http-header-read-timeout", "10s"),
                        ("http-max-connections", 256), ("api-keys-reload-interval", "5s"),
-                       ("http-ingest-max-connections", 1024)]:
+                       ("http-ingest-max-connections", 1024), ("tenant-buffer-share", 50),
+                       ("min-body-rate", "64KiB"), ("min-body-rate-grace", "5s")]:
         assert cfg[key] == value, (key, cfg[key])
     # every config value reaches the file
     custom = {
@@ -483,6 +485,7 @@ def config_toml_has_only_known_keys():
         "tailPollInterval": "1s", "consoleListen": "off", "streamIdleTimeout": "2m",
         "httpHeaderReadTimeout": "5s", "httpMaxConnections": 64, "apiKeysReloadInterval": "30s",
         "httpListenEnabled": True, "httpCorsOrigins": "https://app.example.com", "httpIngestMaxConnections": 4096,
+        "tenantBufferShare": 25, "minBodyRate": "16KiB", "minBodyRateGrace": "10s",
     }
     cfg2 = config_toml(manifests(render({"config": custom, "containerPorts": {"grpc": 5000, "http": 5318}})))
     assert cfg2 == {
@@ -496,7 +499,8 @@ def config_toml_has_only_known_keys():
         "retention": "30d", "retention-interval": "5m", "dedup-window": "2h", "read-max-connections": 2, "max-tails-per-tenant": 8, "max-tails": 100, "max-concurrent-reads-per-tenant": 3, "query-default-range": "1h", "query-timeout": "30s", "max-page-bytes": "1MiB",
         "tail-poll-interval": "1s", "console-listen": "off", "stream-idle-timeout": "2m",
         "http-header-read-timeout": "5s", "http-max-connections": 64, "api-keys-reload-interval": "30s",
-        "http-ingest-max-connections": 4096,
+        "http-ingest-max-connections": 4096, "tenant-buffer-share": 25, "min-body-rate": "16KiB",
+        "min-body-rate-grace": "10s",
     }, cfg2
     assert "database" not in one(docs, "ConfigMap", FULLNAME)["data"]["loghaul.toml"].replace("database URL", "")
 

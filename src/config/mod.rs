@@ -5,6 +5,7 @@
 
 pub mod listen;
 pub mod origins;
+mod ranges;
 pub mod reference;
 pub mod secret;
 pub mod units;
@@ -394,35 +395,19 @@ impl ServeConfig {
             .map_err(|err| value_error(err.to_string()))
     }
 
-    /// Checks combinations that parse but cannot work, with a message saying which knob to change.
+    /// Checks every numeric option against its sane range, and combinations that parse but cannot
+    /// work, with a one-line message saying which knob to change.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_ranges()?;
         let fail = |message: &str| Err(ConfigError::Invalid(message.to_owned()));
-        if self.batch_max_rows == 0 {
-            return fail("--batch-max-rows must be at least 1");
-        }
-        if self.queue_capacity == 0 {
-            return fail("--queue-capacity must be at least 1");
-        }
         if self.max_request_bytes.0 > self.max_buffered_bytes.0 {
             return fail("--max-request-bytes must not exceed --max-buffered-bytes, or one request could never be buffered");
         }
-        if self.retention_interval.0.is_zero() || self.tail_poll_interval.0.is_zero() {
-            return fail("--retention-interval and --tail-poll-interval must be above 0s");
+        if self.max_message_bytes.0 > self.max_request_bytes.0 {
+            return fail("--max-message-bytes must not exceed --max-request-bytes, or no record that long could ever be sent");
         }
-        if self.max_concurrent_reads_per_tenant == 0 {
-            return fail("--max-concurrent-reads-per-tenant must be at least 1");
-        }
-        if self.max_tails == 0 || self.max_tails_per_tenant == 0 {
-            return fail("--max-tails and --max-tails-per-tenant must be at least 1");
-        }
-        if self.query_timeout.0.is_zero() {
-            return fail("--query-timeout must be above 0s");
-        }
-        if self.max_page_bytes.0 < 16 << 10 {
-            return fail("--max-page-bytes must be at least 16KiB");
-        }
-        if !self.retention.0.is_zero() && self.retention.0 < std::time::Duration::from_secs(3600) {
-            return fail("--retention must be at least 1h (or 0s to keep everything)");
+        if self.max_tails_per_tenant > self.max_tails {
+            return fail("--max-tails-per-tenant must not exceed --max-tails");
         }
         let mut bound = vec![self.listen, self.metrics_listen];
         for (flag, addr) in [
@@ -437,33 +422,170 @@ impl ServeConfig {
             }
             bound.push(addr);
         }
-        if self.http_header_read_timeout.0.is_zero()
-            || self.http_max_connections == 0
-            || self.http_ingest_max_connections == 0
-        {
-            return fail(
-                "--http-header-read-timeout must be above 0s, and --http-max-connections and --http-ingest-max-connections at least 1",
-            );
-        }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return fail("--tls-cert and --tls-key go together");
         }
         if self.tls_client_ca.is_some() && self.tls_cert.is_none() {
             return fail("--tls-client-ca needs --tls-cert and --tls-key");
         }
-        if self.max_buffered_bytes.0 > u64::from(u32::MAX) {
-            return fail("--max-buffered-bytes must be below 4GiB");
+        Ok(())
+    }
+
+    /// Every numeric option within the range where the service still does its job: a value that
+    /// parses but would stop it (a zero budget, a 1 ns timeout, a billion shards) is refused at
+    /// start-up rather than found out under load.
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        use ranges::{bytes, count, duration, GIB, KIB, MIB};
+        use std::time::Duration as D;
+        let (ms, s, min, h, d) = (
+            D::from_millis,
+            D::from_secs,
+            |n: u64| D::from_secs(60 * n),
+            |n: u64| D::from_secs(3600 * n),
+            |n: u64| D::from_secs(86_400 * n),
+        );
+        count("--shards", self.shards, 0..=1024, "0 (one per core)")?;
+        count("--batch-max-rows", self.batch_max_rows, 1..=1_000_000, "")?;
+        bytes("--batch-max-bytes", self.batch_max_bytes, KIB..=GIB, "")?;
+        duration("--batch-linger", self.batch_linger, ms(0)..=s(60), None)?;
+        count("--queue-capacity", self.queue_capacity, 1..=65_536, "")?;
+        duration(
+            "--enqueue-timeout",
+            self.enqueue_timeout,
+            ms(100)..=h(1),
+            None,
+        )?;
+        bytes(
+            "--max-buffered-bytes",
+            self.max_buffered_bytes,
+            16 * KIB..=4 * GIB - 1,
+            "",
+        )?;
+        count(
+            "--tenant-buffer-share",
+            self.tenant_buffer_share.into(),
+            10..=100,
+            "",
+        )?;
+        bytes(
+            "--min-body-rate",
+            self.min_body_rate,
+            KIB..=GIB,
+            "0 (no minimum)",
+        )?;
+        duration(
+            "--min-body-rate-grace",
+            self.min_body_rate_grace,
+            ms(100)..=min(10),
+            None,
+        )?;
+        bytes("--max-message-bytes", self.max_message_bytes, 64..=GIB, "")?;
+        bytes("--max-request-bytes", self.max_request_bytes, KIB..=GIB, "")?;
+        duration(
+            "--store-retry-timeout",
+            self.store_retry_timeout,
+            s(1)..=d(1),
+            None,
+        )?;
+        count(
+            "--db-max-connections",
+            self.db_max_connections as usize,
+            0..=1000,
+            "0 (shards + 2)",
+        )?;
+        duration(
+            "--max-connection-age",
+            self.max_connection_age,
+            s(1)..=d(30),
+            Some("0s (never)"),
+        )?;
+        duration(
+            "--max-connection-age-grace",
+            self.max_connection_age_grace,
+            s(1)..=h(1),
+            None,
+        )?;
+        duration("--shutdown-grace", self.shutdown_grace, ms(0)..=h(1), None)?;
+        duration(
+            "--stream-idle-timeout",
+            self.stream_idle_timeout,
+            s(1)..=d(1),
+            Some("0s (never)"),
+        )?;
+        duration(
+            "--http-header-read-timeout",
+            self.http_header_read_timeout,
+            ms(100)..=min(10),
+            None,
+        )?;
+        count(
+            "--http-max-connections",
+            self.http_max_connections as usize,
+            1..=1_000_000,
+            "",
+        )?;
+        count(
+            "--http-ingest-max-connections",
+            self.http_ingest_max_connections as usize,
+            1..=1_000_000,
+            "",
+        )?;
+        duration(
+            "--api-keys-reload-interval",
+            self.api_keys_reload_interval,
+            ms(100)..=d(1),
+            Some("0s (only on SIGHUP)"),
+        )?;
+        if !(self.tenant_records_per_second.is_finite() && self.tenant_records_per_second >= 0.0) {
+            return Err(ConfigError::Invalid(
+                "--tenant-records-per-second must be 0 (unlimited) or a positive number".into(),
+            ));
         }
-        if !(10..=100).contains(&self.tenant_buffer_share) {
-            return fail(
-                "--tenant-buffer-share is a percent of --max-buffered-bytes, from 10 to 100",
-            );
+        duration("--tenant-burst", self.tenant_burst, ms(100)..=h(1), None)?;
+        if !self.retention.0.is_zero() && self.retention.0 < h(1) {
+            return Err(ConfigError::Invalid(
+                "--retention must be at least 1h (or 0s to keep everything)".into(),
+            ));
         }
-        if self.min_body_rate_grace.0.is_zero()
-            || self.min_body_rate_grace.0 > std::time::Duration::from_secs(600)
-        {
-            return fail("--min-body-rate-grace must be above 0s and at most 10m");
-        }
+        duration(
+            "--retention-interval",
+            self.retention_interval,
+            s(1)..=d(1),
+            None,
+        )?;
+        duration("--dedup-window", self.dedup_window, min(1)..=d(365), None)?;
+        count(
+            "--read-max-connections",
+            self.read_max_connections as usize,
+            1..=1000,
+            "",
+        )?;
+        duration("--query-timeout", self.query_timeout, ms(100)..=h(1), None)?;
+        count(
+            "--max-concurrent-reads-per-tenant",
+            self.max_concurrent_reads_per_tenant,
+            1..=1000,
+            "",
+        )?;
+        count("--max-tails", self.max_tails, 1..=100_000, "")?;
+        count(
+            "--max-tails-per-tenant",
+            self.max_tails_per_tenant,
+            1..=100_000,
+            "",
+        )?;
+        bytes(
+            "--max-page-bytes",
+            self.max_page_bytes,
+            16 * KIB..=64 * MIB,
+            "",
+        )?;
+        duration(
+            "--tail-poll-interval",
+            self.tail_poll_interval,
+            ms(10)..=min(1),
+            None,
+        )?;
         Ok(())
     }
 

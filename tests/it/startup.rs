@@ -219,3 +219,30 @@ fn a_retention_of_a_hundred_million_years_is_refused_at_start_up() {
         "{stderr}"
     );
 }
+
+/// Numeric options that parse but would stop the service (a billion shards aborted on allocation,
+/// a hundred thousand took 1.37 GiB idle, the others were accepted and left it useless) are each
+/// refused at start-up with one line naming the flag and its range.
+#[test]
+fn numeric_options_out_of_their_range_are_refused_at_start_up() {
+    for (flag, value) in [
+        ("--shards", "1000000000"),
+        ("--shards", "100000"),
+        ("--stream-idle-timeout", "1ns"),
+        ("--max-request-bytes", "0"),
+        ("--read-max-connections", "0"),
+        ("--batch-max-bytes", "0"),
+        ("--dedup-window", "0s"),
+        ("--max-connection-age", "1ns"),
+        ("--enqueue-timeout", "0s"),
+        ("--tenant-buffer-share", "0"),
+        ("--min-body-rate", "1"),
+        ("--queue-capacity", "10000000"),
+    ] {
+        let error = start_up_error(&[flag, value]);
+        assert!(
+            error.contains(&format!("{flag} must be")) && error.contains(" to "),
+            "{flag} {value}: {error}"
+        );
+    }
+}
