@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::budget::{Budget, Claim};
+use super::budget::Claim;
 use super::stall::Stalled;
 use super::Ingress;
 use crate::error::IngestError;
@@ -20,7 +20,6 @@ const GROW_STEP: usize = 256 * 1024;
 /// to the message's chunk by [`Ingress::enqueue`].
 pub struct Meter<'a> {
     ingress: &'a Ingress,
-    budget: &'a Budget,
     tenant: Arc<str>,
     claim: Option<Claim>,
     started: Instant,
@@ -28,10 +27,9 @@ pub struct Meter<'a> {
 
 impl<'a> Meter<'a> {
     /// A meter for a message of `tenant`'s that has claimed nothing yet.
-    pub(super) fn new(ingress: &'a Ingress, budget: &'a Budget, tenant: &Arc<str>) -> Self {
+    pub(super) fn new(ingress: &'a Ingress, tenant: &Arc<str>) -> Self {
         Meter {
             ingress,
-            budget,
             tenant: Arc::clone(tenant),
             claim: None,
             started: Instant::now(),
@@ -44,9 +42,14 @@ impl<'a> Meter<'a> {
     pub async fn expect(&mut self, bytes: usize) -> Result<(), IngestError> {
         let outcome = match &mut self.claim {
             Some(claim) => claim.grow_to(bytes).await,
-            None => self.budget.claim(&self.tenant, bytes).await.map(|claim| {
-                self.claim = Some(claim);
-            }),
+            None => self
+                .ingress
+                .budget
+                .claim(&self.tenant, bytes)
+                .await
+                .map(|claim| {
+                    self.claim = Some(claim);
+                }),
         };
         outcome.map_err(|stalled| self.stalled(stalled))
     }
@@ -54,7 +57,7 @@ impl<'a> Meter<'a> {
     /// Charges `bytes` more, growing the claim first when it does not cover them; refuses the
     /// message once it would hold more than the message cap.
     pub async fn charge(&mut self, bytes: usize) -> Result<(), IngestError> {
-        let limit = self.budget.message_cap();
+        let limit = self.ingress.budget.message_cap();
         let charged = self.charged() + bytes;
         if charged > limit {
             return Err(IngestError::DecodedTooLarge { limit });

@@ -207,7 +207,7 @@ impl Ingress {
 
     /// A meter for one message of `tenant`'s, which claims its place in the budget on first use.
     pub fn meter(&self, tenant: &Arc<str>) -> Meter<'_> {
-        Meter::new(self, &self.budget, tenant)
+        Meter::new(self, tenant)
     }
 
     /// Most bytes one message may hold while it is read and decoded: half the budget (and no more
@@ -251,11 +251,6 @@ impl Ingress {
             _budget: held,
         });
         Ok(receiver)
-    }
-
-    /// How long a stream may wait for room that does not move before it is told to back off.
-    pub fn enqueue_timeout(&self) -> Duration {
-        self.enqueue_timeout
     }
 
     /// The refusal of a wait for `resource` that saw it stand still, counted.

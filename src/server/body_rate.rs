@@ -28,19 +28,35 @@ impl MinBodyRate {
         bytes_per_second: 0,
         grace: Duration::ZERO,
     };
+}
 
-    /// The rule `loghaul serve` was given.
+/// How a body, once its first byte is due, must keep arriving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    /// Longest the client may send nothing in the middle of a body (`--stream-idle-timeout`);
+    /// `None` waits as long as the minimum rate allows.
+    pub idle: Option<Duration>,
+    /// The slowest it may arrive (`--min-body-rate`).
+    pub min_rate: MinBodyRate,
+}
+
+impl BodyPace {
+    /// The pace `loghaul serve` was given.
     pub fn from_config(config: &ServeConfig) -> Self {
-        MinBodyRate {
-            bytes_per_second: config.min_body_rate.0,
-            grace: config.min_body_rate_grace.0,
+        let idle = config.stream_idle_timeout.0;
+        BodyPace {
+            idle: (!idle.is_zero()).then_some(idle),
+            min_rate: MinBodyRate {
+                bytes_per_second: config.min_body_rate.0,
+                grace: config.min_body_rate_grace.0,
+            },
         }
     }
 
     /// Starts timing a body whose first byte is about to be read.
     pub fn start(self) -> BodyClock {
         BodyClock {
-            rule: self,
+            pace: self,
             started: Instant::now(),
             received: 0,
         }
@@ -50,7 +66,7 @@ impl MinBodyRate {
 /// One body's bytes against the time since it started.
 #[derive(Clone, Copy, Debug)]
 pub struct BodyClock {
-    rule: MinBodyRate,
+    pace: BodyPace,
     started: Instant,
     received: u64,
 }
@@ -63,21 +79,18 @@ impl BodyClock {
 
     /// When the body falls below the minimum unless more of it arrives; `None` without one.
     pub fn deadline(&self) -> Option<Instant> {
-        let rate = self.rule.bytes_per_second;
-        if rate == 0 {
+        let rule = self.pace.min_rate;
+        if rule.bytes_per_second == 0 {
             return None;
         }
-        let earned = Duration::from_secs_f64(self.received as f64 / rate as f64);
-        Some(self.started + earned.max(self.rule.grace))
+        let earned = Duration::from_secs_f64(self.received as f64 / rule.bytes_per_second as f64);
+        Some(self.started + earned.max(rule.grace))
     }
 
     /// Waits for the body's next frame, `next`, until the body would fall below the minimum or
-    /// `idle` passes with nothing, whichever comes first.
-    pub async fn next<F: Future>(
-        &self,
-        idle: Option<Duration>,
-        next: F,
-    ) -> Result<F::Output, IngestError> {
+    /// the idle timeout passes with nothing, whichever comes first.
+    pub async fn next<F: Future>(&self, next: F) -> Result<F::Output, IngestError> {
+        let idle = self.pace.idle;
         let idle_at = idle.map(|idle| Instant::now() + idle);
         let (until, too_slow) = match (self.deadline(), idle_at) {
             (Some(slow), Some(idle)) if idle < slow => (Some(idle), false),
@@ -90,7 +103,7 @@ impl BodyClock {
         tokio::time::timeout_at(until, next).await.map_err(|_| {
             if too_slow {
                 IngestError::BodyTooSlow {
-                    bytes_per_second: self.rule.bytes_per_second,
+                    bytes_per_second: self.pace.min_rate.bytes_per_second,
                     received: self.received,
                     elapsed: self.started.elapsed(),
                 }
@@ -110,12 +123,16 @@ mod tests {
         grace: Duration::from_secs(5),
     };
 
+    fn pace(idle: Option<Duration>, min_rate: MinBodyRate) -> BodyPace {
+        BodyPace { idle, min_rate }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_trickle_is_cut_off_when_the_grace_runs_out() {
-        let mut clock = RULE.start();
+        let mut clock = pace(None, RULE).start();
         clock.received(10);
         let started = Instant::now();
-        let err = clock.next(None, std::future::pending::<()>()).await;
+        let err = clock.next(std::future::pending::<()>()).await;
         assert_eq!(started.elapsed(), RULE.grace);
         assert!(
             matches!(err, Err(IngestError::BodyTooSlow { received: 10, .. })),
@@ -125,17 +142,17 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_body_that_came_fast_may_pause_for_what_it_earned() {
-        let mut clock = RULE.start();
+        let mut clock = pace(None, RULE).start();
         // 20 s worth at the minimum rate, sent at once: it may then pause 20 s, not more.
         clock.received(20_000);
         let started = Instant::now();
-        let err = clock.next(None, std::future::pending::<()>()).await;
+        let err = clock.next(std::future::pending::<()>()).await;
         assert_eq!(started.elapsed(), Duration::from_secs(20));
         assert!(matches!(err, Err(IngestError::BodyTooSlow { .. })));
         // The idle timeout still comes first when it is shorter.
-        let clock = RULE.start();
         let idle = Duration::from_secs(2);
-        let err = clock.next(Some(idle), std::future::pending::<()>()).await;
+        let clock = pace(Some(idle), RULE).start();
+        let err = clock.next(std::future::pending::<()>()).await;
         assert!(
             matches!(err, Err(IngestError::StreamIdle(d)) if d == idle),
             "{err:?}"
@@ -144,8 +161,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_a_minimum_only_the_idle_timeout_applies() {
-        let clock = MinBodyRate::OFF.start();
+        let clock = pace(None, MinBodyRate::OFF).start();
         assert_eq!(clock.deadline(), None);
-        assert_eq!(clock.next(None, async { 7 }).await.unwrap(), 7);
+        assert_eq!(clock.next(async { 7 }).await.unwrap(), 7);
     }
 }

@@ -14,9 +14,8 @@ use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
 
 use super::background::Background;
-use super::body_rate::MinBodyRate;
+use super::body_rate::BodyPace;
 use super::build::Core;
-use super::grpc_body::BodyPace;
 use super::ingest::IngestService;
 use super::otlp;
 use super::refusal::ExplainRefusal;
@@ -56,12 +55,8 @@ pub(super) async fn serve(
 ) -> Result<(), ServeError> {
     let limits = core.limits;
     let ingress = core.pipeline.ingress();
-    let pace = BodyPace {
-        idle: Some(config.stream_idle_timeout.0).filter(|idle| !idle.is_zero()),
-        min_rate: MinBodyRate::from_config(config),
-    };
-    let ingest =
-        IngestService::new(ingress.clone(), limits, config.max_request_bytes.0).with_pace(pace);
+    let pace = BodyPace::from_config(config);
+    let ingest = IngestService::new(ingress.clone(), limits, config.max_request_bytes.0, pace);
     let otlp_logs = otlp::logs_server(ingress, limits, config.max_request_bytes.0, pace);
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(LOGHAUL_DESCRIPTORS)

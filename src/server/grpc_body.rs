@@ -19,7 +19,7 @@ use tonic::codegen::http::{self, HeaderMap, HeaderValue};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-use super::body_rate::MinBodyRate;
+use super::body_rate::BodyPace;
 use super::inflate::{inflate, Compression};
 use crate::error::IngestError;
 use crate::pipeline::Meter;
@@ -101,16 +101,6 @@ pub struct MessageReader {
     pace: BodyPace,
 }
 
-/// How fast a message, once its prefix has come, must arrive.
-#[derive(Clone, Copy, Debug)]
-pub struct BodyPace {
-    /// Longest the client may send nothing in the middle of a message (`--stream-idle-timeout`);
-    /// `None` waits as long as the minimum rate allows.
-    pub idle: Option<std::time::Duration>,
-    /// The slowest a message may arrive (`--min-body-rate`).
-    pub min_rate: MinBodyRate,
-}
-
 impl MessageReader {
     /// A reader of `body`, whose messages may be `max_message_bytes` long, before and after
     /// decompression (`--max-request-bytes`), and must arrive at `pace`.
@@ -179,12 +169,11 @@ impl MessageReader {
         prefix: Prefix,
         meter: &mut Meter<'_>,
     ) -> Result<Bytes, IngestError> {
-        let mut clock = self.pace.min_rate.start();
+        let mut clock = self.pace.start();
         let mut message = BytesMut::with_capacity(prefix.len);
         while message.len() < prefix.len {
             if self.pending.is_empty() {
-                let idle = self.pace.idle;
-                let Some(data) = clock.next(idle, self.next_data()).await?? else {
+                let Some(data) = clock.next(self.next_data()).await?? else {
                     return Err(IngestError::Malformed(format!(
                         "the stream ended {} bytes into a message of {}",
                         message.len(),

@@ -21,9 +21,9 @@ use tonic::codegen::http;
 use tonic::Status;
 
 use super::admission::{admit, count_received, respond};
-use super::body_rate::MinBodyRate;
+use super::body_rate::BodyPace;
 use super::fields::{fields, repeated, Value};
-use super::grpc_body::{answer, message_encoding, serve_raw_grpc, BodyPace, MessageReader, Prefix};
+use super::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader, Prefix};
 use super::settlement::{QueuedMessage, Tally};
 use super::validate::{validate, Invalid, Limits};
 use crate::auth::{AuthFailure, Tenant};
@@ -80,24 +80,15 @@ pub struct IngestService {
 }
 
 impl IngestService {
-    /// A service feeding `ingress`.
-    pub fn new(ingress: Ingress, limits: Limits, max_request_bytes: u64) -> Self {
+    /// A service feeding `ingress`, taking messages of up to `max_request_bytes` that arrive at
+    /// `pace` (which also ends streams that send nothing for its idle timeout).
+    pub fn new(ingress: Ingress, limits: Limits, max_request_bytes: u64, pace: BodyPace) -> Self {
         IngestService {
             ingress,
             limits,
             max_request_bytes,
-            pace: BodyPace {
-                idle: None,
-                min_rate: MinBodyRate::OFF,
-            },
+            pace,
         }
-    }
-
-    /// Ends streams that send nothing for `pace.idle` (`--stream-idle-timeout`; `None` never
-    /// does), and messages that arrive slower than `pace.min_rate` (`--min-body-rate`).
-    pub fn with_pace(mut self, pace: BodyPace) -> Self {
-        self.pace = pace;
-        self
     }
 
     /// Serves one call: checks what it is, reads the stream, and answers.

@@ -4,8 +4,6 @@
 //! in the budget before the first byte is read, charges every byte as it arrives, and is cut off
 //! if the body comes slower than `--min-body-rate`.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use bytes::{Bytes, BytesMut};
@@ -14,7 +12,7 @@ use http_body_util::BodyExt;
 use super::reply::HttpError;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
-use crate::server::body_rate::MinBodyRate;
+use crate::server::body_rate::BodyPace;
 use crate::server::inflate::{inflate, Compression};
 use crate::server::otlp::export::EXPECTED_DECODED_RATIO;
 
@@ -23,11 +21,8 @@ use crate::server::otlp::export::EXPECTED_DECODED_RATIO;
 pub struct BodyLimits {
     /// Bytes as sent, and again once decompressed (`--max-request-bytes`).
     pub max_bytes: usize,
-    /// How long the client may send nothing in the middle of a body (`--stream-idle-timeout`);
-    /// `None` waits as long as the minimum rate allows.
-    pub idle: Option<Duration>,
-    /// The slowest the body may arrive (`--min-body-rate`).
-    pub min_rate: MinBodyRate,
+    /// How the body must keep arriving (`--stream-idle-timeout`, `--min-body-rate`).
+    pub pace: BodyPace,
 }
 
 /// The compression `Content-Encoding` names; `None` for none. Loki's `snappy` is not a transfer
@@ -79,9 +74,9 @@ pub async fn read(
         .await?;
     let mut raw = BytesMut::with_capacity(announced.unwrap_or(0));
     let mut body = body;
-    let mut clock = limits.min_rate.start();
+    let mut clock = limits.pace.start();
     loop {
-        let Some(frame) = clock.next(limits.idle, body.frame()).await? else {
+        let Some(frame) = clock.next(body.frame()).await? else {
             break;
         };
         let frame = frame.map_err(|err| {

@@ -35,7 +35,7 @@ use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::pipeline::{Ingress, Meter};
 use crate::query::Reads;
-use crate::server::body_rate::MinBodyRate;
+use crate::server::body_rate::BodyPace;
 use crate::server::inflate::Compression;
 use crate::server::loki::query::LokiApi;
 use crate::server::loki::Pusher;
@@ -72,7 +72,6 @@ impl HttpIngest {
         readiness: Arc<Readiness>,
         config: &ServeConfig,
     ) -> Self {
-        let idle = config.stream_idle_timeout.0;
         HttpIngest {
             loki_api: LokiApi::new(reads, Arc::clone(&keys), readiness),
             reception: Reception {
@@ -80,8 +79,7 @@ impl HttpIngest {
                 keys,
                 body: BodyLimits {
                     max_bytes: config.max_request_bytes.as_usize(),
-                    idle: (!idle.is_zero()).then_some(idle),
-                    min_rate: MinBodyRate::from_config(config),
+                    pace: BodyPace::from_config(config),
                 },
             },
             exporter: Exporter::new(ingress.clone(), limits),

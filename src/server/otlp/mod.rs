@@ -20,7 +20,7 @@ use prost::Message;
 use prost_types::FileDescriptorSet;
 
 use crate::pipeline::Ingress;
-use crate::server::grpc_body::BodyPace;
+use crate::server::body_rate::BodyPace;
 use crate::server::validate::Limits;
 use export::Exporter;
 use service::OtlpLogsService;

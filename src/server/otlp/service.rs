@@ -12,7 +12,8 @@ use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
 use crate::observability::metrics::{metrics, Protocol};
 use crate::server::admission::respond;
-use crate::server::grpc_body::{answer, message_encoding, serve_raw_grpc, BodyPace, MessageReader};
+use crate::server::body_rate::BodyPace;
+use crate::server::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader};
 
 /// The path of the one method this service has.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
