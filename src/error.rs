@@ -3,9 +3,8 @@
 use std::time::Duration;
 
 use prost::Message;
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
-use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthFailure;
 use crate::proto::trailers::{self, NotStored};
@@ -306,12 +305,7 @@ impl From<StreamFailure> for Status {
             trailers::SETTLED_BIN,
             MetadataValue::from_bytes(&settled.encode_to_vec()),
         );
-        Status::with_details_and_metadata(
-            status.code(),
-            message,
-            status.details().to_vec().into(),
-            metadata,
-        )
+        rich_status(status.code(), message, detail_entries(&status), metadata)
     }
 }
 
@@ -466,21 +460,63 @@ pub fn with_retry_after(
 /// standard status details, and the same message in the `google.rpc.retryinfo-bin` trailer, which
 /// is where some OpenTelemetry exporters (Python's among them) look for it.
 fn retry_later(code: Code, message: String, delay: Duration) -> Status {
-    let mut status =
-        Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(delay)));
-    let retry_info = tonic_types::pb::RetryInfo {
-        retry_delay: prost_types::Duration::try_from(delay).ok(),
-    };
-    status.metadata_mut().insert_bin(
+    let mut metadata = MetadataMap::new();
+    metadata.insert_bin(
         "google.rpc.retryinfo-bin",
-        MetadataValue::from_bytes(&retry_info.encode_to_vec()),
+        MetadataValue::from_bytes(&retry_info(delay).encode_to_vec()),
     );
-    status
+    rich_status(code, message, vec![retry_info_detail(delay)], metadata)
+}
+
+/// `google.rpc.RetryInfo` saying to come back after `delay`.
+fn retry_info(delay: Duration) -> tonic_types::pb::RetryInfo {
+    tonic_types::pb::RetryInfo {
+        retry_delay: prost_types::Duration::try_from(delay).ok(),
+    }
+}
+
+/// `google.rpc.RetryInfo` as an entry of a `google.rpc.Status`'s details, gRPC's or OTLP/HTTP's.
+pub fn retry_info_detail(delay: Duration) -> prost_types::Any {
+    prost_types::Any {
+        type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+        value: retry_info(delay).encode_to_vec(),
+    }
+}
+
+/// A status of `code` and `message` with the detail entries `details` and `metadata`. Its
+/// `grpc-status-details-bin` is a `google.rpc.Status` of the same code and message, built here
+/// once the message is final: gRPC's status libraries refuse details that disagree with the
+/// status (Python's `grpc_status.rpc_status.from_call` raises), which would hide the details.
+/// Every status with details is built here.
+fn rich_status(
+    code: Code,
+    message: String,
+    details: Vec<prost_types::Any>,
+    metadata: MetadataMap,
+) -> Status {
+    if details.is_empty() {
+        return Status::with_metadata(code, message, metadata);
+    }
+    let encoded = tonic_types::pb::Status {
+        code: code as i32,
+        message: message.clone(),
+        details,
+    }
+    .encode_to_vec();
+    Status::with_details_and_metadata(code, message, encoded.into(), metadata)
+}
+
+/// The detail entries of `status`, to carry over to a status with another message.
+fn detail_entries(status: &Status) -> Vec<prost_types::Any> {
+    tonic_types::pb::Status::decode(status.details())
+        .map(|decoded| decoded.details)
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic_types::{ErrorDetails, StatusExt};
 
     #[test]
     fn decode_failures_are_the_clients_fault_and_idle_streams_say_what_was_stored() {
@@ -567,6 +603,86 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    /// What a client's status library reads: the status as it travels (`grpc-status`,
+    /// `grpc-message`, `grpc-status-details-bin`), and the `google.rpc.Status` in its details.
+    fn on_the_wire(status: Status) -> (Status, Option<tonic_types::pb::Status>) {
+        let response: tonic::codegen::http::Response<()> = status.into_http();
+        let read = Status::from_header_map(response.headers()).unwrap();
+        let details = (!read.details().is_empty())
+            .then(|| tonic_types::pb::Status::decode(read.details()).unwrap());
+        (read, details)
+    }
+
+    #[test]
+    fn the_rich_status_repeats_the_final_code_and_message() {
+        let settled = || PushResponse {
+            accepted: 3,
+            rejected: 1,
+            ..PushResponse::default()
+        };
+        let failed = |cause| {
+            Status::from(StreamFailure {
+                cause,
+                settled: settled(),
+                not_stored: NotStored {
+                    failed: vec![],
+                    from: Some(2),
+                },
+            })
+        };
+        let backpressure = || IngestError::Backpressure {
+            resource: "memory budget",
+            waited: Duration::from_secs(2),
+            retry_after: Duration::from_secs(1),
+        };
+        let rate_limited = || IngestError::RateLimited {
+            tenant: std::sync::Arc::from("t"),
+            retry_after: Duration::from_millis(250),
+        };
+        let store = || IngestError::Store(StoreError::Unavailable("pool timed out".into()));
+        // A transport status that came with details of its own.
+        let from_transport = || {
+            IngestError::Stream(Status::with_error_details(
+                Code::Unavailable,
+                "h2 stream reset",
+                ErrorDetails::with_retry_info(Some(Duration::from_secs(3))),
+            ))
+        };
+        let statuses = [
+            Status::from(backpressure()),
+            failed(backpressure()),
+            Status::from(rate_limited()),
+            failed(rate_limited()),
+            Status::from(IngestError::ShuttingDown),
+            failed(IngestError::ShuttingDown),
+            Status::from(store()),
+            failed(store()),
+            failed(from_transport()),
+            failed(IngestError::StreamIdle(Duration::from_secs(60))),
+            Status::from(QueryError::ShuttingDown),
+            Status::from(QueryError::TooManyReads {
+                tenant: std::sync::Arc::from("t"),
+                limit: 2,
+            }),
+        ];
+        let mut with_retry_info = 0;
+        for status in statuses {
+            let (read, details) = on_the_wire(status);
+            let Some(details) = details else {
+                assert_eq!(read.code(), Code::DeadlineExceeded, "{read:?}");
+                continue;
+            };
+            assert_eq!(details.code, read.code() as i32, "{read:?}");
+            assert_eq!(details.message, read.message(), "{read:?}");
+            let retry_info = details
+                .details
+                .iter()
+                .find(|any| any.type_url == "type.googleapis.com/google.rpc.RetryInfo");
+            with_retry_info += usize::from(retry_info.is_some());
+        }
+        assert_eq!(with_retry_info, 11, "every retryable status says when");
     }
 
     #[test]

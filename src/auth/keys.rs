@@ -123,14 +123,7 @@ impl KeyRing {
             file_digest = Some(digest(text.as_bytes()));
             file = toml::from_str(&text).map_err(|err| KeysError::File {
                 path: shown.clone(),
-                // toml's message quotes the offending line, which may be a key: keep only its
-                // first line.
-                message: err
-                    .message()
-                    .lines()
-                    .next()
-                    .unwrap_or("invalid TOML")
-                    .into(),
+                message: toml_error_without_keys(&text, &err),
             })?;
         }
         let mut pairs: Vec<(String, String, &'static str)> = file
@@ -185,7 +178,13 @@ impl KeyRing {
             if key.is_empty() {
                 return Err(origin_error("an empty key".into()));
             }
-            check_tenant_name(&tenant).map_err(origin_error)?;
+            // The value is not quoted: with key and tenant swapped, it would be the key.
+            check_tenant_name(&tenant).map_err(|_| {
+                origin_error(format!(
+                    "a key's tenant is not 1 to {MAX_TENANT_NAME} characters of A-Z a-z 0-9 . _ - \
+                     (not shown, in case it is a key written where its tenant belongs)"
+                ))
+            })?;
             let digest = digest(key.as_bytes());
             if let Some(existing) = by_digest.get(&digest) {
                 if **existing != *tenant {
@@ -278,6 +277,78 @@ pub fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
+/// What is wrong with a keys file and where, never quoting it: toml's own message quotes keys
+/// (`duplicate key `…` in table `keys``) and its display shows the line, so only the file's own
+/// names are kept of what it quotes, and the place is given as a line number and a table.
+fn toml_error_without_keys(text: &str, err: &toml::de::Error) -> String {
+    let first_line = err.message().lines().next().unwrap_or_default();
+    let what = without_quoted_text(first_line);
+    let what = if what.is_empty() {
+        "invalid TOML".into()
+    } else {
+        what
+    };
+    let Some(span) = err.span() else {
+        return format!("{what} (the file's text is not shown: it may hold keys)");
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let earlier_lines = &before[..before.rfind('\n').unwrap_or(0)];
+    match enclosing_table(earlier_lines) {
+        Some(table) => {
+            format!("line {line} in [{table}]: {what} (the line is not shown: it may hold a key)")
+        }
+        None => format!("line {line}: {what} (the line is not shown: it may hold a key)"),
+    }
+}
+
+/// The keys file's own table and field names: the only quoted text an error may repeat.
+const FILE_NAMES: [&str; 5] = [
+    "keys",
+    "tenants",
+    "records-per-second",
+    "bytes-per-second",
+    "burst",
+];
+
+/// `message` without what it quotes: a name in backquotes is kept only if it is one of
+/// [`FILE_NAMES`], and a value in double quotes (serde's `string "…"`) never, as it may be a key
+/// written where its tenant belongs. An unclosed quote hides the rest.
+fn without_quoted_text(message: &str) -> String {
+    let mut kept = String::new();
+    for (index, part) in message.split('`').enumerate() {
+        if index % 2 == 0 {
+            kept.extend(part.split('"').step_by(2));
+        } else if FILE_NAMES.contains(&part) {
+            kept.push('`');
+            kept.push_str(part);
+            kept.push('`');
+        }
+    }
+    kept.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" ,", ",")
+        .trim_end_matches([' ', ',', ':'])
+        .to_owned()
+}
+
+/// The table of the file's own that the text after `earlier_lines` is in: `keys`, `tenants` or
+/// `tenants.NAME`; `None` at the top level or under any other header, which could be a key.
+fn enclosing_table(earlier_lines: &str) -> Option<&str> {
+    let header = earlier_lines
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| line.starts_with('['))?;
+    let name = header.trim_start_matches('[').split(']').next()?.trim();
+    let ours = match name.split_once('.') {
+        None => name == "keys" || name == "tenants",
+        Some((parent, tenant)) => parent == "tenants" && check_tenant_name(tenant).is_ok(),
+    };
+    ours.then_some(name)
+}
+
 /// Splits `key1=tenant_a,key2=tenant_b`. A key may itself contain `=` (base64 padding), so each
 /// item is split at its last `=`; tenant names cannot contain one.
 pub fn parse_inline(text: &str) -> Result<Vec<(String, String)>, KeysError> {
@@ -355,6 +426,47 @@ mod tests {
         assert!(!err.to_string().contains("secret-key"), "{err}");
         let err = KeyRing::load(&inline("same=a,same=b"), None).unwrap_err();
         assert!(err.to_string().contains("two tenants"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_file_names_the_line_and_table_never_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
+        let sources = KeySources {
+            file: Some(path.clone()),
+            ..KeySources::default()
+        };
+        let key = "k-3f9a1c77e0b24d5e8a6b";
+        let cases = [
+            (
+                format!("# keys\n[keys]\nk-other = \"b\"\n{key} = \"a\"\n\n{key} = \"a\"\n"),
+                "line 6 in [keys]: duplicate key",
+            ),
+            (
+                format!("{key} = \"a\"\n[keys]\n"),
+                "line 1: unknown field, expected `keys` or `tenants`",
+            ),
+            (
+                format!("[keys]\nacme = \"{key}/x+\"\n"),
+                "a key's tenant is not 1 to 64 characters",
+            ),
+            (
+                format!("[keys]\n\"{key}\" = \"acme\n"),
+                "line 2 in [keys]: invalid basic string",
+            ),
+            (
+                format!("[tenants.a]\nburst = \"1s\"\n\n[keys]\n{key} = 5\n"),
+                "line 5 in [keys]: invalid type: integer, expected a string",
+            ),
+        ];
+        for (text, says) in cases {
+            std::fs::write(&path, &text).unwrap();
+            let err = KeyRing::load(&sources, None).unwrap_err().to_string();
+            assert!(!err.contains(key), "{err}");
+            assert!(!err.contains(&key[..8]), "{err}");
+            assert!(err.contains(says), "{err} should say {says:?}");
+            assert!(err.contains("keys.toml"), "{err}");
+        }
     }
 
     #[test]

@@ -3,8 +3,10 @@
 /// What can go wrong talking to the database.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database refused the data itself (a constraint or a value it cannot hold); retrying
-    /// the same rows cannot help, so the batch is split to find the culprit.
+    /// The database refused the data itself: a constraint, a value it cannot hold, an error a
+    /// trigger raised for it; any error it raised that is not about itself (its connection,
+    /// resources, transactions or schema). Retrying the same rows cannot help, so the batch is
+    /// split to find the culprit.
     #[error("the database refused the row: {0}")]
     RowRejected(String),
     /// The database is unreachable, overloaded or failing; the same write may succeed later.
@@ -60,13 +62,20 @@ impl StoreError {
     }
 }
 
-/// Maps a sqlx error to retryable or row-level, given the backend's test for "the data is bad".
+/// Maps a sqlx error to retryable or row-level. An error the database raised, with its code and
+/// message, is the rows' unless the backend's `blames_the_store` says it is about the database
+/// itself; an error without a code (I/O, a pool timeout, the protocol) is always retried. So an
+/// error no one foresaw, such as one a trigger raises, costs a split batch rather than an outage.
 pub(in crate::storage) fn classify(
     err: sqlx::Error,
-    is_data_error: impl Fn(&str) -> bool,
+    blames_the_store: impl Fn(&str, &str) -> bool,
 ) -> StoreError {
     match &err {
-        sqlx::Error::Database(db) if db.code().is_some_and(|code| is_data_error(&code)) => {
+        sqlx::Error::Database(db)
+            if db
+                .code()
+                .is_some_and(|code| !blames_the_store(&code, db.message())) =>
+        {
             StoreError::RowRejected(db.message().to_owned())
         }
         _ => StoreError::Unavailable(err.to_string()),

@@ -3,7 +3,8 @@ their count, a `loghaul serve` process on a temporary SQLite file with its HTTP 
 an ephemeral port, plain HTTP requests, and the stored rows.
 
 The same as tests/otlp/test_python_sdk.py's helpers (which cannot be imported here: that module
-needs the gRPC exporter), plus the HTTP ingest address and server options.
+needs the gRPC exporter), plus the HTTP ingest address and server options. It needs no package
+beyond the standard library, so tests/otlp/test_grpc_status.py uses it too.
 """
 
 import base64
@@ -67,9 +68,15 @@ def flat(value):
 class Server:
     """`loghaul serve` on a temporary SQLite file, its gRPC, metrics and HTTP ingest listeners on
     ephemeral loopback ports (read from its JSON start-up line), stopped with SIGTERM like an
-    operator would. `extra` are more `serve` options."""
+    operator would. `extra` are more `serve` options, and may set the shards and the linger."""
 
     def __init__(self, binary, db_path, *extra):
+        tunable = [
+            item
+            for option, value in (("--shards", "2"), ("--batch-linger", "20ms"))
+            if option not in extra
+            for item in (option, value)
+        ]
         self.process = subprocess.Popen(
             [
                 binary, "serve",
@@ -79,8 +86,7 @@ class Server:
                 "--console-listen", "off",
                 "--database-url", f"sqlite://{db_path}",
                 "--log-format", "json",
-                "--shards", "2",
-                "--batch-linger", "20ms",
+                *tunable,
                 *extra,
             ],
             stdout=subprocess.DEVNULL,

@@ -4,7 +4,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::common::process::{assert_success, output_within, Process, BINARY};
+use crate::common::process::{assert_success, output_within, serve_command, Process, BINARY};
 use crate::common::{metric, push_as, record, wait_until, Backend, TestDb, DEADLINE};
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use tonic::Code;
@@ -187,6 +187,47 @@ async fn a_rotated_keys_file_is_reloaded_without_a_signal_or_restart() {
         "a refused content is not retried at every look: {logged}"
     );
     assert!(!logged.contains("key-t"), "keys are never logged: {logged}");
+}
+
+/// A keys file that lists one key twice: the start-up error and the reload log say which line of
+/// which table, and never the key (toml's own message quotes it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_file_error_names_its_line_never_the_key() {
+    let db = TestDb::create(Backend::Sqlite, "keys_line").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.toml");
+    let key = format!("k-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let listed_twice =
+        format!("[keys]\n{key} = \"team-a\"\nkey-one = \"team-a\"\n{key} = \"team-a\"\n");
+    let says = "line 4 in [keys]: duplicate key";
+
+    std::fs::write(&keys, &listed_twice).unwrap();
+    let failed = serve_command()
+        .args(["--database-url", &db.url, "--api-keys-file"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains(says), "{stderr}");
+    assert!(
+        !stderr.contains(&key[..12]),
+        "the key is not shown: {stderr}"
+    );
+
+    std::fs::write(&keys, "[keys]\nkey-one = \"team-a\"\n").unwrap();
+    let (mut server, mut client) = serve_with_key_one(&db, &keys, "0s").await;
+    std::fs::write(&keys, &listed_twice).unwrap();
+    server.signal("HUP");
+    let failed = server.wait_for_log("API keys reload failed; the previous keys stay in force");
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains(says), "{failed}");
+    assert_eq!(push_code(&mut client, "key-one").await, Code::Ok);
+    let logged = server.transcript().join("\n");
+    assert!(
+        !logged.contains(&key[..12]),
+        "the key is not logged: {logged}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

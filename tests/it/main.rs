@@ -31,6 +31,7 @@ mod probes;
 mod process;
 mod query;
 mod reads;
+mod refused_rows;
 mod replicas;
 mod retention;
 mod secrets;

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 use prost::Message;
 
 use crate::auth::AuthFailure;
-use crate::error::{with_retry_after, IngestError};
+use crate::error::{retry_info_detail, with_retry_after, IngestError};
 
 /// Why an HTTP ingest request was not served.
 #[derive(Debug, thiserror::Error)]
@@ -134,16 +134,7 @@ pub fn otlp_error(err: &HttpError, format: Option<BodyFormat>) -> Response<Body>
     let format = format.unwrap_or(BodyFormat::Json);
     let body = match format {
         BodyFormat::Protobuf => {
-            let details = delay
-                .map(|delay| prost_types::Any {
-                    type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
-                    value: tonic_types::pb::RetryInfo {
-                        retry_delay: prost_types::Duration::try_from(delay).ok(),
-                    }
-                    .encode_to_vec(),
-                })
-                .into_iter()
-                .collect();
+            let details = delay.map(retry_info_detail).into_iter().collect();
             tonic_types::pb::Status {
                 code,
                 message,

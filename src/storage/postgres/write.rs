@@ -59,10 +59,23 @@ async fn write_rows(conn: &mut PgConnection, rows: &[Row<'_>]) -> Result<(), sql
     Ok(())
 }
 
-/// SQLSTATE classes that blame the data, not the database: 22 data exception, 23 integrity
-/// constraint violation, 54 program limit exceeded (a value too large for an index, say).
-fn is_data_error(code: &str) -> bool {
-    code.starts_with("22") || code.starts_with("23") || code.starts_with("54")
+/// SQLSTATE classes that blame the database, not the rows: the connection (08), transactions
+/// (0B, 25 such as a read-only standby after a fail-over, 2D, 3B, 40 serialization failures and
+/// deadlocks), the schema and privileges (0A, 26 a prepared statement gone, 28, 3D, 3F, 42 a
+/// table or column missing), resources (53 disk full, out of memory, too many connections),
+/// locks and cursors (24, 34, 55), an operator (57: shutdown, statement timeout), the system
+/// (58, F0, HV, XX, 72). Retries or an operator cure these, and every row would fail alike.
+/// Every other class is a row's: 22 bad data, 23 constraints, 54 a value too large for an
+/// index, P0 a trigger's `RAISE`, 09 and 27 triggered actions, 38 and 39 routines, 44 a check
+/// option.
+const STORE_CLASSES: [&str; 22] = [
+    "08", "0A", "0B", "24", "25", "26", "28", "2D", "34", "3B", "3D", "3F", "40", "42", "53", "55",
+    "57", "58", "72", "F0", "HV", "XX",
+];
+
+/// True when the SQLSTATE `code` blames the database rather than the rows written.
+fn blames_the_store(code: &str, _message: &str) -> bool {
+    STORE_CLASSES.iter().any(|class| code.starts_with(class))
 }
 
 /// Citus's SQLSTATE for a worker's refusal of a copied row: its COPY reports the worker's message
@@ -83,11 +96,11 @@ impl PostgresStore {
                 }
             }
         }
-        classify(err, is_data_error)
+        classify(err, blames_the_store)
     }
 
     pub(in crate::storage) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let mut tx = self.pool.begin().await.map_err(fail)?;
         write_rows(&mut tx, rows)
             .await
@@ -101,7 +114,7 @@ impl PostgresStore {
         rows: &[Row<'_>],
         claims: &[Claim<'_>],
     ) -> Result<Vec<bool>, StoreError> {
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let mut tx = self.pool.begin().await.map_err(fail)?;
         let inserted: Vec<(String, Vec<u8>, i64)> = sqlx::query_as(CLAIM_SQL)
             .bind(
@@ -138,7 +151,7 @@ impl PostgresStore {
     }
 
     pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let mut tx = self.pool.begin().await.map_err(fail)?;
         write_rows(&mut tx, rows)
             .await
@@ -167,5 +180,28 @@ impl PostgresStore {
                 .map_err(|err| StoreError::Unavailable(err.to_string()))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_errors_about_the_database_itself_are_retried() {
+        let rows = [
+            "22001", "22P02", "23505", "23514", "54000", "P0001", "P0004", "09000", "27000",
+            "2F005", "38000", "39P01", "44000", "21000", "20000",
+        ];
+        for code in rows {
+            assert!(!blames_the_store(code, ""), "{code} is a row's");
+        }
+        let store = [
+            "08006", "0A000", "25006", "26000", "28P01", "3D000", "40001", "40P01", "42P01",
+            "42501", "53100", "53200", "53300", "55P03", "57014", "57P01", "58030", "XX000",
+        ];
+        for code in store {
+            assert!(blames_the_store(code, ""), "{code} is the database's");
+        }
     }
 }

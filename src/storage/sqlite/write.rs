@@ -155,16 +155,31 @@ async fn rollback(conn: &mut SqliteConnection) {
     }
 }
 
-/// Primary result codes that blame the data: TOOBIG, CONSTRAINT, MISMATCH, RANGE.
-fn is_data_error(code: &str) -> bool {
-    code.parse::<i32>()
-        .is_ok_and(|extended| matches!(extended & 0xff, 18 | 19 | 20 | 25))
+/// Primary result codes that blame the database, not the rows: INTERNAL, PERM, ABORT, BUSY,
+/// LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL, SCHEMA,
+/// MISUSE, NOLFS, AUTH, NOTADB. Retries or an operator cure these, and every row would fail
+/// alike.
+const STORE_CODES: [i32; 18] = [
+    2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 21, 22, 23, 26,
+];
+
+/// True when the result `code` blames the database rather than the rows written. The generic
+/// ERROR is a row's (a function a trigger calls failed on its values), unless it says a table,
+/// column or function is missing: every row would fail alike.
+fn blames_the_store(code: &str, message: &str) -> bool {
+    let Ok(extended) = code.parse::<i32>() else {
+        return true;
+    };
+    match extended & 0xff {
+        1 => message.starts_with("no such "),
+        primary => STORE_CODES.contains(&primary),
+    }
 }
 
 impl SqliteStore {
     pub(in crate::storage) async fn insert(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let _turn = self.turn().await;
         let mut conn = self.pool.acquire().await.map_err(fail)?;
         // A batch of several statements is still stored whole or not at all.
@@ -182,7 +197,7 @@ impl SqliteStore {
         claims: &[Claim<'_>],
     ) -> Result<Vec<bool>, StoreError> {
         let received_at = chrono::Utc::now().timestamp_micros();
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let _turn = self.turn().await;
         let mut conn = self.pool.acquire().await.map_err(fail)?;
         in_transaction(&mut conn, true, async |conn| {
@@ -204,7 +219,7 @@ impl SqliteStore {
     }
 
     pub(in crate::storage) async fn probe(&self, rows: &[Row<'_>]) -> Result<(), StoreError> {
-        let fail = |err| classify(err, is_data_error);
+        let fail = |err| classify(err, blames_the_store);
         let _turn = self.turn().await;
         let mut conn = self.pool.acquire().await.map_err(fail)?;
         let received_at = chrono::Utc::now().timestamp_micros();
@@ -249,11 +264,20 @@ mod tests {
     }
 
     #[test]
-    fn constraint_and_size_errors_blame_the_row() {
-        assert!(is_data_error("19"));
-        assert!(is_data_error("2067")); // SQLITE_CONSTRAINT_UNIQUE
-        assert!(is_data_error("18"));
-        assert!(!is_data_error("5")); // SQLITE_BUSY: retry
-        assert!(!is_data_error("not a number"));
+    fn constraint_trigger_and_size_errors_blame_the_row() {
+        let rows = |code| !blames_the_store(code, "");
+        assert!(rows("19"));
+        assert!(rows("2067")); // SQLITE_CONSTRAINT_UNIQUE
+        assert!(rows("1811")); // SQLITE_CONSTRAINT_TRIGGER: RAISE(ABORT, …)
+        assert!(rows("18"));
+        assert!(!blames_the_store("1", "malformed JSON"));
+        assert!(blames_the_store("1", "no such table: logs"));
+        assert!(blames_the_store("5", "database is locked")); // SQLITE_BUSY: retry
+        assert!(blames_the_store("13", "database or disk is full"));
+        assert!(blames_the_store(
+            "1032",
+            "attempt to write a readonly database"
+        )); // READONLY_DBMOVED
+        assert!(blames_the_store("not a number", ""));
     }
 }
