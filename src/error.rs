@@ -326,7 +326,7 @@ pub enum QueryError {
     Store(#[source] StoreError),
     /// A Tail subscriber did not read fast enough; it was dropped so that it slows nobody else.
     #[error("subscriber too slow: {0}; narrow the filter or read faster, then resume from the last cursor")]
-    SubscriberTooSlow(&'static str),
+    SubscriberTooSlow(String),
     /// The service is draining for shutdown.
     #[error("loghaul is shutting down; resume the tail on another replica from the last cursor")]
     ShuttingDown,

@@ -330,6 +330,15 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_TAIL_POLL_INTERVAL", default_value = "500ms")]
     pub tail_poll_interval: HumanDuration,
 
+    /// Most bytes of records queued for one tail subscriber (gRPC, console or Loki), counted
+    /// as encoded until its connection has taken them; a tail reads the database only as far
+    /// as its queue has room, and a tail message holds at most a quarter of it (and at most
+    /// --max-page-bytes). A subscriber whose queue stays full for 5s is dropped as too slow
+    /// (RESOURCE_EXHAUSTED, a console error event, WebSocket close 1008) and its queue
+    /// released. 64KiB to 1GiB.
+    #[arg(long, env = "LOGHAUL_TAIL_QUEUE_BYTES", default_value = "4MiB")]
+    pub tail_queue_bytes: ByteSize,
+
     /// TOML file with any of these options (keys are the flag names without dashes prefix).
     #[arg(long, env = "LOGHAUL_CONFIG")]
     #[serde(skip)]
@@ -586,6 +595,12 @@ impl ServeConfig {
             ms(10)..=min(1),
             None,
         )?;
+        bytes(
+            "--tail-queue-bytes",
+            self.tail_queue_bytes,
+            64 * KIB..=GIB,
+            "",
+        )?;
         Ok(())
     }
 
@@ -666,6 +681,21 @@ mod tests {
         config.console_listen = config.metrics_listen.to_string().parse().unwrap();
         let err = config.validate().unwrap_err();
         assert!(err.to_string().contains("--console-listen"), "{err}");
+    }
+
+    #[test]
+    fn a_tail_queue_outside_its_range_is_refused_naming_the_option() {
+        for size in ["0", "63KiB", "2GiB"] {
+            let mut config = defaults();
+            config.tail_queue_bytes = size.parse().unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert!(err.contains("--tail-queue-bytes"), "{size}: {err}");
+        }
+        for size in ["64KiB", "1GiB"] {
+            let mut config = defaults();
+            config.tail_queue_bytes = size.parse().unwrap();
+            assert!(config.validate().is_ok(), "{size}");
+        }
     }
 
     #[test]

@@ -125,11 +125,11 @@ impl LokiTail {
 
 #[cfg(test)]
 mod tests {
-    use tokio::sync::mpsc;
-    use tokio_stream::wrappers::ReceiverStream;
-
     use super::*;
     use crate::logql::ast::Query;
+    use crate::query::admission::{Admission, AdmissionLimits};
+    use crate::query::tail::Follow;
+    use crate::query::tail_queue::queue;
     use crate::storage::StoredRow;
 
     fn row(id: i64, second: i64, message: &str) -> StoredRow {
@@ -165,17 +165,23 @@ mod tests {
                 ts: nanos(both.ts),
                 line: output.line,
             });
-        let (sender, receiver) = mpsc::channel(1);
+        let (sender, receiver) = queue(1 << 20);
+        let admission = Admission::new(AdmissionLimits {
+            reads_per_tenant: 1,
+            tails: 1,
+            tails_per_tenant: 1,
+        });
+        let place = admission.tail(&Arc::from("tenant")).unwrap();
         let until = nanos(both.ts) + 1_000_000_000;
-        let mut tail = LokiTail::new(backfill, ReceiverStream::new(receiver), pipeline, until);
+        let mut tail = LokiTail::new(backfill, Follow::of(receiver, place), pipeline, until);
         let polled = vec![
             both,
             row(2, 100, "another line at the same time"),
             // The same text at a time the backfill did not reach is a line of its own.
             row(3, 200, "committed while the tail opened"),
         ];
-        sender.send(Ok(polled)).await.unwrap();
-        drop(sender);
+        assert!(sender.push(polled));
+        sender.finish(None, false);
 
         let live = tail.next().await.unwrap().unwrap();
         let sent: Vec<(i64, &str)> = live.streams[&output.labels]

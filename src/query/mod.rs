@@ -9,7 +9,8 @@
 //! - [`render`]: a stored record as a line for people or a JSON object.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
-//!   replica show up), bounded buffer, dropped when too slow.
+//!   replica show up) as far as its queue has room, dropped when too slow.
+//! - [`tail_queue`]: one subscriber's queue, bounded in bytes until its transport takes them.
 //!
 //! The SQL lives with the other storage code, in each backend's `read.rs` and `tail.rs` under
 //! `storage/`.
@@ -23,6 +24,7 @@ pub mod loki_tail;
 pub mod render;
 pub mod service;
 pub mod tail;
+pub mod tail_queue;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

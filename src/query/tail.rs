@@ -1,39 +1,46 @@
-//! One Tail subscriber: polls the database for newly committed records and sends them on a bounded
-//! channel. Polling (rather than an in-process fan-out) is what makes records committed by another
+//! One Tail subscriber: polls the database for newly committed records and queues them for its
+//! client. Polling (rather than an in-process fan-out) is what makes records committed by another
 //! replica sharing the database show up.
 //!
-//! The channel holds at most `buffer` messages of at most `batch` records and `--max-page-bytes`
-//! each, so a subscriber costs bounded memory; when it is full the subscriber is dropped with
-//! RESOURCE_EXHAUSTED ("subscriber too slow") instead of the poller waiting, which could never
-//! slow ingest anyway: tails only read, on the read pool. How many tails may be open, and how
-//! long a poll may take, is `query::admission`'s and `query::limits`' business.
+//! Each subscriber's queue holds at most `--tail-queue-bytes` ([`super::tail_queue`]), counted
+//! until its transport has taken them, and the poller reads only what fits: a client that reads
+//! slowly pauses its own poller, whose records wait in the database, not in memory. One whose
+//! queue stays full for [`STALL_GRACE`] is dropped with RESOURCE_EXHAUSTED ("subscriber too
+//! slow"), its queue released at once; that never slows ingest anyway: tails only read, on the
+//! read pool. How many tails may be open, and how long a poll may take, is
+//! `query::admission`'s and `query::limits`' business.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::Status;
 
 use super::admission::{TailSlot, TenantReads};
 use super::cursor::Cursor;
 use super::filter::Filter;
+use super::tail_queue::{queue, QueueReceiver, QueueSender, Room};
 use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::{StoredRow, Tail};
+use crate::storage::{Budget, StoredRow, Tail};
 
-/// How a tail polls and buffers.
+/// How long a subscriber's queue may stay too full to take another poll's records before the
+/// subscriber is dropped as too slow: long enough for a client on a slow link to take one
+/// message, short enough that a client that stopped reading soon learns why.
+pub const STALL_GRACE: Duration = Duration::from_secs(5);
+
+/// How a tail polls and queues.
 #[derive(Clone, Copy, Debug)]
 pub struct TailConfig {
     /// Time between polls when nothing is waiting: the bound on delivery delay.
     pub poll_interval: Duration,
     /// Records per message and per poll.
     pub batch: usize,
-    /// Messages buffered for the subscriber before it counts as too slow.
-    pub buffer: usize,
+    /// Bytes queued for one subscriber, counted as its records take on the wire, until its
+    /// transport has taken them.
+    pub queue_bytes: usize,
     /// Most record ids a PostgreSQL tail may remember for de-duplication.
     pub max_remembered: usize,
 }
@@ -43,7 +50,7 @@ impl Default for TailConfig {
         TailConfig {
             poll_interval: Duration::from_millis(500),
             batch: 500,
-            buffer: 16,
+            queue_bytes: 4 << 20,
             max_remembered: 200_000,
         }
     }
@@ -54,13 +61,42 @@ impl TailConfig {
     pub fn from_config(config: &crate::config::ServeConfig) -> Self {
         TailConfig {
             poll_interval: config.tail_poll_interval.0,
+            queue_bytes: config.tail_queue_bytes.as_usize(),
             ..TailConfig::default()
         }
     }
 }
 
-/// What a tail delivers: each poll's new rows, oldest first, then at most one error that ends it.
-pub type Follow = ReceiverStream<Result<Vec<StoredRow>, QueryError>>;
+/// What a tail delivers: each poll's new rows, oldest first, then at most one error that ends
+/// it. It holds the tail's place until both its poller and its reader are done, so a dropped
+/// subscriber whose client has not read yet still counts against `--max-tails`.
+#[derive(Debug)]
+pub struct Follow {
+    queue: QueueReceiver,
+    _place: Arc<TailSlot>,
+}
+
+impl Follow {
+    /// A follow of whatever `queue` is fed, holding `place`: for tests of what reads a tail.
+    #[cfg(test)]
+    pub(crate) fn of(queue: QueueReceiver, place: TailSlot) -> Self {
+        Follow {
+            queue,
+            _place: Arc::new(place),
+        }
+    }
+}
+
+impl Stream for Follow {
+    type Item = Result<Vec<StoredRow>, QueryError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        std::pin::Pin::new(&mut self.queue).poll_next(cx)
+    }
+}
 
 /// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
 /// service and the console, so both refuse the same requests with the same reasons.
@@ -106,24 +142,30 @@ const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
 fn follow(reads: Reads, place: TailSlot, slots: TenantReads, filter: Filter, tail: Tail) -> Follow {
-    // One slot more than the data may use, so the final status always fits.
-    let (sender, receiver) = mpsc::channel(reads.tail.buffer + 1);
+    let (sender, receiver) = queue(reads.tail.queue_bytes);
+    let place = Arc::new(place);
+    let polling = Arc::clone(&place);
     tokio::spawn(async move {
         metrics().tail_subscribers.add(1.0);
         let end = run(&reads, &slots, &filter, tail, &sender).await;
         metrics().tail_subscribers.add(-1.0);
-        drop(place);
         let label = match &end {
             None => "client_gone",
             Some(err) => err.kind(),
         };
         metrics().tails_ended.increment_static([label], 1);
-        if let Some(err) = end {
+        if let Some(err) = &end {
             tracing::debug!(error = %err, "tail ended");
-            let _ = sender.try_send(Err(err));
         }
+        // A subscriber dropped for being slow would not read its queue soon: it goes now.
+        let discard = matches!(end, Some(QueryError::SubscriberTooSlow(_)));
+        sender.finish(end, discard);
+        drop(polling);
     });
-    ReceiverStream::new(receiver)
+    Follow {
+        queue: receiver,
+        _place: place,
+    }
 }
 
 /// The poll loop; returns why it ended (None: the client went away).
@@ -132,20 +174,37 @@ async fn run(
     slots: &TenantReads,
     filter: &Filter,
     mut tail: Tail,
-    sender: &mpsc::Sender<Result<Vec<StoredRow>, QueryError>>,
+    queue: &QueueSender,
 ) -> Option<QueryError> {
     let config = reads.tail;
     let mut failures = 0;
     let mut more = false;
-    let budget = reads.limits.budget(config.batch);
+    // A message is at most a quarter of the queue (and at most a page), so that the queue holds
+    // several and the one a connection is writing, which the queue no longer counts once the
+    // connection has asked for the next, is small beside it.
+    let page = reads.limits.budget(config.batch);
+    let message = page.bytes.min(queue.limit() / 4);
     loop {
         if !more {
             tokio::select! {
-                () = sender.closed() => return None,
+                () = queue.closed() => return None,
                 () = reads.draining.cancelled() => return Some(QueryError::ShuttingDown),
                 () = tokio::time::sleep(config.poll_interval) => {}
             }
         }
+        // Nothing is read that the subscriber has no room for: its records wait in the database.
+        tokio::select! {
+            room = queue.room(message, STALL_GRACE) => match room {
+                Room::Free => {}
+                Room::ReaderGone => return None,
+                Room::Stalled => return Some(too_slow(queue.limit())),
+            },
+            () = reads.draining.cancelled() => return Some(QueryError::ShuttingDown),
+        }
+        let budget = Budget {
+            rows: page.rows,
+            bytes: message,
+        };
         // A poll dropped part-way leaves `tail` as it was: it changes only once the rows are read.
         // It takes one of its tenant's read slots, waiting its turn behind the tenant's other
         // reads, never the other tenants'.
@@ -171,23 +230,20 @@ async fn run(
         more = waiting;
         if tail.remembered() > config.max_remembered {
             return Some(QueryError::SubscriberTooSlow(
-                "more matching records per second than a tail can follow",
+                "more matching records per second than a tail can follow".into(),
             ));
         }
-        if rows.is_empty() {
-            continue;
-        }
-        // Keep the last slot for the closing status.
-        if sender.capacity() <= 1 {
-            if sender.is_closed() {
-                return None;
-            }
-            return Some(QueryError::SubscriberTooSlow(
-                "its buffer of unread records is full",
-            ));
-        }
-        if sender.try_send(Ok(rows)).is_err() {
+        if !rows.is_empty() && !queue.push(rows) {
             return None;
         }
     }
+}
+
+/// Why a subscriber whose queue stayed full is dropped.
+fn too_slow(limit: usize) -> QueryError {
+    QueryError::SubscriberTooSlow(format!(
+        "its queue of unread records (--tail-queue-bytes, {}) stayed full for {}s",
+        crate::config::ByteSize(limit as u64),
+        STALL_GRACE.as_secs()
+    ))
 }

@@ -49,7 +49,7 @@ fn target(params: &[(&str, &str)]) -> String {
 }
 
 /// Opens a tail with `key` in the `x-api-key` header (none when empty).
-async fn connect(addr: SocketAddr, key: &str, params: &[(&str, &str)]) -> Socket {
+pub async fn connect(addr: SocketAddr, key: &str, params: &[(&str, &str)]) -> Socket {
     let mut request = format!("ws://{addr}{}", target(params))
         .into_client_request()
         .unwrap();

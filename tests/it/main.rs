@@ -36,6 +36,7 @@ mod replicas;
 mod retention;
 mod secrets;
 mod send_follow;
+mod slow_tails;
 mod startup;
 mod tenants;
 mod tls;

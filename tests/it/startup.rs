@@ -238,6 +238,7 @@ fn numeric_options_out_of_their_range_are_refused_at_start_up() {
         ("--tenant-buffer-share", "0"),
         ("--min-body-rate", "1"),
         ("--queue-capacity", "10000000"),
+        ("--tail-queue-bytes", "2GiB"),
     ] {
         let error = start_up_error(&[flag, value]);
         assert!(

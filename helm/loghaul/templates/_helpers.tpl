@@ -193,6 +193,7 @@ query-default-range = {{ toString $c.queryDefaultRange | toJson }}
 query-timeout = {{ toString $c.queryTimeout | toJson }}
 max-page-bytes = {{ toString $c.maxPageBytes | toJson }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
+tail-queue-bytes = {{ toString $c.tailQueueBytes | toJson }}
 api-keys-reload-interval = {{ toString $c.apiKeysReloadInterval | toJson }}
 http-header-read-timeout = {{ toString $c.httpHeaderReadTimeout | toJson }}
 http-max-connections = {{ int64 $c.httpMaxConnections }}

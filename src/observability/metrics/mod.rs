@@ -198,6 +198,8 @@ pub struct Metrics {
     pub tail_subscribers: Gauge,
     /// Tail streams ended, by reason.
     pub tails_ended: CounterVec<1>,
+    /// Bytes of records queued for tail subscribers.
+    pub tail_queued_bytes: Gauge,
     /// Console requests, by endpoint and HTTP status.
     pub console_requests: CounterVec<2>,
     /// Connections open on an HTTP listener.
@@ -407,6 +409,7 @@ impl Metrics {
                 Series::new("loghaul_tails_ended_total", Count, "Tail streams ended, by reason: client_gone, too_slow, store_unavailable, shutting_down, deadline_exceeded (polls past --query-timeout)."),
                 ["reason"],
             ),
+            tail_queued_bytes: gauge("loghaul_tail_queued_bytes", Bytes, "Bytes of records queued for tail subscribers until their connections take them, each subscriber's at most --tail-queue-bytes."),
             console_requests: CounterVec::register(
                 Series::new("loghaul_console_requests_total", Count, "Console requests answered, by endpoint (logs, tail, health, session, other_api, page) and HTTP status."),
                 ["endpoint", "status"],

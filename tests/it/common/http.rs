@@ -146,6 +146,12 @@ impl EventStream {
         }
     }
 
+    /// Reads until the server ends the stream, failing after `limit`.
+    pub async fn read_to_end(&mut self, limit: Duration) {
+        let sent = read_until_closed(&mut self.stream, limit).await;
+        self.text.push_str(&String::from_utf8_lossy(&sent));
+    }
+
     /// The JSON data of every event of this type, in order.
     pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
         let mut found = Vec::new();
