@@ -290,17 +290,7 @@ async fn a_tail_that_does_not_read_is_dropped_as_too_slow(db: &TestDb) {
         metric(&text, "loghaul_tails_ended_total{reason=\"too_slow\"}") == 1.0
     })
     .await;
-    let mut received = 0;
-    let status = loop {
-        match tokio::time::timeout(Duration::from_secs(10), tail.message())
-            .await
-            .expect("the tail ends")
-        {
-            Ok(Some(message)) => received += message.records.len(),
-            Ok(None) => panic!("the tail ended without a status"),
-            Err(status) => break status,
-        }
-    };
+    let (received, status) = common::read_tail_to_status(&mut tail).await;
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
         status.message().contains("subscriber too slow"),

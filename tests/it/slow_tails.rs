@@ -18,7 +18,9 @@ use tonic::{Code, Streaming};
 
 use crate::common::http::EventStream;
 use crate::common::process::Process;
-use crate::common::{http_get, metric, push, record, wait_until, TestDb, DEADLINE};
+use crate::common::{
+    http_get, metric, push, read_tail_to_status, record, wait_until, TestDb, DEADLINE,
+};
 use crate::loki_tail::connect;
 
 const MIB: u64 = 1 << 20;
@@ -219,16 +221,7 @@ async fn slow_tails_are_dropped_with_a_reason_and_cost_bounded_memory(db: &TestD
 
     // Each slow client, reading at last, finds why it was dropped after what was in flight.
     for mut tail in grpc {
-        let status = loop {
-            match tokio::time::timeout(DEADLINE, tail.message())
-                .await
-                .expect("the dropped tail ends")
-            {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("the tail ended without a status"),
-                Err(status) => break status,
-            }
-        };
+        let (_, status) = read_tail_to_status(&mut tail).await;
         assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
         assert!(
             status.message().contains("subscriber too slow"),

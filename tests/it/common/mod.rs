@@ -26,7 +26,7 @@ use loghaul::config::ServeConfig;
 use loghaul::proto::v1::log_ingest_client::LogIngestClient;
 use loghaul::proto::v1::log_query_client::LogQueryClient;
 use loghaul::proto::v1::{
-    Filter, LogRecord, PushRequest, PushResponse, QueryRequest, StoredRecord,
+    Filter, LogRecord, PushRequest, PushResponse, QueryRequest, StoredRecord, TailResponse,
 };
 use sqlx::{Connection, Row};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -788,6 +788,24 @@ pub async fn query_all(
             return Ok(records);
         }
         cursor = page.next_cursor;
+    }
+}
+
+/// Reads a Tail to its end: the records it still brought, and the status it ended with. Panics
+/// when it ends without one, or sends nothing for `DEADLINE`.
+pub async fn read_tail_to_status(
+    tail: &mut tonic::Streaming<TailResponse>,
+) -> (usize, tonic::Status) {
+    let mut received = 0;
+    loop {
+        match tokio::time::timeout(DEADLINE, tail.message())
+            .await
+            .expect("the tail ends")
+        {
+            Ok(Some(message)) => received += message.records.len(),
+            Ok(None) => panic!("the tail ended without a status"),
+            Err(status) => return (received, status),
+        }
     }
 }
 
