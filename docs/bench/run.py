@@ -35,7 +35,11 @@ DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 DEFAULT_BINARY = ROOT / "target" / "release" / "loghaul"
 DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432"
 
-SCALING_STREAMS = [1, 4, 16, 64, 256]
+SCALING_STREAMS = [1, 4, 16, 64, 256, 1024]
+# The stream count the others are compared with, and the share of its throughput the larger
+# counts are held to.
+SCALING_BASE = 16
+SCALING_TARGET = 0.9
 # The ingest protocols compared, as `--protocol` and the report spell them, and as the table does.
 PROTOCOLS = {
     "native": "Push (native, gRPC)",
@@ -49,6 +53,14 @@ HTTP_TARGET = 0.8
 CURVE_SHARES = [25, 50, 75, 90]
 CURVE_TARGETS = {50: 100.0, 75: 250.0}
 CURVE_FIGURE = "latency-curve.svg"
+# Large requests sent all at once to a small budget: how many at once, each of how many records
+# of about how many bytes (3.6 MB on the wire; Loki's snappy 2.5 MB, 3.9 MB inflated), the budget,
+# and the protocols.
+LARGE_COUNTS = [1, 3, 8, 64]
+LARGE_RECORDS = 3300
+LARGE_MESSAGE_BYTES = 1000
+LARGE_BUDGET = "16MiB"
+LARGE_PROTOCOLS = ["native", "otlp-http", "loki"]
 MEMORY_BUDGETS = ["16MiB", "64MiB", "128MiB"]
 MEMORY_STREAMS = 64
 # Replicas of the service on one PostgreSQL: how many are compared, the streams spread over them,
@@ -99,10 +111,20 @@ def jobs(duration, repeat, shipper_records):
     """Every benchmark's commands, in the order they run (pairs alternated run for run)."""
     d = ["--duration", duration]
     out = {}
-    out["scaling"] = [
-        Job("scaling", f"streams-{n}", {"streams": n}, ["bench", "--json", *d, "--streams", str(n)])
-        for n in SCALING_STREAMS
-    ]
+    # Each repetition runs every stream count in turn, so that a count is compared with the base
+    # count of its own repetition.
+    for benchmark, postgres in [("scaling", False), ("scaling-postgres", True)]:
+        out[benchmark] = [
+            Job(
+                benchmark,
+                f"streams-{n}-{i}",
+                {"streams": n, "rep": i},
+                ["bench", "--json", *d, "--streams", str(n)],
+                postgres=postgres,
+            )
+            for i in range(1, repeat + 1)
+            for n in SCALING_STREAMS
+        ]
     out["copy"] = [
         Job(
             "copy",
@@ -141,6 +163,35 @@ def jobs(duration, repeat, shipper_records):
         + ["--curve", shares],
         postgres=lambda database: database == "postgres",
     )
+    out["large-requests"] = [
+        Job(
+            "large-requests",
+            f"{protocol}-{n}-{i}",
+            {"protocol": protocol, "requests": n, "rep": i},
+            [
+                "bench",
+                "--json",
+                "--protocol",
+                protocol,
+                "--streams",
+                str(n),
+                "--records-per-chunk",
+                str(LARGE_RECORDS),
+                "--message-bytes",
+                str(LARGE_MESSAGE_BYTES),
+                "--attributes",
+                "2",
+                "--chunks-per-stream",
+                "1",
+                "--records",
+                str(n * LARGE_RECORDS),
+                f"--server-arg=--max-buffered-bytes={LARGE_BUDGET}",
+            ],
+        )
+        for i in range(1, repeat + 1)
+        for protocol in LARGE_PROTOCOLS
+        for n in LARGE_COUNTS
+    ]
     out["memory"] = [
         Job(
             "memory",
@@ -538,31 +589,44 @@ def table(header, rows):
 
 
 def render_scaling(results):
-    rows = []
-    for result in sorted(results, key=lambda r: r["params"]["streams"]):
+    """One row per stream count: medians over the repetitions, and each repetition's throughput
+    against the base count's in the same repetition."""
+    by_rep = {}
+    for result in results:
         for run in runs_of(result):
-            latency = run["ack_latency_ms"]
-            rows.append(
-                [
-                    run["streams"],
-                    rate(run["records_per_sec"]),
-                    ms(latency["p50"]),
-                    ms(latency["p99"]),
-                    mib(run["server_peak_rss_bytes"]),
-                    failed([run]),
-                    verified([run]),
-                ]
-            )
+            by_rep.setdefault(result["params"].get("rep", 1), {})[run["streams"]] = run
+    rows = []
+    for streams in sorted({n for runs in by_rep.values() for n in runs}):
+        runs = [runs[streams] for _, runs in sorted(by_rep.items()) if streams in runs]
+        shares = [
+            run["records_per_sec"] / base["records_per_sec"]
+            for rep_runs in by_rep.values()
+            if (run := rep_runs.get(streams)) and (base := rep_runs.get(SCALING_BASE))
+            and base["records_per_sec"]
+        ]
+        rows.append(
+            [
+                streams,
+                median_of([run["records_per_sec"] for run in runs], rate),
+                median_of(shares, ratio) if streams != SCALING_BASE else "1",
+                ms(statistics.median(run["ack_latency_ms"]["p50"] for run in runs)),
+                ms(statistics.median(run["ack_latency_ms"]["p99"] for run in runs)),
+                mib(max(run["server_peak_rss_bytes"] for run in runs)),
+                failed(runs),
+                verified(runs),
+            ]
+        )
     header = [
         "streams",
-        "records/s",
+        "records/s, median (runs)",
+        f"÷ {SCALING_BASE} streams",
         "ack p50 ms",
         "ack p99 ms",
-        "server peak RSS",
-        "failed streams",
+        "server peak RSS (max)",
+        "failed streams (all runs)",
         "count verified",
     ]
-    ordered = sorted(results, key=lambda r: r["params"]["streams"])
+    ordered = sorted(results, key=lambda r: (r["params"].get("rep", 1), r["params"]["streams"]))
     return table(header, rows), ordered
 
 
@@ -905,6 +969,64 @@ def curve_svg(results):
     return "\n".join(out) + "\n"
 
 
+def render_large_requests(results):
+    """Per protocol and count: the time from the first send to the last answer, against the time
+    that many take one after another (the same repetition's single request, times the count) plus
+    a second."""
+    single = {}
+    for result in results:
+        params = result["params"]
+        for run in runs_of(result):
+            if params["requests"] == 1:
+                single[(params["protocol"], params["rep"])] = run["elapsed_sec"]
+    rows = []
+    for protocol in LARGE_PROTOCOLS:
+        for n in LARGE_COUNTS:
+            chosen = [
+                (result, run)
+                for result in results
+                if result["params"]["protocol"] == protocol and result["params"]["requests"] == n
+                for run in runs_of(result)
+            ]
+            if not chosen:
+                continue
+            elapsed = [run["elapsed_sec"] for _, run in chosen]
+            bounds = [
+                n * single[(protocol, result["params"]["rep"])] + 1.0
+                for result, _ in chosen
+                if (protocol, result["params"]["rep"]) in single
+            ]
+            within = sum(
+                1 for (_, run), bound in zip(chosen, bounds) if run["elapsed_sec"] <= bound
+            )
+            chunk = chosen[0][0].get("report", {}).get("settings", {}).get("chunk_bytes")
+            rows.append(
+                [
+                    PROTOCOLS.get(protocol, protocol),
+                    n,
+                    "-" if chunk is None else f"{chunk / 1e6:.2f} MB",
+                    median_of(elapsed, lambda v: f"{v:.2f}"),
+                    median_of(bounds, lambda v: f"{v:.2f}") if n > 1 else "",
+                    f"{within} of {len(bounds)}" if n > 1 else "",
+                    mib(max(run["server_peak_rss_bytes"] for _, run in chosen)),
+                    failed([run for _, run in chosen]),
+                    verified([run for _, run in chosen]),
+                ]
+            )
+    header = [
+        "protocol",
+        "at once",
+        "each, on the wire",
+        "first send to last answer, s: median (runs)",
+        "bound: at once × one alone + 1 s",
+        "runs within the bound",
+        "server peak RSS (max)",
+        "failed (all runs)",
+        "count verified",
+    ]
+    return table(header, rows), results
+
+
 def render_memory(results):
     order = {budget: i for i, budget in enumerate(MEMORY_BUDGETS)}
     ordered = sorted(results, key=lambda r: order.get(r["params"]["budget"], 99))
@@ -951,10 +1073,12 @@ def render_shipper(results):
 
 RENDERERS = {
     "scaling": render_scaling,
+    "scaling-postgres": render_scaling,
     "copy": render_copy,
     "sqlite-ceiling": lambda results: render_copy(results, "plain INSERT rows/s"),
     "protocol": render_protocol,
     "curve": render_curve,
+    "large-requests": render_large_requests,
     "memory": render_memory,
     "shipper": render_shipper,
     "replicas": render_replicas,

@@ -305,6 +305,9 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         client_timestamps: args.client_timestamps,
     };
     let workload = workload::generate(shape, args.protocol);
+    // What one request weighs on the wire (as compressed, for Loki), on average.
+    let chunk_bytes = workload.encoded.iter().map(|chunk| chunk.len()).sum::<usize>()
+        / workload.encoded.len().max(1);
     let settings = serde_json::json!({
         "endpoint": args.endpoint,
         "database": database_url.as_deref().map(crate::storage::redact_url),
@@ -322,11 +325,13 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "protocol": args.protocol,
         "http_endpoint": http_endpoint,
         "client_timestamps": args.client_timestamps,
+        "chunk_bytes": chunk_bytes,
     });
     eprintln!(
-        "workload: {} distinct chunks of {} records, ~{} B messages, {} attributes",
+        "workload: {} distinct chunks of {} records ({} bytes each on the wire, on average), ~{} B messages, {} attributes",
         workload.encoded.len(),
         args.records_per_chunk,
+        chunk_bytes,
         args.message_bytes,
         args.attributes
     );
