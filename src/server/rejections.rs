@@ -181,6 +181,58 @@ mod tests {
     }
 
     #[test]
+    fn records_the_transport_refused_are_numbered_in_around_the_decoded_ones() {
+        let mut upfront = Refused::default();
+        for index in [0, 1, 5, 6, 7, 8, 12] {
+            upfront.add(
+                index,
+                RejectReason::MalformedRecord,
+                &format_args!("bad {index}"),
+            );
+        }
+        let mut tally = RequestTally::new(upfront);
+        let decoded: Vec<u64> = (0..6).map(|_| tally.next_index()).collect();
+        assert_eq!(decoded, [2, 3, 4, 9, 10, 11]);
+        tally.invalid(
+            10,
+            &Invalid::new(RejectReason::InvalidSeverity, "severity 99"),
+        );
+        tally.end_of_records();
+        assert_eq!(tally.received, 13);
+        let counts: Vec<_> = tally.by_reason.nonzero().collect();
+        assert_eq!(
+            counts,
+            [
+                (RejectReason::InvalidSeverity, 1),
+                (RejectReason::MalformedRecord, 7)
+            ]
+        );
+        let (rejected, message) = tally.summary("records", "n").unwrap();
+        assert_eq!(rejected, 8);
+        assert_eq!(
+            message,
+            "8 of 13 records rejected (n): #0 malformed_record: bad 0; #1 malformed_record: bad 1; \
+             #5 malformed_record: bad 5; #6 malformed_record: bad 6; #7 malformed_record: bad 7; \
+             #8 malformed_record: bad 8; #10 invalid_severity: severity 99; \
+             #12 malformed_record: bad 12"
+        );
+    }
+
+    #[test]
+    fn a_reason_is_written_no_further_than_its_cap() {
+        struct Endless;
+        impl std::fmt::Display for Endless {
+            fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                loop {
+                    f.write_str("é")?;
+                }
+            }
+        }
+        assert_eq!(capped_reason(Endless), "é".repeat(MAX_REASON_CHARS));
+        assert_eq!(capped_reason("short"), "short");
+    }
+
+    #[test]
     fn long_reasons_are_cut() {
         let mut tally = tally(1);
         tally.reject(0, "x".repeat(5000));

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::IngestError;
 use crate::model::reject::RejectionCounts;
 use crate::pipeline::Meter;
-use crate::server::rejections::{capped_reason, MAX_LISTED_REJECTIONS};
+use crate::server::rejections::{capped_reason, MAX_LISTED_REJECTIONS, MAX_REASON_CHARS};
 use crate::server::validate::{Invalid, RejectReason};
 
 /// Bytes a transcoder asks for at a time beyond what it needs at once: few enough round trips
@@ -78,8 +78,7 @@ pub struct Refused {
 }
 
 /// What one kept reason may hold: the text at its longest in UTF-8, and its place in the list.
-const DETAIL_BYTES: usize =
-    4 * crate::server::rejections::MAX_REASON_CHARS + std::mem::size_of::<(u64, Invalid)>();
+const DETAIL_BYTES: usize = 4 * MAX_REASON_CHARS + std::mem::size_of::<(u64, Invalid)>();
 
 impl Refused {
     /// Records refused.
@@ -387,7 +386,6 @@ impl Allowance for Bridge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::rejections::MAX_REASON_CHARS;
 
     type Error = serde_json::Error;
 
