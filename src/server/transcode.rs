@@ -328,6 +328,16 @@ impl<'a> Writer<'a> {
 /// and how much it took.
 pub type Transcoder = fn(&[u8], &mut dyn Allowance) -> Result<(Transcoded, usize), TranscodeError>;
 
+/// Runs `transcoder` on `body` with no limit, for callers that hold the body whole anyway (tests,
+/// fuzzing); an error names where the body is malformed.
+pub fn whole(body: &[u8], transcoder: Transcoder) -> Result<Transcoded, String> {
+    match transcoder(body, &mut Unlimited) {
+        Ok((transcoded, _)) => Ok(transcoded),
+        Err(TranscodeError::Malformed(text)) => Err(text),
+        Err(TranscodeError::Stopped) => unreachable!("an unlimited allowance never runs out"),
+    }
+}
+
 /// Runs `transcoder` on `body` on a blocking thread (it is CPU work, and it waits for the meter
 /// while the request's task waits on the budget); each time it asks for memory, `meter` is
 /// charged first. What it took beyond what it holds at the end is given back.

@@ -18,20 +18,15 @@ use super::labels;
 use super::proto::{EntryAdapter, LabelPairAdapter};
 use crate::error::IngestError;
 use crate::pipeline::Meter;
-use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Unlimited, Writer};
+use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Writer};
 use crate::server::validate::RejectReason;
 
 /// Transcodes a JSON push held whole (tests, fuzzing); an error names where it is malformed.
 pub fn to_protobuf(json: &[u8]) -> Result<Transcoded, String> {
-    match transcode(json, &mut Unlimited) {
-        Ok((transcoded, _)) => Ok(transcoded),
-        Err(TranscodeError::Malformed(text)) => Err(text),
-        Err(TranscodeError::Stopped) => unreachable!("an unlimited allowance never runs out"),
-    }
+    transcode::whole(json, transcode)
 }
 
-/// Transcodes a JSON push, charging `meter` for the protobuf and the refused entries' marks
-/// before they are held.
+/// Transcodes a JSON push, charging `meter` for what it writes before it is held.
 pub async fn to_protobuf_charged(
     json: Bytes,
     meter: &mut Meter<'_>,

@@ -18,21 +18,15 @@ use serde_json::value::RawValue;
 
 use crate::error::IngestError;
 use crate::pipeline::Meter;
-use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Unlimited, Writer};
+use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Writer};
 use crate::server::validate::RejectReason;
 
-/// Transcodes an OTLP/JSON `ExportLogsServiceRequest` held whole (tests, fuzzing); an error
-/// names where it is malformed.
+/// Transcodes an OTLP/JSON request held whole (tests, fuzzing); an error names where it is malformed.
 pub fn to_protobuf(json: &[u8]) -> Result<Transcoded, String> {
-    match transcode(json, &mut Unlimited) {
-        Ok((transcoded, _)) => Ok(transcoded),
-        Err(TranscodeError::Malformed(text)) => Err(text),
-        Err(TranscodeError::Stopped) => unreachable!("an unlimited allowance never runs out"),
-    }
+    transcode::whole(json, transcode)
 }
 
-/// Transcodes an OTLP/JSON request, charging `meter` for the protobuf and the refused records'
-/// marks before they are held.
+/// Transcodes an OTLP/JSON request, charging `meter` for what it writes before it is held.
 pub async fn to_protobuf_charged(
     json: Bytes,
     meter: &mut Meter<'_>,
