@@ -1,11 +1,13 @@
 //! Any body an HTTP shipper can send: the OTLP/JSON and Loki JSON transcoders and the Loki label
 //! parser never panic; what a transcoder writes is protobuf that decodes, with the records it
-//! refused named in order and inside the request; a label set that parses prints back to itself.
+//! refused named in order and inside the request, the first with their reason cut short; a
+//! label set that parses prints back to itself.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use loghaul::server::loki::labels;
 use loghaul::server::loki::proto::PushRequest;
+use loghaul::server::transcode::Refused;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use prost::Message;
 
@@ -19,13 +21,13 @@ fuzz_target!(|data: &[u8]| {
             .flat_map(|resource| &resource.scope_logs)
             .map(|scope| scope.log_records.len())
             .sum();
-        check_indexes(transcoded.invalid.iter().map(|(index, _)| *index), records);
+        check_refused(&transcoded.refused, records);
     }
     if let Ok(transcoded) = loghaul::server::loki::json::to_protobuf(data) {
         let request = PushRequest::decode(&transcoded.protobuf[..])
             .expect("the Loki JSON transcoder writes valid protobuf");
         let entries: usize = request.streams.iter().map(|stream| stream.entries.len()).sum();
-        check_indexes(transcoded.invalid.iter().map(|(index, _)| *index), entries);
+        check_refused(&transcoded.refused, entries);
     }
     if let Ok(text) = std::str::from_utf8(data) {
         if let Ok(parsed) = labels::parse(text) {
@@ -39,12 +41,25 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// Refused records are named once each, in request order, and each is one of the request's.
-fn check_indexes(indexes: impl Iterator<Item = u64>, count: usize) {
+/// Refused records are named once each, in request order, each one of the request's (the
+/// protobuf holds the `stored` others); the first of them keep their reason, cut short.
+fn check_refused(refused: &Refused, stored: usize) {
+    let total = stored as u64 + refused.count();
     let mut previous = None;
-    for index in indexes {
-        assert!((index as usize) < count, "index {index} of {count} records");
+    let mut named = 0;
+    for index in refused.indexes() {
+        assert!(index < total, "index {index} of {total} records");
         assert!(previous < Some(index), "indexes in order, once each");
+        assert!(refused.contains(index));
         previous = Some(index);
+        named += 1;
     }
+    assert_eq!(named, refused.count(), "every refused record is marked");
+    let detailed: Vec<u64> = refused.detailed().iter().map(|(index, _)| *index).collect();
+    let first: Vec<u64> = refused.indexes().take(detailed.len()).collect();
+    assert_eq!(detailed, first, "the first refused keep their reason");
+    assert!(refused
+        .detailed()
+        .iter()
+        .all(|(_, invalid)| invalid.detail.chars().count() <= 200));
 }

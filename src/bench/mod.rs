@@ -306,7 +306,11 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     };
     let workload = workload::generate(shape, args.protocol);
     // What one request weighs on the wire (as compressed, for Loki), on average.
-    let chunk_bytes = workload.encoded.iter().map(|chunk| chunk.len()).sum::<usize>()
+    let chunk_bytes = workload
+        .encoded
+        .iter()
+        .map(|chunk| chunk.len())
+        .sum::<usize>()
         / workload.encoded.len().max(1);
     let settings = serde_json::json!({
         "endpoint": args.endpoint,

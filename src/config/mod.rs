@@ -412,9 +412,6 @@ impl ServeConfig {
         if self.max_request_bytes.0 > self.max_buffered_bytes.0 {
             return fail("--max-request-bytes must not exceed --max-buffered-bytes, or one request could never be buffered");
         }
-        if self.max_message_bytes.0 > self.max_request_bytes.0 {
-            return fail("--max-message-bytes must not exceed --max-request-bytes, or no record that long could ever be sent");
-        }
         if self.max_tails_per_tenant > self.max_tails {
             return fail("--max-tails-per-tenant must not exceed --max-tails");
         }
@@ -559,7 +556,7 @@ impl ServeConfig {
         duration(
             "--retention-interval",
             self.retention_interval,
-            s(1)..=d(1),
+            ms(100)..=d(1),
             None,
         )?;
         duration("--dedup-window", self.dedup_window, min(1)..=d(365), None)?;

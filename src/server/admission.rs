@@ -13,6 +13,7 @@ use crate::observability::metrics::{metrics, CounterVec, Protocol};
 use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
 use crate::server::rejections::RequestTally;
+use crate::server::transcode::Refused;
 use crate::server::validate::Invalid;
 use crate::storage::StoreError;
 
@@ -54,20 +55,17 @@ pub fn count_received(
 pub struct Collected {
     records: Vec<Record>,
     queued_at: Vec<u64>,
-    /// Records the transport already refused (a JSON record that did not deserialize), by index,
-    /// in order; their place in the encoding holds an empty record.
-    upfront: std::iter::Peekable<std::vec::IntoIter<(u64, Invalid)>>,
     tally: RequestTally,
 }
 
 impl Collected {
-    /// An empty collection, with the records the transport refused.
-    pub fn new(upfront: Vec<(u64, Invalid)>) -> Self {
+    /// An empty collection, with the records the transport refused (a JSON record that did not
+    /// deserialize), which the encoding leaves out and the tally numbers in.
+    pub fn new(upfront: Refused) -> Self {
         Collected {
             records: Vec::new(),
             queued_at: Vec::new(),
-            upfront: upfront.into_iter().peekable(),
-            tally: RequestTally::default(),
+            tally: RequestTally::new(upfront),
         }
     }
 
@@ -84,17 +82,13 @@ impl Collected {
     }
 
     /// Counts the next record and keeps what `check` makes of it, charged to `meter`, or its
-    /// rejection; `check` is not run for a record the transport already refused.
+    /// rejection.
     pub async fn take(
         &mut self,
         meter: &mut Meter<'_>,
         check: impl FnOnce() -> Result<Record, Invalid>,
     ) -> Result<(), IngestError> {
         let index = self.tally.next_index();
-        if let Some((_, invalid)) = self.upfront.next_if(|(at, _)| *at == index) {
-            self.tally.invalid(index, &invalid);
-            return Ok(());
-        }
         match check() {
             Ok(record) => {
                 meter
@@ -122,8 +116,8 @@ impl Collected {
             records,
             queued_at,
             mut tally,
-            ..
         } = self;
+        tally.end_of_records();
         count_received(tenant, protocol, tally.received, &tally.by_reason);
         if records.is_empty() {
             return Ok(tally);

@@ -18,6 +18,7 @@ pub mod otlp;
 pub(crate) mod refusal;
 pub(crate) mod rejections;
 pub(crate) mod settlement;
+pub mod transcode;
 pub mod validate;
 
 use std::future::Future;

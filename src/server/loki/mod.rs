@@ -41,6 +41,7 @@ use crate::server::http::reply::{self, HttpError};
 use crate::server::http::Reception;
 use crate::server::inflate::{inflate, Compression};
 use crate::server::rejections::RequestTally;
+use crate::server::transcode::Refused;
 use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
 use labels::StreamFields;
 use proto::EntryAdapter;
@@ -123,13 +124,12 @@ async fn store(
             )
             .await?;
             meter.release(body.len());
-            (message, Vec::new())
+            (message, Refused::default())
         }
         PushFormat::Json => {
-            let transcoded = json::to_protobuf(&body).map_err(IngestError::Malformed)?;
-            meter.charge(transcoded.protobuf.len()).await?;
+            let transcoded = json::to_protobuf_charged(body.clone(), &mut meter).await?;
             meter.release(body.len());
-            (Bytes::from(transcoded.protobuf), transcoded.invalid)
+            (Bytes::from(transcoded.protobuf), transcoded.refused)
         }
     };
     Ok(pusher.push(&tenant, message, upfront, meter).await?)
@@ -149,13 +149,13 @@ impl Pusher {
         Pusher { ingress, limits }
     }
 
-    /// Stores the encoded `message`, which `meter` holds, for `tenant`; `upfront` lists entries
-    /// the JSON transcoder already refused. Returns once the valid entries are committed.
+    /// Stores the encoded `message`, which `meter` holds, for `tenant`; `upfront` holds the
+    /// entries the JSON transcoder already refused. Returns once the valid entries are committed.
     async fn push(
         &self,
         tenant: &Tenant,
         message: Bytes,
-        upfront: Vec<(u64, Invalid)>,
+        upfront: Refused,
         mut meter: Meter<'_>,
     ) -> Result<RequestTally, IngestError> {
         let wire_bytes = message.len();

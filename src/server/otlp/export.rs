@@ -22,6 +22,7 @@ use crate::pipeline::{Ingress, Meter};
 use crate::server::admission::Collected;
 use crate::server::fields::{last, repeated};
 use crate::server::rejections::RequestTally;
+use crate::server::transcode::Refused;
 use crate::server::validate::{validate_with, Invalid, Limits};
 
 /// Memory per wire byte an OTLP request is expected to take once decoded; reserved before the
@@ -47,15 +48,14 @@ impl Exporter {
     }
 
     /// Stores the encoded request `message`, which `meter` holds, for `tenant`, arrived by
-    /// `protocol`; answers after the commit. `upfront` lists records already found invalid by
-    /// the transport (in OTLP/JSON), by request index, in order; their place in `message` holds
-    /// an empty record.
+    /// `protocol`; answers after the commit. `upfront` holds the records the transport already
+    /// refused (in OTLP/JSON), by request index; `message` leaves them out.
     pub async fn export(
         &self,
         tenant: &Tenant,
         protocol: Protocol,
         message: Bytes,
-        upfront: Vec<(u64, Invalid)>,
+        upfront: Refused,
         mut meter: Meter<'_>,
     ) -> Result<ExportLogsServiceResponse, IngestError> {
         let wire_bytes = message.len();

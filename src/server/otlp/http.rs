@@ -14,11 +14,11 @@ use prost::Message;
 
 use super::export::Exporter;
 use super::json;
-use crate::error::IngestError;
 use crate::observability::metrics::Protocol;
 use crate::server::http::body::content_encoding;
 use crate::server::http::reply::{self, BodyFormat, HttpError};
 use crate::server::http::Reception;
+use crate::server::transcode::Refused;
 
 /// Serves one request; returns the answer and the outcome to count.
 pub async fn export(
@@ -71,12 +71,11 @@ async fn store(
         .read(&tenant, &parts.headers, body, compression)
         .await?;
     let (message, upfront) = match format {
-        BodyFormat::Protobuf => (body, Vec::new()),
+        BodyFormat::Protobuf => (body, Refused::default()),
         BodyFormat::Json => {
-            let transcoded = json::to_protobuf(&body).map_err(IngestError::Malformed)?;
-            meter.charge(transcoded.protobuf.len()).await?;
+            let transcoded = json::to_protobuf_charged(body.clone(), &mut meter).await?;
             meter.release(body.len());
-            (Bytes::from(transcoded.protobuf), transcoded.invalid)
+            (Bytes::from(transcoded.protobuf), transcoded.refused)
         }
     };
     Ok(exporter

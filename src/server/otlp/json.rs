@@ -9,50 +9,45 @@
 
 use std::fmt;
 
+use bytes::Bytes;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use prost::Message;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
+use serde_json::value::RawValue;
 
-use crate::server::fields::put_field;
-use crate::server::validate::{Invalid, RejectReason};
+use crate::error::IngestError;
+use crate::pipeline::Meter;
+use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Writer};
+use crate::server::validate::RejectReason;
 
-/// The protobuf encoding of the request, and the records that were invalid by index (their place
-/// in the encoding holds an empty record).
-#[derive(Debug, Default)]
-pub struct Transcoded {
-    /// An encoded `ExportLogsServiceRequest`.
-    pub protobuf: Vec<u8>,
-    /// Records that did not deserialize, by request index, in order.
-    pub invalid: Vec<(u64, Invalid)>,
+/// Transcodes an OTLP/JSON request held whole (tests, fuzzing); an error names where it is malformed.
+pub fn to_protobuf(json: &[u8]) -> Result<Transcoded, String> {
+    transcode::whole(json, transcode)
 }
 
-/// Transcodes an OTLP/JSON `ExportLogsServiceRequest`; an error names where it is malformed.
-pub fn to_protobuf(json: &[u8]) -> Result<Transcoded, String> {
-    let mut state = State::default();
+/// Transcodes an OTLP/JSON request, charging `meter` for what it writes before it is held.
+pub async fn to_protobuf_charged(
+    json: Bytes,
+    meter: &mut Meter<'_>,
+) -> Result<Transcoded, IngestError> {
+    transcode::charged(json, meter, transcode).await
+}
+
+fn transcode(
+    json: &[u8],
+    allowance: &mut dyn Allowance,
+) -> Result<(Transcoded, usize), TranscodeError> {
+    let mut out = Writer::new(allowance);
     let mut deserializer = serde_json::Deserializer::from_slice(json);
-    Message_ {
-        state: &mut state,
+    let parsed = Message_ {
+        out: &mut out,
         level: Level::Request,
     }
     .deserialize(&mut deserializer)
-    .and_then(|out| {
-        deserializer.end()?;
-        Ok(out)
-    })
-    .map(|protobuf| Transcoded {
-        protobuf,
-        invalid: state.invalid,
-    })
-    .map_err(|err| format!("not valid OTLP/JSON: {err}"))
-}
-
-#[derive(Default)]
-struct State {
-    next_index: u64,
-    invalid: Vec<(u64, Invalid)>,
+    .and_then(|()| deserializer.end())
+    .map_err(|err| format!("not valid OTLP/JSON: {err}"));
+    out.finish(parsed)
 }
 
 /// The three levels above the records.
@@ -63,22 +58,22 @@ enum Level {
     ScopeLogs,
 }
 
-/// One message of `level`, returned encoded.
-struct Message_<'s> {
-    state: &'s mut State,
+/// One message of `level`, its fields written to `out`.
+struct Message_<'w, 'a> {
+    out: &'w mut Writer<'a>,
     level: Level,
 }
 
-impl<'de> DeserializeSeed<'de> for Message_<'_> {
-    type Value = Vec<u8>;
+impl<'de> DeserializeSeed<'de> for Message_<'_, '_> {
+    type Value = ();
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<u8>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for Message_<'_> {
-    type Value = Vec<u8>;
+impl<'de> Visitor<'de> for Message_<'_, '_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str(match self.level {
@@ -88,46 +83,43 @@ impl<'de> Visitor<'de> for Message_<'_> {
         })
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<u8>, A::Error> {
-        let mut out = Vec::new();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let out = self.out;
         while let Some(key) = map.next_key::<String>()? {
             // The specification asks for lowerCamelCase; protobuf's JSON mapping also accepts the
             // field names as written in the .proto.
             match (self.level, key.as_str()) {
                 (Level::Request, "resourceLogs" | "resource_logs") => {
                     map.next_value_seed(List {
-                        state: &mut *self.state,
+                        out: &mut *out,
                         item: Item::Message(Level::ResourceLogs),
-                        out: &mut out,
                     })?;
                 }
                 (Level::ResourceLogs, "resource") => {
                     if let Some(resource) = map.next_value::<Option<Resource>>()? {
-                        put_field(&mut out, 1, &resource.encode_to_vec());
+                        out.put_message(1, &resource)?;
                     }
                 }
                 (Level::ResourceLogs, "scopeLogs" | "scope_logs") => {
                     map.next_value_seed(List {
-                        state: &mut *self.state,
+                        out: &mut *out,
                         item: Item::Message(Level::ScopeLogs),
-                        out: &mut out,
                     })?;
                 }
                 (Level::ScopeLogs, "scope") => {
                     if let Some(scope) = map.next_value::<Option<InstrumentationScope>>()? {
-                        put_field(&mut out, 1, &scope.encode_to_vec());
+                        out.put_message(1, &scope)?;
                     }
                 }
                 (Level::ScopeLogs, "logRecords" | "log_records") => {
                     map.next_value_seed(List {
-                        state: &mut *self.state,
+                        out: &mut *out,
                         item: Item::Record,
-                        out: &mut out,
                     })?;
                 }
                 (Level::ResourceLogs | Level::ScopeLogs, "schemaUrl" | "schema_url") => {
                     if let Some(url) = map.next_value::<Option<String>>()? {
-                        put_field(&mut out, 3, url.as_bytes());
+                        out.put_bytes(3, url.as_bytes())?;
                     }
                 }
                 // Unknown fields are ignored, as the specification asks of receivers.
@@ -136,7 +128,7 @@ impl<'de> Visitor<'de> for Message_<'_> {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -147,12 +139,11 @@ enum Item {
     Record,
 }
 
-/// A JSON array whose items are appended to `out` as repeated field 1 (resourceLogs), 2
-/// (scopeLogs) or 2 (logRecords).
-struct List<'s, 'o> {
-    state: &'s mut State,
+/// A JSON array whose items are written as repeated field 1 (resourceLogs), 2 (scopeLogs) or 2
+/// (logRecords); a record that does not deserialize is refused and leaves nothing.
+struct List<'w, 'a> {
+    out: &'w mut Writer<'a>,
     item: Item,
-    out: &'o mut Vec<u8>,
 }
 
 impl<'de> DeserializeSeed<'de> for List<'_, '_> {
@@ -175,43 +166,65 @@ impl<'de> Visitor<'de> for List<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let tag = match self.item {
-            Item::Message(Level::ResourceLogs) => 1,
-            _ => 2,
-        };
-        loop {
-            let encoded = match self.item {
-                Item::Message(level) => {
+        let out = self.out;
+        match self.item {
+            Item::Message(level) => {
+                let tag = match level {
+                    Level::ResourceLogs => 1,
+                    _ => 2,
+                };
+                loop {
+                    let nested = out.begin(tag)?;
                     let seed = Message_ {
-                        state: &mut *self.state,
+                        out: &mut *out,
                         level,
                     };
-                    match seq.next_element_seed(seed)? {
-                        Some(encoded) => encoded,
-                        None => return Ok(()),
-                    }
-                }
-                Item::Record => {
-                    // One record at a time as a JSON value, so that a bad one is rejected alone.
-                    let Some(value) = seq.next_element::<serde_json::Value>()? else {
+                    if seq.next_element_seed(seed)?.is_none() {
+                        out.cancel(nested);
                         return Ok(());
-                    };
-                    let index = self.state.next_index;
-                    self.state.next_index += 1;
-                    match LogRecord::deserialize(value) {
-                        Ok(record) => record.encode_to_vec(),
-                        Err(err) => {
-                            let detail = format!("not a valid OTLP/JSON log record: {err}");
-                            self.state
-                                .invalid
-                                .push((index, Invalid::new(RejectReason::MalformedRecord, detail)));
-                            Vec::new()
+                    }
+                    out.end(nested);
+                }
+            }
+            Item::Record => {
+                // One record at a time, as its text: it is checked to be JSON on the way, and
+                // then read on its own, so that a bad one is rejected alone without building a
+                // tree of it.
+                while let Some(raw) = seq.next_element::<&RawValue>()? {
+                    let index = out.next_index();
+                    let json = raw.get();
+                    if !json.starts_with('{') {
+                        // Refused without asking serde, whose error would write a sentence that
+                        // only the first few refused records keep.
+                        out.refuse(index, RejectReason::MalformedRecord, &NotARecord(json))?;
+                        continue;
+                    }
+                    match serde_json::from_str::<LogRecord>(json) {
+                        Ok(record) => out.put_message(2, &record)?,
+                        Err(_) => {
+                            out.refuse(index, RejectReason::MalformedRecord, &NotARecord(json))?
                         }
                     }
                 }
-            };
-            put_field(&mut *self.out, tag, &encoded);
+                Ok(())
+            }
         }
+    }
+}
+
+/// The text of a record that does not deserialize; it says why when it is reported, as serde
+/// does, less the position (within the record, which would read as within the body).
+struct NotARecord<'j>(&'j str);
+
+impl fmt::Display for NotARecord<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("not a valid OTLP/JSON log record")?;
+        let Err(err) = serde_json::from_str::<LogRecord>(self.0) else {
+            return Ok(());
+        };
+        let text = err.to_string();
+        let position = format!(" at line {} column {}", err.line(), err.column());
+        write!(f, ": {}", text.strip_suffix(&position).unwrap_or(&text))
     }
 }
 
@@ -220,6 +233,7 @@ mod tests {
     use super::*;
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use prost::Message;
 
     /// The logs example of the OTLP specification's repository (examples/logs.json).
     const SPEC_EXAMPLE: &str = r#"{
@@ -252,7 +266,7 @@ mod tests {
     #[test]
     fn the_specifications_example_transcodes_field_for_field() {
         let transcoded = to_protobuf(SPEC_EXAMPLE.as_bytes()).unwrap();
-        assert!(transcoded.invalid.is_empty());
+        assert_eq!(transcoded.refused.count(), 0);
         let request = ExportLogsServiceRequest::decode(&transcoded.protobuf[..]).unwrap();
         let scope_logs = &request.resource_logs[0].scope_logs[0];
         assert_eq!(scope_logs.scope.as_ref().unwrap().name, "my.library");
@@ -299,16 +313,56 @@ mod tests {
             {"body":{"stringValue":"three"},"newField":7}
         ]}]}]}"#;
         let transcoded = to_protobuf(json.as_bytes()).unwrap();
-        assert_eq!(transcoded.invalid.len(), 1);
-        assert_eq!(transcoded.invalid[0].0, 1);
-        assert_eq!(
-            transcoded.invalid[0].1.reason,
-            RejectReason::MalformedRecord
+        assert_eq!(transcoded.refused.count(), 1);
+        let (index, invalid) = &transcoded.refused.detailed()[0];
+        assert_eq!((*index, invalid.reason), (1, RejectReason::MalformedRecord));
+        assert!(
+            invalid
+                .detail
+                .starts_with("not a valid OTLP/JSON log record: "),
+            "{}",
+            invalid.detail
         );
         let request = ExportLogsServiceRequest::decode(&transcoded.protobuf[..]).unwrap();
         let records = &request.resource_logs[0].scope_logs[0].log_records;
-        assert_eq!(records.len(), 3);
-        assert_eq!(records[1], LogRecord::default());
+        let bodies: Vec<_> = records
+            .iter()
+            .map(|record| record.body.clone().unwrap().value.unwrap())
+            .collect();
+        assert_eq!(
+            bodies,
+            [
+                Value::StringValue("one".into()),
+                Value::StringValue("three".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_record_that_is_not_an_object_is_refused_with_serdes_reason() {
+        let json = r#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[0,{},"x"]}]}]}"#;
+        let transcoded = to_protobuf(json.as_bytes()).unwrap();
+        let details: Vec<(u64, &str)> = transcoded
+            .refused
+            .detailed()
+            .iter()
+            .map(|(index, invalid)| (*index, invalid.detail.as_str()))
+            .collect();
+        assert_eq!(
+            details,
+            [
+                (
+                    0,
+                    "not a valid OTLP/JSON log record: invalid type: integer `0`, expected struct LogRecord"
+                ),
+                (
+                    2,
+                    "not a valid OTLP/JSON log record: invalid type: string \"x\", expected struct LogRecord"
+                )
+            ]
+        );
+        let request = ExportLogsServiceRequest::decode(&transcoded.protobuf[..]).unwrap();
+        assert_eq!(request.resource_logs[0].scope_logs[0].log_records.len(), 1);
     }
 
     #[test]

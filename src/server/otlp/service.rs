@@ -14,6 +14,7 @@ use crate::observability::metrics::{metrics, Protocol};
 use crate::server::admission::respond;
 use crate::server::body_rate::BodyPace;
 use crate::server::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader};
+use crate::server::transcode::Refused;
 
 /// The path of the one method this service has.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
@@ -74,7 +75,13 @@ impl OtlpLogsService {
         meter.expect(prefix.len * EXPECTED_DECODED_RATIO).await?;
         let message = reader.read_message(prefix, &mut meter).await?;
         self.exporter
-            .export(tenant, Protocol::OtlpGrpc, message, Vec::new(), meter)
+            .export(
+                tenant,
+                Protocol::OtlpGrpc,
+                message,
+                Refused::default(),
+                meter,
+            )
             .await
     }
 }

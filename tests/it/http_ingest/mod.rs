@@ -6,6 +6,7 @@
 //! - [`auth`]: keys in every header an exporter sets, and what a missing or wrong one gets;
 //! - [`hostile`]: bodies that are broken, oversized or bombs, each a clear 4xx, and memory;
 //! - [`overload`]: the retryable answers (429, 503) and their `Retry-After`;
+//! - [`refused_entries`]: JSON bodies of millions of malformed entries, counted within memory;
 //! - here: the metrics of a process of the test's own, and answers across a SIGTERM.
 
 mod auth;
@@ -13,6 +14,7 @@ mod hostile;
 mod loki;
 mod otlp;
 mod overload;
+mod refused_entries;
 
 use std::io::Write;
 use std::net::SocketAddr;
