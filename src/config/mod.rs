@@ -255,6 +255,12 @@ pub struct ServeConfig {
     #[arg(long, env = "LOGHAUL_ALLOW_UNAUTHENTICATED", default_value_t = false)]
     pub allow_unauthenticated: bool,
 
+    /// With no API keys, let Loki's X-Scope-OrgID header name the tenant (at most 64 such
+    /// tenants), as a single-binary Loki does; without this a keyless service refuses an
+    /// X-Scope-OrgID other than "default". No effect when keys are configured.
+    #[arg(long, env = "LOGHAUL_ALLOW_ORG_ID_TENANTS", default_value_t = false)]
+    pub allow_org_id_tenants: bool,
+
     /// Records per second each tenant may send, unless its keys-file entry says otherwise; 0: unlimited.
     #[arg(long, env = "LOGHAUL_TENANT_RECORDS_PER_SECOND", default_value_t = 0.0)]
     pub tenant_records_per_second: f64,

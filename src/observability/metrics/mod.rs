@@ -378,7 +378,7 @@ impl Metrics {
             store_up: gauge("loghaul_store_up", Count, "1 when the database answered the last write or probe, else 0."),
             ready: gauge("loghaul_ready", Count, "1 when the service is ready for traffic, else 0."),
             auth_failures: CounterVec::register(
-                Series::new("loghaul_auth_failures_total", Count, "Calls refused before their handler, by reason: missing_key, unknown_key, not_loopback."),
+                Series::new("loghaul_auth_failures_total", Count, "Calls refused before their handler, by reason: missing_key, unknown_key, not_loopback, org_id_mismatch; and without API keys over HTTP: foreign_host (a Host that is not a loopback name or an IP address), foreign_origin (an Origin --http-cors-origins does not list), org_id_without_keys (an X-Scope-OrgID other than default without --allow-org-id-tenants)."),
                 ["reason"],
             ),
             api_keys: gauge("loghaul_api_keys", Count, "API keys in force (0: the service serves tenant default, to loopback clients unless --allow-unauthenticated)."),
