@@ -204,8 +204,10 @@ pub struct Metrics {
     pub console_requests: CounterVec<2>,
     /// Connections open on an HTTP listener.
     pub http_connections: GaugeVec,
-    /// Connections an HTTP listener closed at accept, over its cap.
+    /// Connections an HTTP listener closed at accept, over its cap with every connection busy.
     pub http_connections_refused: CounterVec<1>,
+    /// Idle connections an HTTP listener closed to make room for a new one at its cap.
+    pub http_connections_evicted: CounterVec<1>,
     /// Connections an HTTP listener closed for slow headers.
     pub http_header_timeouts: CounterVec<1>,
     /// Retention runs, by outcome.
@@ -419,7 +421,11 @@ impl Metrics {
                 "listener",
             ),
             http_connections_refused: CounterVec::register(
-                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed on accept because its connection cap (--http-max-connections; ingest: --http-ingest-max-connections) was reached."),
+                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed on accept because its connection cap (--http-max-connections; ingest: --http-ingest-max-connections) was reached and every open connection had a request in flight."),
+                ["listener"],
+            ),
+            http_connections_evicted: CounterVec::register(
+                Series::new("loghaul_http_connections_evicted_total", Count, "Idle connections (no request in flight: none sent yet, or kept alive between requests) an HTTP listener (metrics, console, ingest) closed to make room for a new connection at its connection cap; the one idle longest goes first."),
                 ["listener"],
             ),
             http_header_timeouts: CounterVec::register(
