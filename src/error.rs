@@ -199,7 +199,11 @@ impl AuthFailure {
     /// help (the server's configuration decides), UNAUTHENTICATED otherwise.
     pub fn code(self) -> Code {
         match self {
-            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => Code::PermissionDenied,
+            AuthFailure::NotLoopback
+            | AuthFailure::OrgIdMismatch
+            | AuthFailure::ForeignHost
+            | AuthFailure::ForeignOrigin
+            | AuthFailure::OrgIdWithoutKeys => Code::PermissionDenied,
             AuthFailure::MissingKey | AuthFailure::UnknownKey | AuthFailure::NoTenant => {
                 Code::Unauthenticated
             }
@@ -211,7 +215,11 @@ impl AuthFailure {
     pub fn http_status(self) -> u16 {
         match self {
             AuthFailure::MissingKey | AuthFailure::UnknownKey => 401,
-            AuthFailure::NotLoopback | AuthFailure::OrgIdMismatch => 403,
+            AuthFailure::NotLoopback
+            | AuthFailure::OrgIdMismatch
+            | AuthFailure::ForeignHost
+            | AuthFailure::ForeignOrigin
+            | AuthFailure::OrgIdWithoutKeys => 403,
             AuthFailure::NoTenant => 500,
         }
     }

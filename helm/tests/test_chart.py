@@ -54,7 +54,7 @@ SERVE_FLAGS = {
     "query-default-range", "query-timeout", "max-page-bytes", "console-listen",
     "stream-idle-timeout", "tls-cert", "tls-key", "tls-client-ca", "http-header-read-timeout",
     "http-max-connections", "allow-unauthenticated", "api-keys-reload-interval",
-    "http-listen", "http-cors-origins", "http-ingest-max-connections",
+    "http-listen", "http-cors-origins", "http-ingest-max-connections", "allow-org-id-tenants",
 }
 TLS_KEYS = {"tls-cert", "tls-key", "tls-client-ca"}
 # http-cors-origins appears only when config.httpCorsOrigins is set (see http_cors_origins_render).
@@ -62,8 +62,10 @@ CORS_KEYS = {"http-cors-origins"}
 # The database URL comes from a Secret (env) and the API keys from a mounted Secret file
 # (--api-keys-file in the container's args), never from the ConfigMap.
 # TLS keys appear only with tls.enabled (see tls_mounts_the_secret_and_sets_the_paths).
-# The chart never serves without keys, so it never renders allow-unauthenticated.
-TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file", "allow-unauthenticated"} - TLS_KEYS - CORS_KEYS
+# The chart never serves without keys, so it never renders allow-unauthenticated, nor
+# allow-org-id-tenants (which only a keyless service reads).
+KEYLESS_KEYS = {"allow-unauthenticated", "allow-org-id-tenants"}
+TOML_KEYS = SERVE_FLAGS - {"database-url", "api-keys", "api-keys-file"} - KEYLESS_KEYS - TLS_KEYS - CORS_KEYS
 HTTP_PORT_NAME = "otlp-http"
 
 POSTGRES_URL = "postgres://loghaul:s3cret@db.example.internal:5432/logs"

@@ -9,7 +9,10 @@
 //!   request extensions; handlers read it back with [`tenant_of`].
 //! - [`protected`]: without keys, whom the service serves (loopback clients unless
 //!   `--allow-unauthenticated`).
+//! - [`http`]: the same over HTTP, for every HTTP listener: where the key is read from, and which
+//!   `Host` names a keyless service answers to.
 
+pub mod http;
 pub mod keys;
 pub mod layer;
 pub mod protected;
@@ -93,6 +96,18 @@ pub enum AuthFailure {
     /// A Loki `X-Scope-OrgID` header names a tenant other than the key's.
     #[error("X-Scope-OrgID names a tenant other than the API key's; drop the header, or send the key of that tenant")]
     OrgIdMismatch,
+    /// Without keys, a request addressed to a name that is neither loopback nor an IP address:
+    /// what a web page that rebound its own name to this machine sends.
+    #[error("this server has no API keys, so it answers only requests addressed to localhost or an IP address, and the Host header named another host (as a web page that points its own name at this machine does); send to localhost or the server's address, or configure API keys (--api-keys, --api-keys-file) to serve it under a name")]
+    ForeignHost,
+    /// Without keys, a request from a web page (`Origin`) that `--http-cors-origins` does not
+    /// list.
+    #[error("this server has no API keys, so it serves no web page that --http-cors-origins does not list, and the Origin header named one; list the page's origin in --http-cors-origins, or configure API keys (--api-keys, --api-keys-file)")]
+    ForeignOrigin,
+    /// Without keys, a Loki `X-Scope-OrgID` naming a tenant other than `default`, and no
+    /// `--allow-org-id-tenants`.
+    #[error("X-Scope-OrgID names a tenant other than \"default\", and this server has no API keys to tell tenants apart; drop the header, start the server with --allow-org-id-tenants to let the header name the tenant, or configure API keys")]
+    OrgIdWithoutKeys,
 }
 
 impl AuthFailure {
@@ -104,7 +119,16 @@ impl AuthFailure {
             AuthFailure::NoTenant => "no_tenant",
             AuthFailure::NotLoopback => "not_loopback",
             AuthFailure::OrgIdMismatch => "org_id_mismatch",
+            AuthFailure::ForeignHost => "foreign_host",
+            AuthFailure::ForeignOrigin => "foreign_origin",
+            AuthFailure::OrgIdWithoutKeys => "org_id_without_keys",
         }
+    }
+
+    /// The failure, counted in `loghaul_auth_failures_total{reason}`.
+    pub fn counted(self) -> Self {
+        metrics().auth_failures.increment_static([self.as_str()], 1);
+        self
     }
 }
 

@@ -129,12 +129,7 @@ impl KeyStore {
         } else {
             ring.authenticate(presented)
         };
-        if let Err(failure) = &outcome {
-            metrics()
-                .auth_failures
-                .increment_static([failure.as_str()], 1);
-        }
-        outcome
+        outcome.map_err(AuthFailure::counted)
     }
 }
 

@@ -104,7 +104,8 @@ pub struct ServeConfig {
     pub http_cors_origins: CorsOrigins,
 
     /// Connections the HTTP ingest listener keeps open at once (every agent holds one or a few
-    /// kept alive); one more is closed as soon as it is accepted.
+    /// kept alive); one more takes the place of the connection idle longest, and is closed as
+    /// soon as it is accepted only when every connection has a request in flight.
     #[arg(
         long,
         env = "LOGHAUL_HTTP_INGEST_MAX_CONNECTIONS",
@@ -118,7 +119,9 @@ pub struct ServeConfig {
     pub http_header_read_timeout: HumanDuration,
 
     /// Connections the metrics listener, and separately the console listener, keep open at once;
-    /// one more is closed as soon as it is accepted.
+    /// one more takes the place of the connection idle longest (so idle connections never keep
+    /// a probe out), and is closed as soon as it is accepted only when every connection has a
+    /// request in flight.
     #[arg(long, env = "LOGHAUL_HTTP_MAX_CONNECTIONS", default_value_t = 256)]
     pub http_max_connections: u32,
 
@@ -254,6 +257,12 @@ pub struct ServeConfig {
     /// a keyless service refuses them with PERMISSION_DENIED. No effect when keys are configured.
     #[arg(long, env = "LOGHAUL_ALLOW_UNAUTHENTICATED", default_value_t = false)]
     pub allow_unauthenticated: bool,
+
+    /// With no API keys, let Loki's X-Scope-OrgID header name the tenant (at most 64 such
+    /// tenants), as a single-binary Loki does; without this a keyless service refuses an
+    /// X-Scope-OrgID other than "default". No effect when keys are configured.
+    #[arg(long, env = "LOGHAUL_ALLOW_ORG_ID_TENANTS", default_value_t = false)]
+    pub allow_org_id_tenants: bool,
 
     /// Records per second each tenant may send, unless its keys-file entry says otherwise; 0: unlimited.
     #[arg(long, env = "LOGHAUL_TENANT_RECORDS_PER_SECOND", default_value_t = 0.0)]

@@ -8,13 +8,15 @@
 //!   volume rollup ([`crate::query::histogram`]); same filters as `/logs`.
 //! - `GET /api/v1/health`: the pipeline's metrics, readiness and storage backend.
 //!
-//! Every call needs the `x-api-key` header and sees only its key's tenant, as on gRPC. The key
-//! is taken from the header only, for the tail too: a key in a URL ends up in proxy logs and
-//! browser history, and the one client that cannot set headers, `EventSource`, is not needed —
-//! the console reads the event stream through `fetch`, which can (see `assets/app.js`).
+//! Every call needs a key and sees only its key's tenant, as on gRPC. The key is read from the
+//! headers the HTTP ingest port reads it from (`x-api-key`, `Authorization: Bearer`, or Basic
+//! with the key as password), and from headers only, for the tail too: a key in a URL ends up in
+//! proxy logs and browser history, and the one client that cannot set headers, `EventSource`, is
+//! not needed — the console reads the event stream through `fetch`, which can (see
+//! `assets/app.js`).
 
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, RawQuery, State};
@@ -29,7 +31,8 @@ use serde_json::{json, Value};
 use super::error::{json_response, ApiError};
 use super::params::{Endpoint, Params};
 use super::ConsoleState;
-use crate::auth::{Tenant, API_KEY_HEADER};
+use crate::auth::http::{check_host, presented_key};
+use crate::auth::Tenant;
 use crate::proto::v1::StoredRecord;
 use crate::query;
 use crate::query::histogram::Histogram;
@@ -42,41 +45,22 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
 
 impl ConsoleState {
-    /// The caller's tenant. Without configured keys the service is open as on gRPC (to loopback
-    /// callers only, unless `--allow-unauthenticated`), and then only requests addressed to a
-    /// loopback name or an IP address are served: a web page elsewhere cannot point a name of its
-    /// own at the console (DNS rebinding) and read the logs through the reader's browser. With
-    /// keys, a page elsewhere has no key to send.
+    /// The caller's tenant, from its key wherever the HTTP ingest port reads one
+    /// ([`crate::auth::http::presented_key`]). Without configured keys the service is open as on
+    /// gRPC (to loopback callers only, unless `--allow-unauthenticated`), and then only requests
+    /// addressed to a loopback name or an IP address are served, under either mode: the console's
+    /// only clients are browsers, which is what a web page elsewhere uses to point a name of its
+    /// own at the console (DNS rebinding) and read the logs. With keys, a page elsewhere has no
+    /// key to send.
     fn authenticate(&self, headers: &HeaderMap, peer: Peer) -> Result<Tenant, ApiError> {
-        if self.keys.is_open() {
-            if let Some(host) = headers.get(header::HOST) {
-                let host = host.to_str().unwrap_or_default();
-                if !is_local_or_ip(host) {
-                    return Err(ApiError::Forbidden(format!(
-                        "host {host:?} refused: without API keys the console answers only on localhost or an IP address; configure API keys to serve it under a name"
-                    )));
-                }
-            }
-        }
-        let presented = headers.get(API_KEY_HEADER).map(|value| value.as_bytes());
+        let presented = presented_key(headers);
         let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
-        Ok(self.keys.authenticate(presented, peer)?)
+        let tenant = self.keys.authenticate(presented.as_deref(), peer)?;
+        if self.keys.is_open() {
+            check_host(headers)?;
+        }
+        Ok(tenant)
     }
-}
-
-/// True for `localhost`, `*.localhost` and IP literals, with or without a port.
-fn is_local_or_ip(host: &str) -> bool {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest
-            .split_once(']')
-            .is_some_and(|(ip, _)| ip.parse::<IpAddr>().is_ok());
-    }
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.to_ascii_lowercase();
-    name == "localhost" || name.ends_with(".localhost") || name.parse::<IpAddr>().is_ok()
 }
 
 /// `GET /api/v1/session`: who the key belongs to.
@@ -254,31 +238,6 @@ fn duration_name(duration: chrono::TimeDelta) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_loopback_names_and_ip_literals_count_as_local() {
-        for host in [
-            "localhost",
-            "localhost:8080",
-            "LOCALHOST:1",
-            "app.localhost:3",
-            "127.0.0.1:8080",
-            "10.1.2.3",
-            "[::1]:8080",
-            "[fe80::1]",
-        ] {
-            assert!(is_local_or_ip(host), "{host}");
-        }
-        for host in [
-            "evil.example",
-            "evil.example:8080",
-            "localhost.evil.example",
-            "[evil]:80",
-            "127.0.0.1.nip.io",
-        ] {
-            assert!(!is_local_or_ip(host), "{host}");
-        }
-    }
 
     #[test]
     fn bucket_sizes_are_named_in_their_largest_unit() {

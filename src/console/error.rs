@@ -10,15 +10,12 @@ use crate::error::{with_retry_after, QueryError};
 /// Why an API call was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// Missing or unknown key, or a caller a keyless service does not serve.
+    /// Missing or unknown key, or a caller or a `Host` a keyless service does not serve.
     #[error(transparent)]
     Unauthorized(#[from] AuthFailure),
     /// A parameter that cannot be parsed.
     #[error("{0}")]
     BadRequest(String),
-    /// The host name of an open (keyless) service is not a loopback or IP address.
-    #[error("{0}")]
-    Forbidden(String),
     /// What the query code refused or could not do.
     #[error(transparent)]
     Query(#[from] QueryError),
@@ -28,10 +25,9 @@ impl ApiError {
     /// The HTTP status of the error.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Unauthorized(AuthFailure::NotLoopback) => StatusCode::FORBIDDEN,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(failure) => StatusCode::from_u16(failure.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Query(err) => {
                 StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
             }

@@ -1,25 +1,32 @@
-//! The accept loop of the service's HTTP listeners (metrics and probes, the console): axum routers
-//! served over HTTP/1.1 by hyper with a deadline for request headers and a cap on open
-//! connections, so clients that connect and never finish a request cannot pile up.
+//! The accept loop of the service's HTTP listeners (metrics and probes, the console, HTTP
+//! ingest): axum routers served over HTTP/1.1 by hyper with a deadline for request headers and a
+//! cap on open connections ([`super::slots`]: at the cap, the connection idle longest makes room),
+//! so clients that connect and never finish a request cannot pile up, nor keep a probe out.
 //!
 //! `axum::serve` has neither knob, which is why the loop is here.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
+use bytes::Bytes;
+use futures::TryFutureExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use super::slots::{Busy, Slot, Slots};
 
 use crate::config::ServeConfig;
 use crate::observability::metrics::metrics;
@@ -30,7 +37,8 @@ pub struct HttpLimits {
     /// How long a connection may take to send a request's headers, counted from the connection
     /// (or the previous response) on; hyper closes it after that.
     pub header_read_timeout: Duration,
-    /// Connections open at once; one more is closed as soon as it is accepted.
+    /// Connections open at once; one more takes the place of the connection idle longest, and
+    /// is closed as soon as it is accepted only when every connection has a request in flight.
     pub max_connections: u32,
 }
 
@@ -57,7 +65,7 @@ pub async fn serve_http(
     name: &'static str,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let slots = Slots::new(limits.max_connections as usize, name);
     let closing = CancellationToken::new();
     let mut builder = http1::Builder::new();
     builder
@@ -75,20 +83,15 @@ pub async fn serve_http(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            // Dropping the stream closes it: a client over the limit learns at once, instead of
-            // waiting in a queue that would itself be unbounded.
-            metrics()
-                .http_connections_refused
-                .increment_static([name], 1);
-            continue;
-        };
+        // Dropping the stream closes it: a client over the limit learns at once, instead of
+        // waiting in a queue that would itself be unbounded.
+        let Some(slot) = slots.admit() else { continue };
         let connection = Connection {
             peer,
             app: app.clone(),
             builder: builder.clone(),
             closing: closing.clone(),
-            _slot: slot,
+            slot,
             name,
         };
         match tls.clone() {
@@ -98,7 +101,12 @@ pub async fn serve_http(
                     crate::tls::HTTP_HANDSHAKE_TIMEOUT,
                     acceptor.accept(stream),
                 );
-                match handshake.await {
+                // A handshake is no request in flight: it makes room like an idle connection.
+                let handshake = tokio::select! {
+                    handshake = handshake => handshake,
+                    () = connection.slot.activity().told_to_leave() => return,
+                };
+                match handshake {
                     Ok(Ok(stream)) => connection.serve(stream).await,
                     Ok(Err(err)) => {
                         tracing::debug!(listener = name, error = %err, "TLS handshake failed");
@@ -110,11 +118,7 @@ pub async fn serve_http(
     }
     drop(listener);
     closing.cancel();
-    // Every connection holds a slot until it ends: holding all of them means none is left.
-    let _all = slots
-        .acquire_many(limits.max_connections)
-        .await
-        .expect("the semaphore is never closed");
+    slots.closed().await;
     Ok(())
 }
 
@@ -124,7 +128,7 @@ struct Connection {
     app: Router,
     builder: http1::Builder,
     closing: CancellationToken,
-    _slot: OwnedSemaphorePermit,
+    slot: Slot,
     name: &'static str,
 }
 
@@ -138,50 +142,82 @@ impl Connection {
             app,
             builder,
             closing,
-            _slot,
+            slot,
             name,
         } = self;
-        serve_connection(stream, peer, app, builder, closing, name).await;
+        let open = metrics().http_connections.handle(name);
+        open.add(1.0);
+        let activity = Arc::clone(slot.activity());
+        let service = {
+            let activity = Arc::clone(&activity);
+            tower::service_fn(move |mut request: hyper::Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                let busy = activity.begin();
+                app.clone()
+                    .oneshot(request)
+                    .map_ok(move |response| response.map(|body| Tracked { body, _busy: busy }))
+            })
+        };
+        // Upgrades are what Loki's tail WebSocket needs; once a connection is upgraded this
+        // future ends and the socket is its handler's, bounded by the handler's own limits.
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .with_upgrades();
+        tokio::pin!(connection);
+        let outcome = tokio::select! {
+            outcome = connection.as_mut() => outcome,
+            () = closing.cancelled() => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+            () = activity.told_to_leave() => {
+                // Only this task polls the connection, which is where requests begin and end, so
+                // no request can start between this check and the close.
+                if activity.is_idle() {
+                    Ok(())
+                } else {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            }
+        };
+        if let Err(err) = outcome {
+            if err.is_timeout() {
+                metrics().http_header_timeouts.increment_static([name], 1);
+            } else {
+                tracing::debug!(listener = name, error = %err, "HTTP connection ended with an error");
+            }
+        }
+        open.add(-1.0);
+        drop(slot);
     }
 }
 
-async fn serve_connection<S>(
-    stream: S,
-    peer: SocketAddr,
-    app: Router,
-    builder: http1::Builder,
-    closing: CancellationToken,
-    name: &'static str,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let open = metrics().http_connections.handle(name);
-    open.add(1.0);
-    let service = app.map_request(move |mut request: hyper::Request<Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
-        request
-    });
-    // Upgrades are what Loki's tail WebSocket needs; once a connection is upgraded this future
-    // ends and the socket is its handler's, bounded by the handler's own limits.
-    let connection = builder
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-        .with_upgrades();
-    tokio::pin!(connection);
-    let outcome = tokio::select! {
-        outcome = connection.as_mut() => outcome,
-        () = closing.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(err) = outcome {
-        if err.is_timeout() {
-            metrics().http_header_timeouts.increment_static([name], 1);
-        } else {
-            tracing::debug!(listener = name, error = %err, "HTTP connection ended with an error");
-        }
+/// An answer's body, which keeps its request in flight until hyper has sent it all (or dropped
+/// it), so that a connection streaming an answer is never taken for an idle one.
+struct Tracked {
+    body: Body,
+    _busy: Busy,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
     }
-    open.add(-1.0);
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Per-connection failures (the peer gave up before it was accepted) are not the listener's;

@@ -1,5 +1,7 @@
-//! The service's HTTP listeners: the accept loop they share ([`listener`]) and the metrics and
-//! probes port ([`probes`]); the console's routes are in [`crate::console`].
+//! The service's HTTP listeners: the accept loop they share ([`listener`]), how it shares out
+//! connections under its cap ([`slots`]), and the metrics and probes port ([`probes`]); the
+//! console's routes are in [`crate::console`].
 
 pub mod listener;
 pub mod probes;
+pub mod slots;

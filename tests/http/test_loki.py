@@ -4,14 +4,15 @@
 (a) python-logging-loki: its LokiHandler (push API v1: JSON, one request per record, labels
     `severity` and `logger` plus the handler's tags and each record's `tags`) on a Python logger;
     every stored row compared field by field with what the handler sent. A second handler names
-    its tenant with `X-Scope-OrgID`.
+    its tenant with `X-Scope-OrgID` (the keyless server runs with --allow-org-id-tenants).
 (b) A push written by hand: two streams (labels service_name, level, env), entries with and without
     structured metadata, nanosecond timestamps; then a gzip push of the label fallbacks (service,
     job, app; severity, detected_level; a level name Loki does not know).
 (c) A push with one entry whose timestamp is not a number: 400 "1 of 3 entries rejected", the
     valid entries stored.
 (d) A protobuf logproto.PushRequest (built with the protobuf runtime from Loki's field numbers),
-    snappy-compressed (block format) by cramjam.
+    snappy-compressed (block format) by cramjam; sent first with a form's Content-Type, which
+    is refused with 415.
 (e) A server with an API key: 401 without it, the key's tenant with it, and X-Scope-OrgID must
     name that tenant (403 otherwise).
 (f) A tenant over its rate limit: 429 with Retry-After; the same push after that delay is stored.
@@ -297,6 +298,9 @@ def check_protobuf_snappy(server, db_path):
     second.timestamp.seconds, second.timestamp.nanos = divmod(t2, 10**9)
     second.structuredMetadata.add(name="request_id", value="r-9")
     body = bytes(cramjam.snappy.compress_raw(push.SerializeToString()))
+    # urllib sends a form's type when none is given, as a cross-site form post would.
+    answer = request("POST", server.url(PUSH), body, {})
+    check("protobuf + snappy as a form: 415", answer.status, 415)
     answer = request("POST", server.url(PUSH), body, {"Content-Type": "application/x-protobuf"})
     check("protobuf + snappy: 204", answer.status, 204)
     rows = stored_rows(db_path)
@@ -317,6 +321,9 @@ def check_metrics(server, _db_path):
           metric_value(server.metrics, "loghaul_ingest_records_total", protocol="loki"), 16)
     check("metrics: three pushes ok",
           metric_value(server.metrics, "loghaul_http_ingest_requests_total", protocol="loki", outcome="ok"), 3)
+    check("metrics: one push of no Loki type",
+          metric_value(server.metrics, "loghaul_http_ingest_requests_total", protocol="loki",
+                       outcome="unsupported_media_type"), 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,8 +414,8 @@ def main():
     started = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="loghaul-loki-")
     try:
-        part("(a) python-logging-loki", binary, os.path.join(workdir, "client.db"), [],
-             [check_logging_loki])
+        part("(a) python-logging-loki", binary, os.path.join(workdir, "client.db"),
+             ["--allow-org-id-tenants"], [check_logging_loki])
         part("(b)-(d) pushes by hand: JSON, gzip, a bad timestamp, protobuf + snappy", binary,
              os.path.join(workdir, "pushes.db"), [],
              [check_two_streams, check_label_fallbacks, check_bad_timestamp, check_protobuf_snappy,

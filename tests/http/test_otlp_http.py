@@ -12,7 +12,8 @@
 (d) A server with an API key: 401 with a google.rpc.Status (JSON and protobuf) without it, the
     tenant of the key with `Authorization: Bearer` and `x-api-key` (the SDK's exporter too), 413
     over --max-request-bytes before and after decompression.
-(e) CORS: a preflight from the allowed origin and from another one.
+(e) CORS: a preflight from the allowed origin and from another one; a POST from another
+    origin, which this keyless server refuses with 403 and does not store.
 (f) A tenant over its rate limit: 429 with Retry-After and a RetryInfo, and the SDK's exporter
     waits that long and succeeds.
 Answers are decoded with protobuf's own decoders (binary and JSON), and the metrics of the HTTP
@@ -564,6 +565,7 @@ def check_cors(server):
           [name for name in ("Access-Control-Allow-Origin", "Access-Control-Allow-Methods",
                              "Access-Control-Allow-Headers") if answer.header(name) is not None], [])
     answer = request("POST", url, one_record("from elsewhere"), {**JSON, "Origin": "http://evil.test"})
+    check("a POST from another origin to a server without keys: 403", answer.status, 403)
     check("a POST from another origin: no Access-Control-Allow-Origin",
           answer.header("Access-Control-Allow-Origin"), None)
 
@@ -656,8 +658,10 @@ def main():
             sent = send_with_the_sdk(server.url("/v1/logs"))
             check_sdk_rows(stored_rows(db_path), sent)
 
-        def cors(server, _db_path):
+        def cors(server, db_path):
             check_cors(server)
+            check("CORS: only the allowed origin's record is stored", sorted(stored_rows(db_path)),
+                  ["from the browser"])
 
         # The spec's example is from 2018: keep every age for it.
         part("(a)-(c) the SDK's OTLP/HTTP exporter, OTLP/JSON, partial success", binary,

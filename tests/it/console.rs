@@ -113,6 +113,57 @@ async fn search_pages_through_cursors_within_the_tenant(db: &TestDb) {
 }
 on_both_backends!(search, search_pages_through_cursors_within_the_tenant);
 
+/// The console takes the key wherever the HTTP ingest port does (`x-api-key`, `Authorization:
+/// Bearer`, Basic with the key as password), by the same code: each header gets the same verdict
+/// on both, and the same tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_takes_the_key_in_every_header_the_ingest_port_takes() {
+    use base64::Engine;
+    let db = TestDb::create(Backend::Sqlite, "console_key_headers")
+        .await
+        .unwrap();
+    let server = server_with_keys(&db).await;
+    let basic = |user: &str, password: &str| {
+        let encoded =
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Basic {encoded}")
+    };
+    let cases = [
+        (("x-api-key", KEY_A.to_owned()), Some("alpha")),
+        (("authorization", format!("Bearer {KEY_A}")), Some("alpha")),
+        (("authorization", format!("bearer {KEY_B}")), Some("beta")),
+        (("authorization", basic("grafana", KEY_B)), Some("beta")),
+        (("authorization", "Bearer wrong-key".to_owned()), None),
+        (("authorization", basic(KEY_A, "")), None),
+        (("authorization", format!("Digest {KEY_A}")), None),
+    ];
+    for ((name, value), tenant) in cases {
+        let headers = [(name, value.as_str())];
+        let console = get(server.console, "/api/v1/session", "", &headers).await;
+        let ingest = common::http_request(
+            server.http_ingest,
+            "GET",
+            "/loki/api/v1/labels",
+            &headers,
+            b"",
+        )
+        .await
+        .unwrap();
+        match tenant {
+            Some(tenant) => {
+                assert_eq!(console.status, 200, "{name}: {value}: {}", console.body);
+                assert_eq!(console.json()["tenant"], tenant, "{name}: {value}");
+                assert_eq!(ingest.status, 200, "{name}: {value}: {}", ingest.text());
+            }
+            None => {
+                assert_eq!(console.status, 401, "{name}: {value}: {}", console.body);
+                assert_eq!(ingest.status, 401, "{name}: {value}: {}", ingest.text());
+            }
+        }
+    }
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_400_and_bad_keys_401_with_a_json_reason() {
     let db = TestDb::create(Backend::Sqlite, "console_errors")

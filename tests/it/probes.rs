@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common;
 use crate::common::held_lock::HeldLock;
-use crate::common::http::{get, kept_alive, read_until_closed};
+use crate::common::http::{get, kept_alive, read_until_closed, EventStream};
 use crate::common::process::Process;
 use crate::common::{
     config, http_get, push, record, wait_until, Backend, TestDb, TestServer, DEADLINE,
@@ -178,8 +179,9 @@ async fn http_listeners_close_connections_that_never_finish_their_headers() {
     server.stop().await;
 }
 
-/// Past --http-max-connections a new connection is closed unanswered; once the held ones go,
-/// requests are served again and the refusal is counted.
+/// Past --http-max-connections, when every connection is busy (here: console tails, which hold
+/// theirs for as long as they follow), a new connection is closed unanswered; once the held ones
+/// go, requests are served again and the refusal is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
     let db = TestDb::create(Backend::Sqlite, "connection_limit")
@@ -189,17 +191,15 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
     settings.http_max_connections = 2;
     settings.http_header_read_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
-    // The readiness checks of start-up may still hold a slot for a moment: a held connection
-    // counts once it has been answered.
     let mut held = Vec::new();
-    wait_until("two connections to be served", DEADLINE, async || {
-        held.extend(kept_alive(server.http, "/healthz").await);
-        held.len() == 2
-    })
-    .await;
-    let mut third = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    for _ in 0..2 {
+        held.push(EventStream::open(server.console, "/api/v1/tail", "").await);
+    }
+    let mut third = tokio::net::TcpStream::connect(server.console)
+        .await
+        .unwrap();
     let _ = third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: lo\r\n\r\n")
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await;
     let answer = read_until_closed(&mut third, Duration::from_secs(10)).await;
     assert!(
@@ -209,24 +209,68 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
     );
 
     drop(held);
-    let mut metrics = String::new();
     wait_until(
         "requests to be served again once the held connections closed",
         DEADLINE,
-        async || match http_get(server.http, "/metrics").await {
-            Ok((200, body)) => {
-                metrics = body;
-                true
-            }
-            _ => false,
+        async || {
+            http_get(server.console, "/")
+                .await
+                .is_ok_and(|(status, _)| status == 200)
         },
     )
     .await;
+    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
     assert!(
-        metrics.contains("loghaul_http_connections_refused_total{listener=\"metrics\"}"),
+        metrics.contains("loghaul_http_connections_refused_total{listener=\"console\"}"),
         "{metrics}"
     );
     server.stop().await;
+}
+
+/// The metrics port is bound to every interface by default, and anyone who reaches it can open
+/// connections and send nothing. A kubelet's probe must still get through: at the cap, the
+/// connection idle longest is closed to make room for the new one, so 256 idle connections
+/// (the default cap) cost a probe nothing. Measured on a process of the test's own, whose
+/// counter of closed connections is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_get_through_while_idle_connections_hold_every_slot() {
+    let db = TestDb::create(Backend::Sqlite, "probe_slots")
+        .await
+        .unwrap();
+    let server = Process::serve(&db.url, &[]);
+    // One kept alive after a scrape, as Prometheus keeps its own, then 255 that never send.
+    let mut idle = vec![kept_alive(server.http, "/healthz").await.unwrap()];
+    for _ in 1..256 {
+        idle.push(tokio::net::TcpStream::connect(server.http).await.unwrap());
+    }
+    // The listener accepts in the order the connections arrived: the probes come after them all.
+    for path in ["/readyz", "/healthz"] {
+        let started = Instant::now();
+        // A kubelet gives a probe 1 s by default.
+        let answer = tokio::time::timeout(Duration::from_secs(1), http_get(server.http, path))
+            .await
+            .unwrap_or_else(|_| panic!("{path} answered within 1 s"));
+        let (status, body) = answer.unwrap();
+        assert_eq!(
+            status, 200,
+            "{path} with 256 idle connections open: {body:?}"
+        );
+        println!("{path}: 200 after {:?}", started.elapsed());
+    }
+    let closed = read_until_closed(&mut idle[0], DEADLINE).await;
+    assert!(
+        closed.is_empty(),
+        "the oldest idle connection was closed unanswered"
+    );
+    let (_, metrics) = http_get(server.http, "/metrics").await.unwrap();
+    // The first probe made room. Whether the next request finds the place it left free depends
+    // on whether the server has closed it yet: each makes room at most once.
+    let evicted = common::metric(
+        &metrics,
+        "loghaul_http_connections_evicted_total{listener=\"metrics\"}",
+    );
+    assert!((1.0..=3.0).contains(&evicted), "{evicted}: {metrics}");
+    drop(idle);
 }
 
 /// SQLite writes through one connection. While a write waits on the database's write lock that

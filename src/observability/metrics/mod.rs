@@ -204,8 +204,10 @@ pub struct Metrics {
     pub console_requests: CounterVec<2>,
     /// Connections open on an HTTP listener.
     pub http_connections: GaugeVec,
-    /// Connections an HTTP listener closed at accept, over its cap.
+    /// Connections an HTTP listener closed at accept, over its cap with every connection busy.
     pub http_connections_refused: CounterVec<1>,
+    /// Idle connections an HTTP listener closed to make room for a new one at its cap.
+    pub http_connections_evicted: CounterVec<1>,
     /// Connections an HTTP listener closed for slow headers.
     pub http_header_timeouts: CounterVec<1>,
     /// Retention runs, by outcome.
@@ -378,7 +380,7 @@ impl Metrics {
             store_up: gauge("loghaul_store_up", Count, "1 when the database answered the last write or probe, else 0."),
             ready: gauge("loghaul_ready", Count, "1 when the service is ready for traffic, else 0."),
             auth_failures: CounterVec::register(
-                Series::new("loghaul_auth_failures_total", Count, "Calls refused before their handler, by reason: missing_key, unknown_key, not_loopback."),
+                Series::new("loghaul_auth_failures_total", Count, "Calls refused before their handler, by reason: missing_key, unknown_key, not_loopback, org_id_mismatch; and without API keys over HTTP: foreign_host (a Host that is not a loopback name or an IP address), foreign_origin (an Origin --http-cors-origins does not list), org_id_without_keys (an X-Scope-OrgID other than default without --allow-org-id-tenants)."),
                 ["reason"],
             ),
             api_keys: gauge("loghaul_api_keys", Count, "API keys in force (0: the service serves tenant default, to loopback clients unless --allow-unauthenticated)."),
@@ -419,7 +421,11 @@ impl Metrics {
                 "listener",
             ),
             http_connections_refused: CounterVec::register(
-                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed on accept because its connection cap (--http-max-connections; ingest: --http-ingest-max-connections) was reached."),
+                Series::new("loghaul_http_connections_refused_total", Count, "Connections an HTTP listener (metrics, console, ingest) closed on accept because its connection cap (--http-max-connections; ingest: --http-ingest-max-connections) was reached and every open connection had a request in flight."),
+                ["listener"],
+            ),
+            http_connections_evicted: CounterVec::register(
+                Series::new("loghaul_http_connections_evicted_total", Count, "Idle connections (no request in flight: none sent yet, or kept alive between requests) an HTTP listener (metrics, console, ingest) closed to make room for a new connection at its connection cap; the one idle longest goes first."),
                 ["listener"],
             ),
             http_header_timeouts: CounterVec::register(

@@ -2,7 +2,8 @@
 //! the Loki push API at `POST /loki/api/v1/push`, for the shippers that speak HTTP rather than
 //! gRPC. A request goes through the same steps as a gRPC call, in order:
 //!
-//! 1. [`auth`]: the tenant, from the key in any header an exporter can set;
+//! 1. [`auth`]: the tenant, from the key in any header an exporter can set (and, without keys,
+//!    what a web page cannot do);
 //! 2. [`body`]: the body, read under the size limit and the memory budget, then inflated;
 //! 3. the protocol's decoder ([`crate::server::otlp::http`], [`crate::server::loki`]), which
 //!    validates each record and queues the valid ones through the shared pipeline;
@@ -42,6 +43,7 @@ use crate::server::loki::Pusher;
 use crate::server::otlp::export::Exporter;
 use crate::server::validate::Limits;
 use crate::web::listener::{serve_http, HttpLimits};
+use auth::HttpAuth;
 use body::BodyLimits;
 use cors::Cors;
 use reply::HttpError;
@@ -72,11 +74,17 @@ impl HttpIngest {
         readiness: Arc<Readiness>,
         config: &ServeConfig,
     ) -> Self {
+        let cors = Arc::new(Cors::new(config.http_cors_origins.clone()));
+        let auth = Arc::new(HttpAuth::new(
+            keys,
+            Arc::clone(&cors),
+            config.allow_org_id_tenants,
+        ));
         HttpIngest {
-            loki_api: LokiApi::new(reads, Arc::clone(&keys), readiness),
+            loki_api: LokiApi::new(reads, Arc::clone(&auth), readiness),
             reception: Reception {
                 ingress: ingress.clone(),
-                keys,
+                auth,
                 body: BodyLimits {
                     max_bytes: config.max_request_bytes.as_usize(),
                     pace: BodyPace::from_config(config),
@@ -84,7 +92,7 @@ impl HttpIngest {
             },
             exporter: Exporter::new(ingress.clone(), limits),
             pusher: Pusher::new(ingress, limits),
-            cors: Arc::new(Cors::new(config.http_cors_origins.clone())),
+            cors,
         }
     }
 }
@@ -176,14 +184,14 @@ fn count(protocol: &'static str, outcome: &'static str) {
 #[derive(Clone, Debug)]
 pub struct Reception {
     ingress: Ingress,
-    keys: Arc<KeyStore>,
+    auth: Arc<HttpAuth>,
     body: BodyLimits,
 }
 
 impl Reception {
     /// The request's tenant.
     pub fn authenticate(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Tenant, HttpError> {
-        auth::tenant(&self.keys, headers, peer)
+        self.auth.tenant(headers, peer)
     }
 
     /// The most a body may be, as sent and once inflated.

@@ -54,22 +54,28 @@ const SPAN_ID_KEYS: [&str; 2] = ["span_id", "spanID"];
 /// The two encodings of a push.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum PushFormat {
-    /// Snappy-compressed `logproto.PushRequest`: what Loki assumes for any type but JSON.
+    /// Snappy-compressed `logproto.PushRequest`.
     Protobuf,
     /// `application/json`.
     Json,
 }
 
+/// The encoding the push's `Content-Type` names. Loki reads a body without one as protobuf;
+/// here it is refused, since a web page can send such a body to any address without a CORS
+/// preflight, and every Loki client names its type.
 fn push_format(headers: &HeaderMap) -> Result<PushFormat, HttpError> {
+    let wanted = "the Loki push API takes Content-Type application/x-protobuf (snappy-compressed) or application/json";
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(PushFormat::Protobuf);
+        return Err(HttpError::UnsupportedMediaType(format!(
+            "{wanted}, and the request has no Content-Type"
+        )));
     };
     let essence = value.to_str().unwrap_or("").split(';').next().unwrap_or("");
     match essence.trim().to_ascii_lowercase().as_str() {
         "application/json" => Ok(PushFormat::Json),
-        "application/x-protobuf" | "application/protobuf" | "" => Ok(PushFormat::Protobuf),
+        "application/x-protobuf" | "application/protobuf" => Ok(PushFormat::Protobuf),
         other => Err(HttpError::UnsupportedMediaType(format!(
-            "the Loki push API takes Content-Type application/x-protobuf (snappy-compressed) or application/json, not {other:?}"
+            "{wanted}, not {other:?}"
         ))),
     }
 }
@@ -313,10 +319,6 @@ mod tests {
             push_format(&headers)
         };
         assert_eq!(
-            push_format(&HeaderMap::new()).unwrap(),
-            PushFormat::Protobuf
-        );
-        assert_eq!(
             with("application/json; charset=utf-8").unwrap(),
             PushFormat::Json
         );
@@ -324,9 +326,11 @@ mod tests {
             with("application/x-protobuf").unwrap(),
             PushFormat::Protobuf
         );
-        assert!(matches!(
-            with("text/plain"),
-            Err(HttpError::UnsupportedMediaType(_))
-        ));
+        for refused in [with("text/plain"), with(""), push_format(&HeaderMap::new())] {
+            assert!(
+                matches!(refused, Err(HttpError::UnsupportedMediaType(_))),
+                "{refused:?}"
+            );
+        }
     }
 }

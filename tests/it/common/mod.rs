@@ -623,9 +623,16 @@ pub async fn http_request(
 ) -> std::io::Result<HttpAnswer> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: loghaul\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
+    // What curl and the exporters send, unless the test names another.
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }

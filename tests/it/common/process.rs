@@ -37,7 +37,8 @@ pub fn serve_command_at(listen: &str, console: &str) -> Command {
         .args(["serve", "--listen", listen, "--metrics-listen", EPHEMERAL])
         .args(["--console-listen", console, "--http-listen", EPHEMERAL])
         .env_remove("LOGHAUL_API_KEYS")
-        .env_remove("LOGHAUL_ALLOW_UNAUTHENTICATED");
+        .env_remove("LOGHAUL_ALLOW_UNAUTHENTICATED")
+        .env_remove("LOGHAUL_ALLOW_ORG_ID_TENANTS");
     command
 }
 

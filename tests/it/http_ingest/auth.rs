@@ -135,10 +135,40 @@ async fn an_org_id_naming_another_tenant_is_forbidden() {
     server.stop().await;
 }
 
-/// Without keys, `X-Scope-OrgID` names the tenant, as in a single-binary Loki; a name that is not
-/// a tenant name is refused with 400 and nothing is stored.
+/// Without keys, `X-Scope-OrgID` names no tenant but `default` (403 naming the option), unless
+/// `--allow-org-id-tenants`: then it names the tenant, as in a single-binary Loki, and a name that
+/// is not a tenant name is refused with 400; nothing refused is stored.
 async fn a_keyless_server_takes_the_tenant_from_the_org_id(db: &TestDb) {
     let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let answer = send_loki(
+        addr,
+        &[("x-scope-orgid", "team-x")],
+        r#"{job="x"}"#,
+        &["refused org id"],
+    )
+    .await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    assert!(
+        answer.text().contains("--allow-org-id-tenants"),
+        "{}",
+        answer.text()
+    );
+    let answer = send_otlp(addr, &[("x-scope-orgid", "team-x")], &["refused org id"]).await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    let answer = send_loki(
+        addr,
+        &[("x-scope-orgid", "default")],
+        r#"{job="x"}"#,
+        &["org id default"],
+    )
+    .await;
+    assert_eq!(answer.status, 204, "{}", answer.text());
+    server.stop().await;
+
+    let mut settings = config(db);
+    settings.allow_org_id_tenants = true;
+    let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let answer = send_loki(
         addr,
@@ -168,7 +198,14 @@ async fn a_keyless_server_takes_the_tenant_from_the_org_id(db: &TestDb) {
         .iter()
         .map(|row| (row.message.as_str(), row.tenant.as_str()))
         .collect();
-    assert_eq!(stored, [("for team-x", "team-x"), ("no org id", "default")]);
+    assert_eq!(
+        stored,
+        [
+            ("for team-x", "team-x"),
+            ("no org id", "default"),
+            ("org id default", "default")
+        ]
+    );
     server.stop().await;
 }
 on_both_backends!(

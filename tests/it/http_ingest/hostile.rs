@@ -286,7 +286,7 @@ fn the_handmade_gzip_inflates_to_zeros() {
 /// The head of a POST on a fresh connection, `Connection: close`.
 async fn open_request(addr: SocketAddr, path: &str, headers: &[&str]) -> tokio::net::TcpStream {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut head = format!("POST {path} HTTP/1.1\r\nHost: loghaul\r\nConnection: close\r\n");
+    let mut head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for header in headers {
         head.push_str(header);
         head.push_str("\r\n");

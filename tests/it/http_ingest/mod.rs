@@ -4,12 +4,14 @@
 //! - [`otlp`]: OTLP/HTTP bodies (protobuf, the specification's JSON), stored field by field;
 //! - [`loki`]: Loki pushes, their labels and tenants;
 //! - [`auth`]: keys in every header an exporter sets, and what a missing or wrong one gets;
+//! - [`browser`]: what a web page can make a keyless service do (nothing);
 //! - [`hostile`]: bodies that are broken, oversized or bombs, each a clear 4xx, and memory;
 //! - [`overload`]: the retryable answers (429, 503) and their `Retry-After`;
 //! - [`refused_entries`]: JSON bodies of millions of malformed entries, counted within memory;
 //! - here: the metrics of a process of the test's own, and answers across a SIGTERM.
 
 mod auth;
+mod browser;
 mod hostile;
 mod loki;
 mod otlp;
@@ -313,7 +315,7 @@ async fn start_request(
 ) -> tokio::net::TcpStream {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: loghaul\r\nConnection: close\r\nContent-Length: {length}\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {length}\r\n"
     );
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));

@@ -26,7 +26,6 @@ use axum::Router;
 use chrono::Utc;
 use serde_json::{json, Value as Json};
 
-use crate::auth::KeyStore;
 use crate::logql::ast::{LogQuery, Query};
 use crate::logql::eval::{Steps, Value};
 use crate::logql::plan::Placement;
@@ -34,7 +33,7 @@ use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::query::loki::{nanos, LokiError};
 use crate::query::Reads;
-use crate::server::http::auth;
+use crate::server::http::auth::HttpAuth;
 use crate::server::http::reply::{self, HttpError};
 use params::Params;
 
@@ -42,17 +41,17 @@ use params::Params;
 #[derive(Clone, Debug)]
 pub struct LokiApi {
     reads: Reads,
-    keys: Arc<KeyStore>,
+    auth: Arc<HttpAuth>,
     readiness: Arc<Readiness>,
 }
 
 impl LokiApi {
-    /// The endpoints reading through `reads`, authenticating with `keys`; `/ready` answers what
-    /// `readiness` says.
-    pub fn new(reads: Reads, keys: Arc<KeyStore>, readiness: Arc<Readiness>) -> Self {
+    /// The endpoints reading through `reads`, authenticating as pushes are (`auth`); `/ready`
+    /// answers what `readiness` says.
+    pub fn new(reads: Reads, auth: Arc<HttpAuth>, readiness: Arc<Readiness>) -> Self {
         LokiApi {
             reads,
-            keys,
+            auth,
             readiness,
         }
     }
@@ -143,7 +142,10 @@ impl FromRequestParts<LokiApi> for Call {
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
         Ok(Call {
             reads: api.reads.clone(),
-            tenant: auth::tenant(&api.keys, &parts.headers, peer).map(|t| t.name().clone()),
+            tenant: api
+                .auth
+                .tenant(&parts.headers, peer)
+                .map(|t| t.name().clone()),
             params: Params::parse(parts.uri.query()),
             placement: placement(&parts.headers),
         })
