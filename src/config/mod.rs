@@ -620,7 +620,12 @@ impl ServeConfig {
             "",
         )?;
         bytes("--max-read-bytes", self.max_read_bytes, MIB..=64 * GIB, "")?;
-        bytes("--max-query-bytes", self.max_query_bytes, MIB..=64 * GIB, "")?;
+        bytes(
+            "--max-query-bytes",
+            self.max_query_bytes,
+            MIB..=64 * GIB,
+            "",
+        )?;
         duration(
             "--tail-poll-interval",
             self.tail_poll_interval,

@@ -65,6 +65,32 @@ async fn push_distinct(addr: SocketAddr, tenant: usize) {
     assert_eq!(answer.status, 204, "{}", answer.text());
 }
 
+/// A server with `extra` options whose first `tenants` tenants have pushed their lines. A
+/// retention of 30 days lets the lines span the range; a debug build on two shared cores takes
+/// seconds to write each answer, and time is not what is measured here, hence the longer timeout.
+async fn serve_lines(db: &TestDb, tenants: usize, extra: &[&str]) -> Process {
+    let keys = keys();
+    let mut options = vec![
+        "--api-keys",
+        &keys,
+        "--retention",
+        "30d",
+        "--query-timeout",
+        "60s",
+    ];
+    options.extend_from_slice(extra);
+    let server = Process::serve(&db.url, &options);
+    for tenant in 0..tenants {
+        push_distinct(server.http_ingest, tenant).await;
+    }
+    let all = (tenants * LINES) as i64;
+    wait_until("every line stored", DEADLINE, async || {
+        db.count().await >= all
+    })
+    .await;
+    server
+}
+
 /// The path and query string of `count_over_time({service_name="x"}[30d])` over the 30 days
 /// before now at `step` seconds.
 fn over_30_days(step: u64) -> String {
@@ -125,31 +151,10 @@ fn assert_refused_for_memory(answer: &HttpAnswer) {
 /// of a quarter of the steps that fits one read's bound, by eight tenants at once: the first is
 /// refused as too large for one read, and the server's peak memory stays within the reads' bound.
 async fn many_series_over_many_steps_stay_within_the_read_bounds(db: &TestDb) {
-    // The memory options at their defaults. A retention of 30 days lets the lines span the
-    // range. A debug build on two shared cores takes seconds to write each answer, during which
-    // the other reads wait for a core: time is not what is measured here, so a read may take
-    // longer, and each tenant's has a read connection of its own.
-    let server = Process::serve(
-        &db.url,
-        &[
-            "--api-keys",
-            &keys(),
-            "--retention",
-            "30d",
-            "--query-timeout",
-            "60s",
-            "--read-max-connections",
-            "8",
-        ],
-    );
-    for tenant in 0..TENANTS {
-        push_distinct(server.http_ingest, tenant).await;
-    }
-    let all = (TENANTS * LINES) as i64;
-    wait_until("every line stored", DEADLINE, async || {
-        db.count().await >= all
-    })
-    .await;
+    // The memory options at their defaults. Each tenant's read has a read connection of its own:
+    // a debug build on two shared cores takes seconds to write each answer, during which the
+    // other reads wait for a core, and time is not what is measured here.
+    let server = serve_lines(db, TENANTS, &["--read-max-connections", "8"]).await;
     let (baseline, _) = server.rss();
 
     let started = std::time::Instant::now();
@@ -174,7 +179,7 @@ async fn many_series_over_many_steps_stay_within_the_read_bounds(db: &TestDb) {
         peak_eight >> 20
     );
 
-    // A quarter of the steps: about 32 MB of points, within one read's bound.
+    // A quarter of the steps: 22 MB of points and an 11 MB answer, within one read's bound.
     let started = std::time::Instant::now();
     let fitting =
         join_all((0..TENANTS).map(|t| count_over_30_days(server.http_ingest, t, 944))).await;
@@ -267,30 +272,15 @@ async fn unread(addr: SocketAddr, target: &str, key: &str) -> (TcpStream, u16, V
 /// Once the first client has read its answer, whole, the memory is given back and the same query
 /// is answered.
 async fn an_answer_holds_its_memory_until_its_client_takes_it(db: &TestDb) {
-    let server = Process::serve(
-        &db.url,
-        &[
-            "--api-keys",
-            &keys(),
-            "--retention",
-            "30d",
-            "--query-timeout",
-            "60s",
-            "--max-read-bytes",
-            "100MiB",
-            "--max-query-bytes",
-            "100MiB",
-            "--max-page-bytes",
-            "40MiB",
-        ],
-    );
-    for tenant in 0..2 {
-        push_distinct(server.http_ingest, tenant).await;
-    }
-    wait_until("every line stored", DEADLINE, async || {
-        db.count().await >= 2 * LINES as i64
-    })
-    .await;
+    let bounds = [
+        "--max-read-bytes",
+        "100MiB",
+        "--max-query-bytes",
+        "100MiB",
+        "--max-page-bytes",
+        "40MiB",
+    ];
+    let server = serve_lines(db, 2, &bounds).await;
 
     let (mut waiting, status, mut body) =
         unread(server.http_ingest, &over_30_days(236), &key(0)).await;

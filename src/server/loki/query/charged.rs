@@ -53,6 +53,8 @@ impl Answer {
         }
         // Writing to memory fails only for a map whose keys are not strings, which no answer has.
         serde_json::to_writer(&mut piece, value).expect("answers serialize to JSON");
+        // The vector grew by doubling; the answer keeps only what it wrote.
+        piece.shrink_to_fit();
         self.charge.charge(piece.capacity())?;
         self.push(Bytes::from(piece));
         Ok(())
