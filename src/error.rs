@@ -7,6 +7,7 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
 use crate::auth::AuthFailure;
+use crate::config::ByteSize;
 use crate::proto::trailers::{self, NotStored};
 use crate::proto::v1::PushResponse;
 use crate::storage::StoreError;
@@ -86,6 +87,9 @@ pub enum IngestError {
 const STORE_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// Delay suggested to a tenant refused for its concurrent reads: about what a slow read takes.
 const TOO_MANY_READS_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Delay suggested to a read refused because the reads together hold `--max-read-bytes`: about
+/// what a large read takes to be answered and give its memory back.
+const READ_MEMORY_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl IngestError {
     /// A stable label value for metrics.
@@ -366,6 +370,18 @@ pub enum QueryError {
         /// The configured timeout.
         timeout: Duration,
     },
+    /// One read would hold more memory than `--max-query-bytes`; it was stopped there.
+    #[error("the read needs more than {limit} of memory (--max-query-bytes): ask for less (a shorter time range, a narrower selector, a larger step, or an aggregation such as sum by (…)), or raise --max-query-bytes")]
+    ReadTooLarge {
+        /// The configured limit.
+        limit: ByteSize,
+    },
+    /// The reads of every tenant together hold `--max-read-bytes`; this one was stopped.
+    #[error("this server's reads already hold {limit} of memory (--max-read-bytes); retry in a moment, or raise --max-read-bytes")]
+    ReadMemoryFull {
+        /// The configured limit.
+        limit: ByteSize,
+    },
 }
 
 impl From<crate::model::InvalidRequest> for QueryError {
@@ -395,6 +411,8 @@ impl QueryError {
             QueryError::TooManyTenantTails { .. } | QueryError::TooManyTails { .. } => {
                 "too_many_tails"
             }
+            QueryError::ReadTooLarge { .. } => "read_too_large",
+            QueryError::ReadMemoryFull { .. } => "read_memory_full",
         }
     }
 
@@ -405,25 +423,31 @@ impl QueryError {
             QueryError::Store(_) => Some(STORE_RETRY_AFTER),
             QueryError::ShuttingDown => Some(Duration::from_secs(1)),
             QueryError::TooManyReads { .. } => Some(TOO_MANY_READS_RETRY_AFTER),
+            QueryError::ReadMemoryFull { .. } => Some(READ_MEMORY_RETRY_AFTER),
             // Waiting helps only once someone closes a tail: no delay to promise.
             QueryError::InvalidArgument(_)
             | QueryError::SubscriberTooSlow(_)
             | QueryError::DeadlineExceeded { .. }
             | QueryError::TooManyTenantTails { .. }
-            | QueryError::TooManyTails { .. } => None,
+            | QueryError::TooManyTails { .. }
+            | QueryError::ReadTooLarge { .. } => None,
         }
     }
 
-    /// The HTTP status of the error on the console's JSON API: the same classes as the gRPC
-    /// codes below (400 the request, 429 too slow, 503 come back later, 504 too long).
+    /// The HTTP status of the error on the console's JSON API and Loki's: the same classes as
+    /// the gRPC codes below (400 the request, 429 too slow, 503 come back later, 504 too long).
+    /// A read too large for `--max-query-bytes` is the request's: 400, as Loki answers its own
+    /// query limits; a server whose reads hold `--max-read-bytes` is busy: 503.
     pub fn http_status(&self) -> u16 {
         match self {
-            QueryError::InvalidArgument(_) => 400,
+            QueryError::InvalidArgument(_) | QueryError::ReadTooLarge { .. } => 400,
             QueryError::SubscriberTooSlow(_)
             | QueryError::TooManyReads { .. }
             | QueryError::TooManyTenantTails { .. }
             | QueryError::TooManyTails { .. } => 429,
-            QueryError::Store(_) | QueryError::ShuttingDown => 503,
+            QueryError::Store(_) | QueryError::ShuttingDown | QueryError::ReadMemoryFull { .. } => {
+                503
+            }
             QueryError::DeadlineExceeded { .. } => 504,
         }
     }
@@ -437,7 +461,9 @@ impl From<QueryError> for Status {
             QueryError::SubscriberTooSlow(_)
             | QueryError::TooManyReads { .. }
             | QueryError::TooManyTenantTails { .. }
-            | QueryError::TooManyTails { .. } => Code::ResourceExhausted,
+            | QueryError::TooManyTails { .. }
+            | QueryError::ReadTooLarge { .. }
+            | QueryError::ReadMemoryFull { .. } => Code::ResourceExhausted,
             QueryError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
         };
         let message = err.to_string();
@@ -742,13 +768,30 @@ mod tests {
                 Code::ResourceExhausted,
                 429,
             ),
+            (
+                QueryError::ReadTooLarge {
+                    limit: ByteSize(64 << 20),
+                },
+                Code::ResourceExhausted,
+                400,
+            ),
+            (
+                QueryError::ReadMemoryFull {
+                    limit: ByteSize(256 << 20),
+                },
+                Code::ResourceExhausted,
+                503,
+            ),
         ];
         for (err, code, http) in cases {
             assert_eq!(err.http_status(), http, "{err}");
             let message = err.to_string();
             assert!(message.starts_with(char::is_lowercase), "{message}");
             assert!(message.contains("(--"), "names its option: {message}");
-            let retries = matches!(err, QueryError::TooManyReads { .. });
+            let retries = matches!(
+                err,
+                QueryError::TooManyReads { .. } | QueryError::ReadMemoryFull { .. }
+            );
             assert_eq!(err.retry_after().is_some(), retries, "{message}");
             let status = Status::from(err);
             assert_eq!(status.code(), code, "{message}");

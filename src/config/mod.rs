@@ -313,6 +313,20 @@ pub struct ServeConfig {
     )]
     pub max_concurrent_reads_per_tenant: usize,
 
+    /// Memory the reads of every tenant together may hold: LogQL queries' series and points,
+    /// log lines, Query and console pages, and answers until they are sent. A read that would take
+    /// more is stopped and refused with 503 and Retry-After (RESOURCE_EXHAUSTED over gRPC); the
+    /// service's memory stays within about this much above what ingest holds.
+    #[arg(long, env = "LOGHAUL_MAX_READ_BYTES", default_value = "256MiB")]
+    pub max_read_bytes: ByteSize,
+
+    /// Memory one read may hold: a LogQL query's series × steps, their labels and its answer. A
+    /// read past it is stopped and refused with 400 (RESOURCE_EXHAUSTED over gRPC) naming this
+    /// option. A quarter of --max-read-bytes by default, so that four of the largest reads fit at
+    /// once; at least twice --max-page-bytes, which a page reserves.
+    #[arg(long, env = "LOGHAUL_MAX_QUERY_BYTES", default_value = "64MiB")]
+    pub max_query_bytes: ByteSize,
+
     /// Tails (gRPC and console) open at once on this server; one more gets RESOURCE_EXHAUSTED
     /// (HTTP 429). Each polls the database every --tail-poll-interval.
     #[arg(long, env = "LOGHAUL_MAX_TAILS", default_value_t = 256)]
@@ -423,6 +437,16 @@ impl ServeConfig {
         }
         if self.max_tails_per_tenant > self.max_tails {
             return fail("--max-tails-per-tenant must not exceed --max-tails");
+        }
+        if self.max_query_bytes.0 > self.max_read_bytes.0 {
+            return fail(
+                "--max-query-bytes must not exceed --max-read-bytes, or one read could never run",
+            );
+        }
+        if self.max_query_bytes.0 < self.max_page_bytes.0.saturating_mul(2) {
+            return fail(
+                "--max-query-bytes must be at least twice --max-page-bytes, which a page reserves",
+            );
         }
         let mut bound = vec![self.listen, self.metrics_listen];
         for (flag, addr) in [
@@ -595,6 +619,13 @@ impl ServeConfig {
             16 * KIB..=64 * MIB,
             "",
         )?;
+        bytes("--max-read-bytes", self.max_read_bytes, MIB..=64 * GIB, "")?;
+        bytes(
+            "--max-query-bytes",
+            self.max_query_bytes,
+            MIB..=64 * GIB,
+            "",
+        )?;
         duration(
             "--tail-poll-interval",
             self.tail_poll_interval,
@@ -702,6 +733,20 @@ mod tests {
             config.tail_queue_bytes = size.parse().unwrap();
             assert!(config.validate().is_ok(), "{size}");
         }
+    }
+
+    #[test]
+    fn one_read_fits_the_reads_together_and_holds_a_page() {
+        let mut config = defaults();
+        config.max_query_bytes = ByteSize(512 << 20);
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("--max-read-bytes"), "{err}");
+        let mut config = defaults();
+        config.max_page_bytes = ByteSize(40 << 20);
+        let err = config.validate().unwrap_err();
+        assert!(err.to_string().contains("twice --max-page-bytes"), "{err}");
+        config.max_query_bytes = ByteSize(80 << 20);
+        assert!(config.validate().is_ok());
     }
 
     #[test]

@@ -9,8 +9,16 @@ use super::labels::Labels;
 
 /// The most points one series may have, as in Loki.
 pub const MAX_POINTS: i64 = 11_000;
-/// The most series one query may make, as Loki's default `max_query_series`.
+/// The most series one query may make, as Loki's default `max_query_series`. Series × points
+/// is bounded too, in bytes: [`series_bytes`] is what a read is charged for each series.
 pub const MAX_SERIES: usize = 500;
+
+/// A series' own memory besides its points and label texts: its place in the map that gathers
+/// the series, its points' vector, and the tree node its labels sit in.
+const SERIES_OVERHEAD_BYTES: usize = 256;
+/// A label's memory besides its name and value: their two string headers and its share of the
+/// tree node.
+const LABEL_OVERHEAD_BYTES: usize = 64;
 
 /// Why a metric query cannot be computed as asked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -89,6 +97,28 @@ pub struct Series {
     pub points: Vec<Option<f64>>,
 }
 
+/// The memory of labels: their texts and what holds them.
+pub fn labels_bytes(labels: &Labels) -> usize {
+    labels
+        .iter()
+        .map(|(name, value)| LABEL_OVERHEAD_BYTES + name.len() + value.len())
+        .sum()
+}
+
+/// The memory of a series with `labels` and `points` steps: the figure a read is charged for it.
+pub fn series_bytes(labels: &Labels, points: usize) -> usize {
+    SERIES_OVERHEAD_BYTES
+        + labels_bytes(labels)
+        + points.saturating_mul(std::mem::size_of::<Option<f64>>())
+}
+
+impl Series {
+    /// Its memory, as [`series_bytes`] counts it.
+    pub fn bytes(&self) -> usize {
+        series_bytes(&self.labels, self.points.len())
+    }
+}
+
 /// What a metric expression evaluates to.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -96,6 +126,16 @@ pub enum Value {
     Scalar(f64),
     /// Series over the steps.
     Matrix(Vec<Series>),
+}
+
+impl Value {
+    /// The memory of its series, as [`series_bytes`] counts it.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Value::Scalar(_) => 0,
+            Value::Matrix(series) => series.iter().map(Series::bytes).sum(),
+        }
+    }
 }
 
 /// Sums lines into a range function's series: each line counts (or its bytes do) at every step
@@ -119,25 +159,33 @@ impl RangeAccumulator {
         }
     }
 
+    /// The steps it counts at.
+    pub fn steps(&self) -> Steps {
+        self.steps
+    }
+
     /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`; refused once the
-    /// query has more series than [`MAX_SERIES`].
-    pub fn add(&mut self, labels: Labels, ts: i64, bytes: usize) -> Result<(), EvalError> {
+    /// query has more series than [`MAX_SERIES`]. Gives the memory of the series it made for the
+    /// line ([`series_bytes`]), 0 when the line joined one (or counts at no step).
+    pub fn add(&mut self, labels: Labels, ts: i64, bytes: usize) -> Result<usize, EvalError> {
         self.add_many(labels, ts, 1, bytes as u64)
     }
 
-    /// Adds `count` lines of `bytes` in all, all at `ts`.
+    /// Adds `count` lines of `bytes` in all, all at `ts`; gives what [`RangeAccumulator::add`]
+    /// gives.
     pub fn add_many(
         &mut self,
         labels: Labels,
         ts: i64,
         count: u64,
         bytes: u64,
-    ) -> Result<(), EvalError> {
+    ) -> Result<usize, EvalError> {
         let covering = self.steps.covering(ts, self.range);
         if covering.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let series_count = self.series.len();
+        let mut made = 0;
         let points = match self.series.get_mut(&labels) {
             Some(points) => points,
             None => {
@@ -146,6 +194,7 @@ impl RangeAccumulator {
                         "maximum number of series ({MAX_SERIES}) reached for a single query; narrow the selector or aggregate with sum by (…)"
                     )));
                 }
+                made = series_bytes(&labels, self.steps.count);
                 self.series
                     .entry(labels)
                     .or_insert_with(|| vec![None; self.steps.count])
@@ -158,7 +207,7 @@ impl RangeAccumulator {
         for point in &mut points[covering] {
             *point.get_or_insert(0.0) += amount;
         }
-        Ok(())
+        Ok(made)
     }
 
     /// The series, rates divided by the range in seconds.
@@ -375,11 +424,19 @@ mod tests {
         assert_eq!(steps.covering(500 * S, 60 * S), 3..3);
         let mut acc = RangeAccumulator::new(RangeFunction::Rate, 60 * S, steps);
         let api = labels(&[("service_name", "api")]);
-        for ts in [61, 62, 119, 150] {
-            acc.add(api.clone(), ts * S, 10).unwrap();
+        for (n, ts) in [61, 62, 119, 150].into_iter().enumerate() {
+            let made = acc.add(api.clone(), ts * S, 10).unwrap();
+            // The first line makes the series, and only it is charged for.
+            assert_eq!(made, if n == 0 { series_bytes(&api, 3) } else { 0 });
         }
+        assert_eq!(acc.add(api.clone(), 0, 10).unwrap(), 0, "counts at no step");
         let series = acc.finish();
         assert_eq!(series.len(), 1);
+        assert_eq!(series[0].bytes(), series_bytes(&api, 3));
+        assert_eq!(
+            series_bytes(&api, 3),
+            256 + 64 + "service_name".len() + "api".len() + 3 * 16
+        );
         assert_eq!(series[0].points, [None, Some(3.0 / 60.0), Some(1.0 / 60.0)]);
     }
 

@@ -181,49 +181,85 @@ impl Reads {
             from: from.unwrap_or(DateTime::UNIX_EPOCH),
             to,
         };
-        let rows = self
-            .admitted(tenant, async {
-                self.selected_streams(tenant, &query, range, &mut Stats::default())
-                    .await
-            })
-            .await?;
-        let rows: Vec<_> = rows
-            .into_iter()
-            .map(|(_, row)| row)
-            .filter(|row| row.severity >= filter.min_severity)
-            .collect();
-        let first = match from {
-            Some(from) => from.timestamp().div_euclid(MINUTE) * MINUTE,
-            None => rows
-                .iter()
-                .map(|row| row.minute)
-                .min()
-                .unwrap_or(minute_ceil(to) - MINUTE),
-        };
-        let last = minute_ceil(to).max(first + MINUTE);
+        // The rows come by minute, oldest first, and are counted as they come: without `from`,
+        // the buckets start at the first one's minute.
+        let last = minute_ceil(to);
+        let mut layout = from.map(|from| Layout::new(from.timestamp(), last));
+        self.admitted(tenant, async {
+            self.selected_streams(
+                tenant,
+                &query,
+                range,
+                &mut Stats::default(),
+                &mut |_, row| {
+                    if row.severity >= filter.min_severity {
+                        layout
+                            .get_or_insert_with(|| Layout::new(row.minute, last))
+                            .count(row.minute, row.severity, row.count);
+                    }
+                    Ok(())
+                },
+            )
+            .await
+        })
+        .await?;
+        let layout = layout.unwrap_or_else(|| Layout::new(last - MINUTE, last));
+        Ok(Histogram {
+            from: at(layout.first),
+            to: at(layout.last),
+            bucket: TimeDelta::seconds(layout.size),
+            buckets: layout.buckets,
+            default_from,
+            not_applied,
+        })
+    }
+}
+
+/// The buckets of a histogram from its first minute, as the rows are counted into them.
+struct Layout {
+    /// The first minute counted, in seconds.
+    first: i64,
+    /// The end of the last minute counted, in seconds.
+    last: i64,
+    /// Each bucket's length, in seconds.
+    size: i64,
+    /// Where the first bucket starts, in seconds.
+    start: i64,
+    buckets: Vec<Bucket>,
+}
+
+impl Layout {
+    /// The buckets from the minute that holds `first` (seconds) to `last` (the end of a minute).
+    fn new(first: i64, last: i64) -> Self {
+        let first = first.div_euclid(MINUTE) * MINUTE;
+        let last = last.max(first + MINUTE);
         let size = bucket_minutes((last - first) / MINUTE) * MINUTE;
         let start = first.div_euclid(size) * size;
         let count = (last - start + size - 1) / size;
-        let mut buckets: Vec<Bucket> = (0..count)
+        let buckets = (0..count)
             .map(|n| Bucket {
                 start: at(start + n * size),
                 counts: [0; LEVELS.len()],
             })
             .collect();
-        for row in rows {
-            let index = (row.minute - start).div_euclid(size);
-            if let Some(bucket) = usize::try_from(index).ok().and_then(|i| buckets.get_mut(i)) {
-                bucket.counts[level_index(row.severity)] += row.count.max(0) as u64;
-            }
-        }
-        Ok(Histogram {
-            from: at(first),
-            to: at(last),
-            bucket: TimeDelta::seconds(size),
+        Layout {
+            first,
+            last,
+            size,
+            start,
             buckets,
-            default_from,
-            not_applied,
-        })
+        }
+    }
+
+    /// Adds `count` records of `severity` in the minute starting at `minute` (seconds).
+    fn count(&mut self, minute: i64, severity: i16, count: i64) {
+        let index = (minute - self.start).div_euclid(self.size);
+        if let Some(bucket) = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.buckets.get_mut(i))
+        {
+            bucket.counts[level_index(severity)] += count.max(0) as u64;
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::filter::Filter;
+use super::memory::MemoryLimits;
 use crate::error::QueryError;
 use crate::storage::{Budget, StoreError};
 
@@ -23,6 +24,8 @@ pub struct ReadLimits {
     /// Largest Query page or Tail message, encoded; a page that reaches it stops early, with a
     /// cursor.
     pub max_answer_bytes: usize,
+    /// Memory one read, and every read together, may hold.
+    pub memory: MemoryLimits,
 }
 
 impl Default for ReadLimits {
@@ -31,6 +34,7 @@ impl Default for ReadLimits {
             timeout: Duration::from_secs(10),
             default_range: Some(TimeDelta::hours(24)),
             max_answer_bytes: 2 << 20,
+            memory: MemoryLimits::default(),
         }
     }
 }
@@ -44,6 +48,10 @@ impl ReadLimits {
                 .filter(|range| !range.is_zero())
                 .map(|range| TimeDelta::from_std(range).unwrap_or(TimeDelta::MAX)),
             max_answer_bytes: config.max_page_bytes.as_usize(),
+            memory: MemoryLimits {
+                per_read: config.max_query_bytes.as_usize(),
+                all_reads: config.max_read_bytes.as_usize(),
+            },
         }
     }
 
@@ -90,6 +98,12 @@ impl ReadLimits {
             rows,
             bytes: self.max_answer_bytes.saturating_sub(ANSWER_OVERHEAD_BYTES),
         }
+    }
+
+    /// The memory a page reserves before it reads: twice its budget, as its records are held
+    /// twice at once, as read and as the answer made of them.
+    pub fn page_reservation(&self) -> usize {
+        self.max_answer_bytes.saturating_mul(2)
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
+use super::memory::ReadCharge;
 use super::Reads;
 use crate::error::QueryError;
 use crate::logql::ast::{AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction, RangeQuery};
@@ -202,7 +203,8 @@ impl Reads {
         Ok(read?)
     }
 
-    /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes.
+    /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes;
+    /// each line kept is charged to `charge`.
     pub async fn loki_logs(
         &self,
         tenant: &Arc<str>,
@@ -210,6 +212,7 @@ impl Reads {
         range: TimeRange,
         limit: usize,
         order: Order,
+        charge: &mut ReadCharge,
     ) -> Result<(Streams, Stats), LokiError> {
         let started = Instant::now();
         let budget = self.limits.budget(limit).bytes;
@@ -217,6 +220,7 @@ impl Reads {
             let mut stats = Stats::default();
             let mut streams = Streams::default();
             let (mut taken, mut size) = (0usize, 0usize);
+            let mut refused = None;
             let mut each = |row: &StoredRow, output: Output| {
                 // Labels and framing count as well as the line: an answer of tiny lines with
                 // many labels is still bounded.
@@ -228,6 +232,10 @@ impl Reads {
                         .map(|(k, v)| k.len() + v.len() + 6)
                         .sum::<usize>();
                 if taken > 0 && size + cost > budget {
+                    return false;
+                }
+                if let Err(err) = charge.charge(cost) {
+                    refused = Some(err);
                     return false;
                 }
                 size += cost;
@@ -255,12 +263,35 @@ impl Reads {
                 &mut each,
             )
             .await?;
+            if let Some(err) = refused {
+                return Err(err.into());
+            }
             stats.returned = taken as u64;
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((streams, stats))
         })
         .await
     }
+}
+
+/// What a volume request asks of the rollup besides its selector and range.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeAsk {
+    /// The labels to sum by (by default the labels the selector names).
+    pub targets: Vec<String>,
+    /// `None`: one sum over the whole range; else a sum at each step over the step before it.
+    pub steps: Option<Steps>,
+    /// The most series, largest first.
+    pub limit: usize,
+}
+
+/// A read of the rollup into series: the rows of `query` over `range`, each in the series of
+/// its stream's labels that `keep` names.
+struct RollupRead<'a> {
+    tenant: &'a str,
+    query: &'a LogQuery,
+    range: TimeRange,
+    keep: &'a [String],
 }
 
 /// Which rows of a query a read goes through, in what order, and how many it wants at most
@@ -277,6 +308,31 @@ struct Scan {
 /// that step, so that the newest lines are counted.
 fn minute_at(minute: i64, steps: Steps) -> i64 {
     (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
+}
+
+/// What every part of one metric query shares: whose it is, its steps, where the rollup may
+/// count a line, and what it read and holds so far.
+struct Metric<'a> {
+    tenant: &'a str,
+    steps: Steps,
+    placement: Placement,
+    stats: &'a mut Stats,
+    charge: &'a mut ReadCharge,
+}
+
+/// Runs `make`, which builds a value of at most `most` bytes from values of `inputs` bytes
+/// that it consumes: `most` is charged before it builds, and once it has, the inputs and what
+/// the value did not need are given back.
+fn transform(
+    charge: &mut ReadCharge,
+    inputs: usize,
+    most: usize,
+    make: impl FnOnce() -> Result<Value, LokiError>,
+) -> Result<Value, LokiError> {
+    charge.charge(most)?;
+    let value = make()?;
+    charge.release(inputs + most.saturating_sub(value.bytes()));
+    Ok(value)
 }
 
 /// Total points of a value, for `stats`.
@@ -300,20 +356,27 @@ fn only(stream: Labels, keep: &[String]) -> Labels {
 
 impl Reads {
     /// A metric query at `steps` (one step for an instant query), counting each line where
-    /// `placement` allows.
+    /// `placement` allows; its series are charged to `charge` as they are made, and the value
+    /// still holds its charge ([`Value::bytes`]) when it is given.
     pub async fn loki_metric(
         &self,
         tenant: &Arc<str>,
         expr: &MetricExpr,
         steps: Steps,
         placement: Placement,
+        charge: &mut ReadCharge,
     ) -> Result<(Value, Stats), LokiError> {
         let started = Instant::now();
         self.admitted(tenant, async {
             let mut stats = Stats::default();
-            let value = self
-                .evaluate(tenant, expr, steps, placement, &mut stats)
-                .await?;
+            let mut metric = Metric {
+                tenant,
+                steps,
+                placement,
+                stats: &mut stats,
+                charge,
+            };
+            let value = self.evaluate(expr, &mut metric).await?;
             stats.returned = points(&value);
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((value, stats))
@@ -323,35 +386,32 @@ impl Reads {
 
     fn evaluate<'a>(
         &'a self,
-        tenant: &'a str,
         expr: &'a MetricExpr,
-        steps: Steps,
-        placement: Placement,
-        stats: &'a mut Stats,
+        metric: &'a mut Metric<'_>,
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
         Box::pin(async move {
-            if let Some(plan) = plan::volume_plan(expr, steps, placement) {
+            let steps = metric.steps;
+            if let Some(plan) = plan::volume_plan(expr, steps, metric.placement) {
                 metrics()
                     .loki_metric_sources
                     .increment_static(["rollup"], 1);
-                return Ok(Value::Matrix(
-                    self.rollup(tenant, &plan, steps, stats).await?,
-                ));
+                return Ok(Value::Matrix(self.rollup(&plan, metric).await?));
             }
             // A sum's groups are made as the lines are counted: summing each line's series
             // afterwards would first make one series per distinct label set, which lines with an
             // attribute of many values (a request id) take past MAX_SERIES.
             if let Some((grouping, inner)) = expr.sum_of_range() {
-                let series = self
-                    .range_series(tenant, inner, Some(grouping), steps, stats)
-                    .await?;
-                return Ok(Value::Matrix(eval::aggregate(
-                    AggregateOp::Sum,
-                    grouping,
-                    None,
-                    series,
-                    steps.count,
-                )?));
+                let series = self.range_series(inner, Some(grouping), metric).await?;
+                let held = series.iter().map(Series::bytes).sum();
+                return transform(metric.charge, held, held, || {
+                    Ok(Value::Matrix(eval::aggregate(
+                        AggregateOp::Sum,
+                        grouping,
+                        None,
+                        series,
+                        steps.count,
+                    )?))
+                });
             }
             match expr {
                 MetricExpr::Range {
@@ -364,59 +424,67 @@ impl Reads {
                         query,
                         range: *range,
                     };
-                    Ok(Value::Matrix(
-                        self.range_series(tenant, inner, None, steps, stats).await?,
-                    ))
+                    Ok(Value::Matrix(self.range_series(inner, None, metric).await?))
                 }
                 MetricExpr::Aggregate {
                     op,
                     grouping,
                     parameter,
                     inner,
-                } => match self
-                    .evaluate(tenant, inner, steps, placement, stats)
-                    .await?
-                {
-                    Value::Matrix(series) => Ok(Value::Matrix(eval::aggregate(
-                        *op,
-                        grouping,
-                        *parameter,
-                        series,
-                        steps.count,
-                    )?)),
+                } => match self.evaluate(inner, metric).await? {
+                    Value::Matrix(series) => {
+                        let held: usize = series.iter().map(Series::bytes).sum();
+                        transform(metric.charge, held, held, || {
+                            Ok(Value::Matrix(eval::aggregate(
+                                *op,
+                                grouping,
+                                *parameter,
+                                series,
+                                steps.count,
+                            )?))
+                        })
+                    }
                     Value::Scalar(_) => Err(LokiError::BadRequest(
                         "an aggregation takes series (such as count_over_time(…)), not a number"
                             .into(),
                     )),
                 },
                 MetricExpr::Binary { op, left, right } => {
-                    let left = self.evaluate(tenant, left, steps, placement, stats).await?;
-                    let right = self
-                        .evaluate(tenant, right, steps, placement, stats)
-                        .await?;
-                    Ok(eval::binary(*op, left, right))
+                    let left = self.evaluate(left, metric).await?;
+                    let right = self.evaluate(right, metric).await?;
+                    let (left_bytes, right_bytes) = (left.bytes(), right.bytes());
+                    // Its series are at most those of the larger side.
+                    let most = left_bytes.max(right_bytes);
+                    transform(metric.charge, left_bytes + right_bytes, most, || {
+                        Ok(eval::binary(*op, left, right))
+                    })
                 }
                 MetricExpr::Number(value) => Ok(Value::Scalar(*value)),
-                MetricExpr::Vector(value) => Ok(eval::vector(*value, steps.count)),
+                MetricExpr::Vector(value) => {
+                    metric
+                        .charge
+                        .charge(eval::series_bytes(&Labels::new(), steps.count))?;
+                    Ok(eval::vector(*value, steps.count))
+                }
             }
         })
     }
 
-    /// The series of a range function at `steps`, read by a scan; with `sum_by`, each line is
-    /// counted in its group of that `sum`'s grouping instead of its own series.
+    /// The series of a range function at the query's steps, read by a scan, each charged as it
+    /// is made; with `sum_by`, each line is counted in its group of that `sum`'s grouping instead
+    /// of its own series.
     async fn range_series(
         &self,
-        tenant: &str,
         RangeQuery {
             function,
             query,
             range,
         }: RangeQuery<'_>,
         sum_by: Option<&Option<Grouping>>,
-        steps: Steps,
-        stats: &mut Stats,
+        metric: &mut Metric<'_>,
     ) -> Result<Vec<Series>, LokiError> {
         metrics().loki_metric_sources.increment_static(["scan"], 1);
+        let steps = metric.steps;
         let range = range.as_nanos() as i64;
         let mut accumulator = RangeAccumulator::new(function, range, steps);
         let span = TimeRange {
@@ -425,12 +493,17 @@ impl Reads {
         };
         let mut failed = None;
         {
+            let charge = &mut *metric.charge;
             let mut each = |row: &StoredRow, output: Output| {
                 let labels = match sum_by {
                     Some(grouping) => eval::group_key(grouping, &output.labels),
                     None => output.labels,
                 };
-                match accumulator.add(labels, nanos(row.ts), output.line.len()) {
+                let made = accumulator
+                    .add(labels, nanos(row.ts), output.line.len())
+                    .map_err(LokiError::from)
+                    .and_then(|made| Ok(charge.charge(made)?));
+                match made {
                     Ok(()) => true,
                     Err(err) => {
                         failed = Some(err);
@@ -439,94 +512,139 @@ impl Reads {
                 }
             };
             self.each_output(
-                tenant,
+                metric.tenant,
                 query,
                 Scan {
                     range: span,
                     order: Order::Any,
                     limit: None,
                 },
-                stats,
+                metric.stats,
                 &mut each,
             )
             .await?;
         }
         match failed {
-            Some(err) => Err(err.into()),
+            Some(err) => Err(err),
             None => Ok(accumulator.finish()),
         }
     }
 
-    /// The rollup's rows over `range` whose stream `query` (a selector of indexed labels)
-    /// selects, with the stream's labels; refused past [`MAX_VOLUME_ROWS`]. The one reader of the
-    /// rollup: Loki's endpoints and the console's histogram ([`super::histogram`]) all read here.
+    /// Gives `each` the rollup's rows over `range` whose stream `query` (a selector of indexed
+    /// labels) selects, with the stream's labels, as the database sends them: none is kept, so a
+    /// read holds what `each` makes of them. Refused past [`MAX_VOLUME_ROWS`]. The one reader of
+    /// the rollup: Loki's endpoints and the console's histogram ([`super::histogram`]) all read
+    /// here.
     pub(super) async fn selected_streams(
         &self,
         tenant: &str,
         query: &LogQuery,
         range: TimeRange,
         stats: &mut Stats,
-    ) -> Result<Vec<(Labels, VolumeRow)>, LokiError> {
+        each: &mut (dyn FnMut(Labels, VolumeRow) -> Result<(), LokiError> + Send),
+    ) -> Result<(), LokiError> {
         let selection = plan::selection(query, range.from, range.to);
-        let rows = self
-            .reader
-            .volume(tenant, &selection, MAX_VOLUME_ROWS + 1)
-            .await?;
-        if rows.len() > MAX_VOLUME_ROWS {
-            return Err(LokiError::BadRequest(format!(
-                "the range holds more than {MAX_VOLUME_ROWS} (minute, service, level) volume rows; narrow the time range or the selector"
-            )));
-        }
-        stats.volume_rows += rows.len() as u64;
         // The selector again, for what the database left out (a regular expression).
         let pipeline = Pipeline::compile(query)?;
-        Ok(rows
-            .into_iter()
-            .map(|row| (labels::stream_labels(&row.service, row.severity), row))
-            .filter(|(stream, _)| pipeline.selects(stream))
-            .collect())
+        let mut read = 0usize;
+        let mut failed = None;
+        let mut sink = |row: VolumeRow| {
+            read += 1;
+            if read > MAX_VOLUME_ROWS {
+                failed = Some(LokiError::BadRequest(format!(
+                    "the range holds more than {MAX_VOLUME_ROWS} (minute, service, level) volume rows; narrow the time range or the selector"
+                )));
+                return false;
+            }
+            let stream = labels::stream_labels(&row.service, row.severity);
+            if !pipeline.selects(&stream) {
+                return true;
+            }
+            match each(stream, row) {
+                Ok(()) => true,
+                Err(err) => {
+                    failed = Some(err);
+                    false
+                }
+            }
+        };
+        self.reader
+            .volume(tenant, &selection, MAX_VOLUME_ROWS + 1, &mut sink)
+            .await?;
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        stats.volume_rows += read as u64;
+        Ok(())
+    }
+
+    /// Adds the rows of `read` to `accumulator`, each counted at [`minute_at`] its steps; each
+    /// series charged as it is made.
+    async fn rollup_series(
+        &self,
+        read: RollupRead<'_>,
+        accumulator: &mut RangeAccumulator,
+        stats: &mut Stats,
+        charge: &mut ReadCharge,
+    ) -> Result<(), LokiError> {
+        let steps = accumulator.steps();
+        let RollupRead {
+            tenant,
+            query,
+            range,
+            keep,
+        } = read;
+        self.selected_streams(tenant, query, range, stats, &mut |stream, row| {
+            let made = accumulator.add_many(
+                only(stream, keep),
+                minute_at(row.minute, steps),
+                row.count as u64,
+                row.bytes as u64,
+            )?;
+            Ok(charge.charge(made)?)
+        })
+        .await
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
     async fn rollup(
         &self,
-        tenant: &str,
         plan: &VolumePlan,
-        steps: Steps,
-        stats: &mut Stats,
+        metric: &mut Metric<'_>,
     ) -> Result<Vec<Series>, LokiError> {
+        let steps = metric.steps;
         let range = plan.range.as_nanos() as i64;
         let span = TimeRange {
             from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
             to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
         };
         let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
-        for (stream, row) in self
-            .selected_streams(tenant, &plan.query, span, stats)
-            .await?
-        {
-            accumulator.add_many(
-                only(stream, &plan.by),
-                minute_at(row.minute, steps),
-                row.count as u64,
-                row.bytes as u64,
-            )?;
-        }
+        let read = RollupRead {
+            tenant: metric.tenant,
+            query: &plan.query,
+            range: span,
+            keep: &plan.by,
+        };
+        self.rollup_series(read, &mut accumulator, metric.stats, metric.charge)
+            .await?;
         Ok(accumulator.finish())
     }
 
     /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,
-    /// summed by `targets` (by default the labels the selector names): in all when `steps` is
-    /// `None`, else at each step over the step before it. At most `limit` series, largest first.
+    /// as `ask` says; each series charged to `charge` as it is made.
     pub async fn loki_volume(
         &self,
         tenant: &Arc<str>,
         query: &LogQuery,
         range: TimeRange,
-        targets: Vec<String>,
-        steps: Option<Steps>,
-        limit: usize,
+        ask: VolumeAsk,
+        charge: &mut ReadCharge,
     ) -> Result<(Vec<Series>, Stats), LokiError> {
+        let VolumeAsk {
+            targets,
+            steps,
+            limit,
+        } = ask;
         let started = Instant::now();
         if let Some(other) = query
             .selector
@@ -562,21 +680,20 @@ impl Reads {
             };
             let mut accumulator =
                 RangeAccumulator::new(RangeFunction::BytesOverTime, window, steps);
-            for (stream, row) in self
-                .selected_streams(tenant, query, range, &mut stats)
-                .await?
-            {
-                accumulator.add_many(
-                    only(stream, &targets),
-                    minute_at(row.minute, steps),
-                    row.count as u64,
-                    row.bytes as u64,
-                )?;
-            }
+            let read = RollupRead {
+                tenant,
+                query,
+                range,
+                keep: &targets,
+            };
+            self.rollup_series(read, &mut accumulator, &mut stats, charge)
+                .await?;
             let mut series = accumulator.finish();
             let total = |s: &Series| s.points.iter().flatten().sum::<f64>();
             series.sort_by(|a, b| total(b).total_cmp(&total(a)));
+            let cut: usize = series.iter().skip(limit).map(Series::bytes).sum();
             series.truncate(limit);
+            charge.release(cut);
             stats.returned = series.len() as u64;
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((series, stats))
@@ -649,14 +766,17 @@ impl Reads {
         self.admitted(tenant, async {
             let mut values = BTreeSet::new();
             if labels::is_indexed(name) && plan::is_indexed_selector(query) {
-                let streams = self
-                    .selected_streams(tenant, query, range, &mut Stats::default())
-                    .await?;
-                values.extend(
-                    streams
-                        .into_iter()
-                        .filter_map(|(mut stream, _)| stream.remove(name)),
-                );
+                self.selected_streams(
+                    tenant,
+                    query,
+                    range,
+                    &mut Stats::default(),
+                    &mut |mut stream, _| {
+                        values.extend(stream.remove(name));
+                        Ok(())
+                    },
+                )
+                .await?;
             } else {
                 self.sample(tenant, query, range, &mut |mut labels| {
                     values.extend(labels.remove(name));
@@ -679,10 +799,17 @@ impl Reads {
             let mut series = BTreeSet::new();
             for query in selectors {
                 if plan::is_indexed_selector(query) {
-                    let streams = self
-                        .selected_streams(tenant, query, range, &mut Stats::default())
-                        .await?;
-                    series.extend(streams.into_iter().map(|(stream, _)| stream));
+                    self.selected_streams(
+                        tenant,
+                        query,
+                        range,
+                        &mut Stats::default(),
+                        &mut |stream, _| {
+                            series.insert(stream);
+                            Ok(())
+                        },
+                    )
+                    .await?;
                 } else {
                     let stream_names = [
                         labels::SERVICE_LABEL,

@@ -56,8 +56,9 @@ impl Reads {
                 from: start,
                 to: now,
             };
+            let mut charge = self.charge(tenant);
             (backfill, _) = self
-                .loki_logs(tenant, query, range, limit, Order::Newest)
+                .loki_logs(tenant, query, range, limit, Order::Newest, &mut charge)
                 .await?;
             for entries in backfill.streams.values_mut() {
                 entries.reverse();

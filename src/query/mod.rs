@@ -4,6 +4,7 @@
 //!   rules; the opaque (ts, id, received_at) position of a record.
 //! - [`limits`]: what one read may cost and return: time, range, bytes of an answer.
 //! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
+//! - [`memory`]: how much memory one read, and every read together, may hold.
 //! - [`search`]: one page, shared by the gRPC service and the console.
 //! - [`histogram`]: the console's volume histogram of a search, from the per-minute rollup.
 //! - [`render`]: a stored record as a line for people or a JSON object.
@@ -21,6 +22,7 @@ pub mod histogram;
 pub mod limits;
 pub mod loki;
 pub mod loki_tail;
+pub mod memory;
 pub mod render;
 pub mod service;
 pub mod tail;
@@ -40,6 +42,7 @@ use admission::{Admission, AdmissionLimits};
 use cursor::Cursor;
 use filter::{page_size, Filter};
 use limits::ReadLimits;
+use memory::{ReadCharge, ReadMemory};
 use tail::TailConfig;
 
 /// What the gRPC service and the console read through, shared by both so that every limit on
@@ -49,6 +52,7 @@ pub struct Reads {
     reader: Reader,
     limits: ReadLimits,
     admission: Arc<Admission>,
+    memory: Arc<ReadMemory>,
     tail: TailConfig,
     draining: CancellationToken,
 }
@@ -65,6 +69,7 @@ impl Reads {
     ) -> Self {
         Reads {
             reader,
+            memory: Arc::new(ReadMemory::new(limits.memory)),
             limits,
             admission: Arc::new(admission),
             tail,
@@ -89,6 +94,11 @@ impl Reads {
             TailConfig::from_config(config),
             draining,
         )
+    }
+
+    /// An empty memory charge for one read of `tenant`, against the limits every read shares.
+    pub fn charge(&self, tenant: &Arc<str>) -> ReadCharge {
+        self.memory.read(tenant)
     }
 }
 
@@ -126,6 +136,8 @@ async fn page(
     // page cut short by its byte budget has one too.
     let budget = reads.limits.budget(size + 1);
     let _slot = reads.admission.tenant(tenant).admit().await?;
+    let mut charge = reads.charge(tenant);
+    charge.charge(reads.limits.page_reservation())?;
     let read = reads.reader.page(tenant, &filter, after, budget);
     let batch = reads.limits.within_timeout(read).await?;
     let mut rows = batch.rows;

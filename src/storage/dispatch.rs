@@ -155,15 +155,17 @@ impl Reader {
         dispatch!(self, reader => reader.select(tenant, selection, order, limit, sink).await)
     }
 
-    /// The tenant's volume rollup over `selection` (its time range, services and severities):
-    /// per minute, service and severity, in that order, at most `max_rows` rows.
+    /// Streams the tenant's volume rollup over `selection` (its time range, services and
+    /// severities) to `sink` until it returns false: per minute, service and severity, in that
+    /// order, at most `max_rows` rows.
     pub async fn volume(
         &self,
         tenant: &str,
         selection: &Selection,
         max_rows: usize,
-    ) -> Result<Vec<VolumeRow>, StoreError> {
-        dispatch!(self, reader => reader.volume(tenant, selection, max_rows).await)
+        sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        dispatch!(self, reader => reader.volume(tenant, selection, max_rows, sink).await)
     }
 
     /// A tail reading on this pool: after the cursor's record, or from now.

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
 use super::row::Row;
+use crate::model::selection::VolumeRow;
 
 /// Every tenant with rollup rows, by a loose scan of the primary key's leading `tenant`: one
 /// index probe per tenant instead of reading every row. The same text on both stores.
@@ -15,6 +16,25 @@ pub(in crate::storage) const VOLUME_TENANTS_SQL: &str = "WITH RECURSIVE tenants(
        UNION ALL \
        SELECT (SELECT min(tenant) FROM log_volume WHERE tenant > tenants.name) FROM tenants WHERE tenants.name IS NOT NULL) \
      SELECT name FROM tenants WHERE name IS NOT NULL";
+
+/// A row of the rollup as both stores select it: `minute` (seconds since the epoch), `service`,
+/// `severity`, `records` and `bytes`.
+pub(in crate::storage) fn decode_volume<R>(row: &R) -> Result<VolumeRow, sqlx::Error>
+where
+    R: sqlx::Row,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i16: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(VolumeRow {
+        minute: row.try_get("minute")?,
+        service: row.try_get("service")?,
+        severity: row.try_get("severity")?,
+        count: row.try_get("records")?,
+        bytes: row.try_get("bytes")?,
+    })
+}
 
 /// The first minute retention keeps of the rollup at `horizon`: the one `horizon` falls in. A
 /// minute the horizon cuts keeps its counts, since they cannot be split; every earlier minute

@@ -30,6 +30,7 @@ mod overload;
 mod probes;
 mod process;
 mod query;
+mod read_memory;
 mod reads;
 mod refused_rows;
 mod replicas;

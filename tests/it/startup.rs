@@ -239,6 +239,8 @@ fn numeric_options_out_of_their_range_are_refused_at_start_up() {
         ("--min-body-rate", "1"),
         ("--queue-capacity", "10000000"),
         ("--tail-queue-bytes", "2GiB"),
+        ("--max-read-bytes", "0"),
+        ("--max-query-bytes", "100GiB"),
     ] {
         let error = start_up_error(&[flag, value]);
         assert!(

@@ -205,7 +205,14 @@ impl Scenario {
                 };
                 let began = Instant::now();
                 let (_, stats) = reads
-                    .loki_logs(tenant, &query, range, limit, Order::Newest)
+                    .loki_logs(
+                        tenant,
+                        &query,
+                        range,
+                        limit,
+                        Order::Newest,
+                        &mut reads.charge(tenant),
+                    )
                     .await
                     .map_err(failed)?;
                 Ok(Outcome {
@@ -221,7 +228,13 @@ impl Scenario {
                 let steps = Steps::new(end - range, end, step).map_err(|err| failed(err.into()))?;
                 let began = Instant::now();
                 let (value, stats) = reads
-                    .loki_metric(tenant, &expr, steps, Placement::Exact)
+                    .loki_metric(
+                        tenant,
+                        &expr,
+                        steps,
+                        Placement::Exact,
+                        &mut reads.charge(tenant),
+                    )
                     .await
                     .map_err(failed)?;
                 let took = began.elapsed();

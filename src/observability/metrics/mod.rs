@@ -194,6 +194,10 @@ pub struct Metrics {
     pub loki_metric_sources: CounterVec<1>,
     /// Reads refused before they ran, by reason and tenant.
     pub reads_refused: CounterVec<2>,
+    /// Bytes every read holds now, against `--max-read-bytes`.
+    pub read_memory_bytes: Gauge,
+    /// Reads stopped for memory, by the bound they met and tenant.
+    pub read_memory_refusals: CounterVec<2>,
     /// Tail streams open now.
     pub tail_subscribers: Gauge,
     /// Tail streams ended, by reason.
@@ -389,12 +393,12 @@ impl Metrics {
                 ["outcome"],
             ),
             queries: CounterVec::register(
-                Series::new("loghaul_queries_total", Count, "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout), too_many_reads."),
+                Series::new("loghaul_queries_total", Count, "Query calls, by outcome: ok, invalid_argument, store_unavailable, deadline_exceeded (past --query-timeout), too_many_reads, read_memory_full (past --max-read-bytes)."),
                 ["outcome"],
             ),
             query_duration: seconds("loghaul_query_duration_seconds", "Time to answer one Query page."),
             loki_queries: CounterVec::register(
-                Series::new("loghaul_loki_queries_total", Count, "Loki query API requests (the HTTP listener's /loki/api/v1/... reads), by endpoint (query_range, query, labels, label_values, series, volume, volume_range, tail) and outcome (ok, bad_request, unauthenticated, forbidden, too_many_reads, deadline_exceeded, store_unavailable, ...)."),
+                Series::new("loghaul_loki_queries_total", Count, "Loki query API requests (the HTTP listener's /loki/api/v1/... reads), by endpoint (query_range, query, labels, label_values, series, volume, volume_range, tail) and outcome (ok, bad_request, unauthenticated, forbidden, too_many_reads, read_too_large, read_memory_full, deadline_exceeded, store_unavailable, ...)."),
                 ["endpoint", "outcome"],
             ),
             loki_query_duration: seconds("loghaul_loki_query_duration_seconds", "Time to answer one Loki query API request."),
@@ -405,6 +409,11 @@ impl Metrics {
             reads_refused: CounterVec::register(
                 Series::new("loghaul_reads_refused_total", Count, "Reads refused with RESOURCE_EXHAUSTED before they ran, by reason (tenant_reads: past --max-concurrent-reads-per-tenant; tenant_tails, tails: a Tail past --max-tails-per-tenant, --max-tails) and tenant."),
                 ["reason", "tenant"],
+            ),
+            read_memory_bytes: gauge("loghaul_read_memory_bytes", Bytes, "Bytes the reads of every tenant hold now (series and points of LogQL queries, lines, pages, answers not yet sent), against --max-read-bytes."),
+            read_memory_refusals: CounterVec::register(
+                Series::new("loghaul_read_memory_refusals_total", Count, "Reads stopped and refused for memory, by the bound they met (query: one read past --max-query-bytes, answered 400 or RESOURCE_EXHAUSTED; all_reads: the reads together at --max-read-bytes, answered 503 or RESOURCE_EXHAUSTED with a retry delay) and tenant."),
+                ["limit", "tenant"],
             ),
             tail_subscribers: gauge("loghaul_tail_subscribers", Count, "Tail streams open now."),
             tails_ended: CounterVec::register(

@@ -7,11 +7,12 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{Postgres, QueryBuilder};
 
 use super::read::{decode, PgReader, COLUMNS};
 use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::volume::decode_volume;
 use crate::storage::StoredRow;
 
 /// First window an ordered read looks in.
@@ -174,14 +175,16 @@ impl PgReader {
         }
     }
 
-    /// The rollup's rows of `selection` (its services and severities), summed over writers, in
-    /// (minute, service, severity) order, at most `max_rows`.
+    /// Streams the rollup's rows of `selection` (its services and severities), summed over
+    /// writers, to `sink` until it returns false, in (minute, service, severity) order, at most
+    /// `max_rows`.
     pub(in crate::storage) async fn volume(
         &self,
         tenant: &str,
         selection: &Selection,
         max_rows: usize,
-    ) -> Result<Vec<VolumeRow>, StoreError> {
+        sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
         let mut builder = QueryBuilder::new(
             "SELECT extract(epoch FROM minute)::int8 AS minute, service, severity, \
              sum(records)::int8 AS records, sum(bytes)::int8 AS bytes \
@@ -197,24 +200,16 @@ impl PgReader {
             .push(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT ")
             .push_bind(max_rows as i64);
         let mut conn = self.acquire().await?;
-        let rows = builder
-            .build()
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
+        let mut rows = builder.build().fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            // Stopped with rows still coming: the connection is closed, not drained.
+            if !sink(decode_volume(&row).map_err(unavailable)?) {
+                return Ok(());
+            }
+        }
+        drop(rows);
         conn.finish();
-        rows.into_iter()
-            .map(|row| {
-                Ok(VolumeRow {
-                    minute: row.try_get("minute")?,
-                    service: row.try_get("service")?,
-                    severity: row.try_get("severity")?,
-                    count: row.try_get("records")?,
-                    bytes: row.try_get("bytes")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(unavailable)
+        Ok(())
     }
 }
 

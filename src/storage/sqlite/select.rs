@@ -3,11 +3,12 @@
 //! order a query asks for along the `(tenant, ts)` index, and the volume rollup per minute.
 
 use futures::TryStreamExt;
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::{QueryBuilder, Sqlite};
 
 use super::read::{decode, SqliteReader, COLUMNS};
 use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::volume::decode_volume;
 use crate::storage::StoredRow;
 
 /// The conditions of `selection` other than its time range, on `logs` or `log_volume`.
@@ -120,14 +121,15 @@ impl SqliteReader {
         Ok(())
     }
 
-    /// The rollup's rows of `selection` (its services and severities), in (minute, service,
-    /// severity) order, at most `max_rows`.
+    /// Streams the rollup's rows of `selection` (its services and severities) to `sink` until
+    /// it returns false, in (minute, service, severity) order, at most `max_rows`.
     pub(in crate::storage) async fn volume(
         &self,
         tenant: &str,
         selection: &Selection,
         max_rows: usize,
-    ) -> Result<Vec<VolumeRow>, StoreError> {
+        sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
         let mut builder = QueryBuilder::new(
             "SELECT minute, service, severity, records, bytes FROM log_volume WHERE tenant = ",
         );
@@ -143,22 +145,12 @@ impl SqliteReader {
             .push(" ORDER BY minute, service, severity LIMIT ")
             .push_bind(max_rows as i64);
         let mut conn = self.acquire().await?;
-        let rows = builder
-            .build()
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        rows.into_iter()
-            .map(|row| {
-                Ok(VolumeRow {
-                    minute: row.try_get("minute")?,
-                    service: row.try_get("service")?,
-                    severity: row.try_get("severity")?,
-                    count: row.try_get("records")?,
-                    bytes: row.try_get("bytes")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(unavailable)
+        let mut rows = builder.build().fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            if !sink(decode_volume(&row).map_err(unavailable)?) {
+                break;
+            }
+        }
+        Ok(())
     }
 }

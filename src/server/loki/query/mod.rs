@@ -3,12 +3,15 @@
 //! `index/volume_range`, `status/buildinfo` and `/ready`. Each request is authenticated as a push
 //! is (`x-api-key`, `Bearer`, or Basic with the key as password), read in the caller's tenant by
 //! [`crate::query::loki`], and answered in Loki's JSON; errors as Loki sends them, a line of text
-//! with 400 (the parse error and where), 401, 429 or 504.
+//! with 400 (the parse error and where, or a read too large for `--max-query-bytes`), 401, 429,
+//! 503 (the reads together at `--max-read-bytes`) or 504.
 //!
 //! - [`params`]: the query string as Loki reads it.
 //! - [`answer`]: Loki's JSON shapes.
+//! - [`charged`]: an answer written piece by piece, charged to its read's memory until sent.
 
 pub mod answer;
+pub mod charged;
 pub mod params;
 mod tail;
 
@@ -20,21 +23,22 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
 use axum::http::request::Parts;
-use axum::http::{Response, StatusCode};
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
-use serde_json::{json, Value as Json};
+use serde_json::json;
 
 use crate::logql::ast::{LogQuery, Query};
 use crate::logql::eval::{Steps, Value};
 use crate::logql::plan::Placement;
 use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
-use crate::query::loki::{nanos, LokiError};
+use crate::query::loki::{nanos, LokiError, VolumeAsk};
 use crate::query::Reads;
 use crate::server::http::auth::HttpAuth;
 use crate::server::http::reply::{self, HttpError};
+use charged::Answer;
 use params::Params;
 
 /// What the query endpoints share.
@@ -91,6 +95,12 @@ impl From<crate::logql::ParseError> for Refusal {
 
 impl From<crate::logql::eval::EvalError> for Refusal {
     fn from(err: crate::logql::eval::EvalError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl From<crate::error::QueryError> for Refusal {
+    fn from(err: crate::error::QueryError) -> Self {
         Refusal::Read(err.into())
     }
 }
@@ -176,28 +186,33 @@ fn placement(headers: &axum::http::HeaderMap) -> Placement {
 const HISTOGRAM_SOURCE: &str = "logvolhist";
 
 impl Call {
-    /// The endpoint's answer or refusal, counted and timed.
+    /// The endpoint's answer or refusal, counted and timed. `work` writes the answer into the
+    /// [`Answer`] it is given, charged to the read's memory, which its body holds until sent.
     async fn answer<F, Fut>(self, endpoint: &'static str, work: F) -> Response<Body>
     where
-        F: FnOnce(Reads, Arc<str>, Params) -> Fut,
-        Fut: std::future::Future<Output = Result<Json, Refusal>>,
+        F: FnOnce(Reads, Arc<str>, Params, Answer) -> Fut,
+        Fut: std::future::Future<Output = Result<Answer, Refusal>>,
     {
         let started = Instant::now();
         let outcome = match self.tenant {
-            Ok(tenant) => work(self.reads, tenant, self.params).await,
+            Ok(tenant) => {
+                let answer = Answer::new(self.reads.charge(&tenant));
+                work(self.reads, tenant, self.params, answer).await
+            }
             Err(refused) => Err(refused.into()),
         };
         metrics()
             .loki_query_duration
             .record(started.elapsed().as_secs_f64());
         match outcome {
-            Ok(body) => {
+            Ok(answer) => {
                 metrics().loki_queries.increment_static([endpoint, "ok"], 1);
-                reply::response(
-                    StatusCode::OK,
-                    "application/json",
-                    body.to_string().into_bytes(),
-                )
+                let mut response = Response::new(answer.into_body());
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
             }
             Err(refusal) => {
                 metrics()
@@ -249,32 +264,44 @@ async fn log_answer(
     query: &LogQuery,
     range: crate::query::loki::TimeRange,
     params: &Params,
-) -> Result<Json, Refusal> {
+    mut answer: Answer,
+) -> Result<Answer, Refusal> {
     let (limit, order) = (params.limit()?, params.direction()?);
-    let (streams, stats) = reads.loki_logs(tenant, query, range, limit, order).await?;
-    Ok(answer::streams(streams, &stats))
+    let (streams, stats) = reads
+        .loki_logs(tenant, query, range, limit, order, answer.charge())
+        .await?;
+    answer::streams(streams, &stats, &mut answer)?;
+    Ok(answer)
 }
 
 async fn query_range(call: Call) -> Response<Body> {
     let placement = call.placement;
-    call.answer("query_range", |reads, tenant, params| async move {
-        let range = params.range(Utc::now())?;
-        match logql(&params)? {
-            Query::Log(query) => log_answer(&reads, &tenant, &query, range, &params).await,
-            Query::Metric(expr) => {
-                let step = params.step(range)?;
-                let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
-                let (value, stats) = reads.loki_metric(&tenant, &expr, steps, placement).await?;
-                Ok(answer::matrix(value, steps, &stats))
+    call.answer(
+        "query_range",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            match logql(&params)? {
+                Query::Log(query) => {
+                    log_answer(&reads, &tenant, &query, range, &params, answer).await
+                }
+                Query::Metric(expr) => {
+                    let step = params.step(range)?;
+                    let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
+                    let (value, stats) = reads
+                        .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                        .await?;
+                    answer::matrix(value, steps, &stats, &mut answer)?;
+                    Ok(answer)
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
 async fn query(call: Call) -> Response<Body> {
     let placement = call.placement;
-    call.answer("query", |reads, tenant, params| async move {
+    call.answer("query", |reads, tenant, params, mut answer| async move {
         let time = params.time("time", Utc::now())?;
         match logql(&params)? {
             Query::Log(query) => {
@@ -283,13 +310,16 @@ async fn query(call: Call) -> Response<Body> {
                     from: time - chrono::TimeDelta::hours(1),
                     to: time,
                 };
-                log_answer(&reads, &tenant, &query, range, &params).await
+                log_answer(&reads, &tenant, &query, range, &params, answer).await
             }
             Query::Metric(expr) => {
                 let at = nanos(time);
                 let steps = Steps::new(at, at, 1)?;
-                let (value, stats) = reads.loki_metric(&tenant, &expr, steps, placement).await?;
-                Ok(answer::instant(value, at, &stats))
+                let (value, stats) = reads
+                    .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                    .await?;
+                answer::instant(value, at, &stats, &mut answer)?;
+                Ok(answer)
             }
         }
     })
@@ -297,28 +327,33 @@ async fn query(call: Call) -> Response<Body> {
 }
 
 async fn labels(call: Call) -> Response<Body> {
-    call.answer("labels", |reads, tenant, params| async move {
+    call.answer("labels", |reads, tenant, params, mut answer| async move {
         let range = params.range(Utc::now())?;
         let names = reads.loki_label_names(&tenant, range).await?;
-        Ok(answer::success(json!(names)))
+        answer::success(json!(names), &mut answer)?;
+        Ok(answer)
     })
     .await
 }
 
 async fn label_values(Path(name): Path<String>, call: Call) -> Response<Body> {
-    call.answer("label_values", |reads, tenant, params| async move {
-        let range = params.range(Utc::now())?;
-        let query = params.get("query").map(selector).transpose()?;
-        let values = reads
-            .loki_label_values(&tenant, &name, range, query.as_ref())
-            .await?;
-        Ok(answer::success(json!(values)))
-    })
+    call.answer(
+        "label_values",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            let query = params.get("query").map(selector).transpose()?;
+            let values = reads
+                .loki_label_values(&tenant, &name, range, query.as_ref())
+                .await?;
+            answer::success(json!(values), &mut answer)?;
+            Ok(answer)
+        },
+    )
     .await
 }
 
 async fn series(call: Call) -> Response<Body> {
-    call.answer("series", |reads, tenant, params| async move {
+    call.answer("series", |reads, tenant, params, mut answer| async move {
         let range = params.range(Utc::now())?;
         let mut texts = params.all("match[]");
         texts.extend(params.all("match"));
@@ -332,13 +367,15 @@ async fn series(call: Call) -> Response<Body> {
             .map(selector)
             .collect::<Result<Vec<_>, _>>()?;
         let series = reads.loki_series(&tenant, &selectors, range).await?;
-        Ok(answer::success(json!(series)))
+        answer::success(json!(series), &mut answer)?;
+        Ok(answer)
     })
     .await
 }
 
-/// The volume endpoints' common parameters: the selector, the labels to sum by, the limit.
-fn volume_params(params: &Params) -> Result<(LogQuery, Vec<String>, usize), Refusal> {
+/// The volume endpoints' common parameters: the selector, and the labels to sum by and the
+/// limit (one sum over the range: `/index/volume_range` sets its steps).
+fn volume_params(params: &Params) -> Result<(LogQuery, VolumeAsk), Refusal> {
     let query = selector(query_text(params)?)?;
     let targets = params
         .get("targetLabels")
@@ -349,31 +386,42 @@ fn volume_params(params: &Params) -> Result<(LogQuery, Vec<String>, usize), Refu
                 .collect()
         })
         .unwrap_or_default();
-    Ok((query, targets, params.limit()?))
+    let ask = VolumeAsk {
+        targets,
+        steps: None,
+        limit: params.limit()?,
+    };
+    Ok((query, ask))
 }
 
 async fn volume(call: Call) -> Response<Body> {
-    call.answer("volume", |reads, tenant, params| async move {
+    call.answer("volume", |reads, tenant, params, mut answer| async move {
         let range = params.range(Utc::now())?;
-        let (query, targets, limit) = volume_params(&params)?;
+        let (query, ask) = volume_params(&params)?;
         let (series, stats) = reads
-            .loki_volume(&tenant, &query, range, targets, None, limit)
+            .loki_volume(&tenant, &query, range, ask, answer.charge())
             .await?;
-        Ok(answer::volume(&series, nanos(range.to), &stats))
+        answer::volume(series, nanos(range.to), &stats, &mut answer)?;
+        Ok(answer)
     })
     .await
 }
 
 async fn volume_range(call: Call) -> Response<Body> {
-    call.answer("volume_range", |reads, tenant, params| async move {
-        let range = params.range(Utc::now())?;
-        let (query, targets, limit) = volume_params(&params)?;
-        let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
-        let (series, stats) = reads
-            .loki_volume(&tenant, &query, range, targets, Some(steps), limit)
-            .await?;
-        Ok(answer::matrix(Value::Matrix(series), steps, &stats))
-    })
+    call.answer(
+        "volume_range",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            let (query, mut ask) = volume_params(&params)?;
+            let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
+            ask.steps = Some(steps);
+            let (series, stats) = reads
+                .loki_volume(&tenant, &query, range, ask, answer.charge())
+                .await?;
+            answer::matrix(Value::Matrix(series), steps, &stats, &mut answer)?;
+            Ok(answer)
+        },
+    )
     .await
 }
 

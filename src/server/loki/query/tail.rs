@@ -39,7 +39,7 @@ pub(super) async fn tail(
     let mut opened = None;
     let slot = &mut opened;
     let response = call
-        .answer("tail", |reads, tenant, params| async move {
+        .answer("tail", |reads, tenant, params, answer| async move {
             let Query::Log(query) = logql(&params)? else {
                 return Err(LokiError::BadRequest(
                     "tail takes a log query, such as {service_name=\"api\"}, not a metric query"
@@ -58,7 +58,8 @@ pub(super) async fn tail(
             })?;
             let tail = reads.loki_tail(&tenant, &query, start, limit).await?;
             *slot = Some((upgrade, tail));
-            Ok(serde_json::Value::Null)
+            // Not sent: the upgrade answers instead.
+            Ok(answer)
         })
         .await;
     match opened {

@@ -1,0 +1,215 @@
+//! How much memory reads may hold. Each read is charged for what it builds, as it builds it: a
+//! metric query for each series (its points and labels), a log query for each line it keeps, a
+//! page for the records it may hold, and an answer for its bytes until they are handed to the
+//! connection. Two bounds apply: `--max-query-bytes` to one read, and `--max-read-bytes` to the
+//! reads of every tenant together. A charge past either is refused, and the read stops there
+//! rather than building the rest first.
+//!
+//! The reads' total is one atomic counter, so charging takes no lock; a read's charge is given
+//! back when its [`ReadCharge`] is dropped, however the read ends (answered, refused, timed out,
+//! or its client gone).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::config::ByteSize;
+use crate::error::QueryError;
+use crate::observability::metrics::metrics;
+
+/// The two bounds, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryLimits {
+    /// What one read may hold (`--max-query-bytes`).
+    pub per_read: usize,
+    /// What every read together may hold (`--max-read-bytes`).
+    pub all_reads: usize,
+}
+
+impl Default for MemoryLimits {
+    fn default() -> Self {
+        MemoryLimits {
+            per_read: 64 << 20,
+            all_reads: 256 << 20,
+        }
+    }
+}
+
+/// The memory every read of the process holds, against its bounds.
+#[derive(Debug)]
+pub struct ReadMemory {
+    limits: MemoryLimits,
+    held: AtomicUsize,
+}
+
+impl ReadMemory {
+    /// Nothing held yet, within `limits`.
+    pub fn new(limits: MemoryLimits) -> Self {
+        ReadMemory {
+            limits,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes every read holds now.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// An empty charge for one read of `tenant`.
+    pub fn read(self: &Arc<Self>, tenant: &Arc<str>) -> ReadCharge {
+        ReadCharge {
+            memory: Arc::clone(self),
+            tenant: Arc::clone(tenant),
+            held: 0,
+        }
+    }
+
+    /// Takes `bytes` from the reads' total, unless that would pass `--max-read-bytes`.
+    fn take(&self, bytes: usize) -> bool {
+        let all = self.limits.all_reads;
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes).filter(|total| *total <= all)
+            })
+            .is_ok()
+    }
+}
+
+/// What one read holds; given back when dropped.
+#[derive(Debug)]
+pub struct ReadCharge {
+    memory: Arc<ReadMemory>,
+    tenant: Arc<str>,
+    held: usize,
+}
+
+impl ReadCharge {
+    /// Charges `bytes` more, or refuses them (counted in `loghaul_read_memory_refusals_total`)
+    /// when the read would pass `--max-query-bytes` or the reads together `--max-read-bytes`.
+    /// A refused charge holds nothing more.
+    pub fn charge(&mut self, bytes: usize) -> Result<(), QueryError> {
+        let limits = self.memory.limits;
+        if self.held.saturating_add(bytes) > limits.per_read {
+            return Err(self.refuse(
+                "query",
+                QueryError::ReadTooLarge {
+                    limit: ByteSize(limits.per_read as u64),
+                },
+            ));
+        }
+        if !self.memory.take(bytes) {
+            return Err(self.refuse(
+                "all_reads",
+                QueryError::ReadMemoryFull {
+                    limit: ByteSize(limits.all_reads as u64),
+                },
+            ));
+        }
+        self.held += bytes;
+        metrics().read_memory_bytes.add(bytes as f64);
+        Ok(())
+    }
+
+    /// Gives back `bytes` (at most what the read holds) of memory the read no longer has.
+    pub fn release(&mut self, bytes: usize) {
+        let bytes = bytes.min(self.held);
+        if bytes == 0 {
+            return;
+        }
+        self.held -= bytes;
+        self.memory.held.fetch_sub(bytes, Ordering::Relaxed);
+        metrics().read_memory_bytes.add(-(bytes as f64));
+    }
+
+    /// Bytes this read holds.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    fn refuse(&self, limit: &'static str, err: QueryError) -> QueryError {
+        metrics()
+            .read_memory_refusals
+            .increment([limit, &self.tenant], 1);
+        err
+    }
+}
+
+impl Drop for ReadCharge {
+    fn drop(&mut self) {
+        self.release(self.held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(per_read: usize, all_reads: usize) -> Arc<ReadMemory> {
+        Arc::new(ReadMemory::new(MemoryLimits {
+            per_read,
+            all_reads,
+        }))
+    }
+
+    #[test]
+    fn a_read_is_refused_past_its_own_bound_and_holds_nothing_more() {
+        let memory = memory(100, 1000);
+        let tenant: Arc<str> = Arc::from("t");
+        let mut read = memory.read(&tenant);
+        read.charge(60).unwrap();
+        let err = read.charge(41).unwrap_err();
+        assert!(matches!(err, QueryError::ReadTooLarge { .. }), "{err}");
+        assert!(err.to_string().contains("(--max-query-bytes)"), "{err}");
+        assert_eq!((read.held(), memory.held()), (60, 60));
+        read.charge(40).unwrap();
+        read.release(30);
+        assert_eq!((read.held(), memory.held()), (70, 70));
+        drop(read);
+        assert_eq!(memory.held(), 0, "a dropped read gives back all it held");
+    }
+
+    #[test]
+    fn reads_together_are_refused_past_the_server_bound_until_one_gives_back() {
+        let memory = memory(100, 150);
+        let tenant: Arc<str> = Arc::from("t");
+        let mut first = memory.read(&tenant);
+        let mut second = memory.read(&tenant);
+        first.charge(100).unwrap();
+        let err = second.charge(60).unwrap_err();
+        assert!(matches!(err, QueryError::ReadMemoryFull { .. }), "{err}");
+        assert!(err.to_string().contains("(--max-read-bytes)"), "{err}");
+        assert_eq!(second.held(), 0);
+        second.charge(50).unwrap();
+        drop(first);
+        second.charge(50).unwrap();
+        assert_eq!(memory.held(), 100);
+        second.release(1000);
+        assert_eq!(
+            memory.held(),
+            0,
+            "a release gives back no more than was held"
+        );
+    }
+
+    #[test]
+    fn concurrent_reads_never_pass_the_server_bound_together() {
+        let memory = memory(1 << 20, 10_000);
+        let tenant: Arc<str> = Arc::from("t");
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                let memory = &memory;
+                let tenant = &tenant;
+                scope.spawn(move || {
+                    for _ in 0..1000 {
+                        let mut read = memory.read(tenant);
+                        while read.charge(700).is_ok() {
+                            assert!(memory.held() <= 10_000);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(memory.held(), 0);
+    }
+}
