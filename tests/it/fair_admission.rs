@@ -307,9 +307,13 @@ async fn a_trickling_grpc_message_holds_nothing_and_is_cut_off() {
                     }
                 }
             };
+            // The server may close the request side as it answers: a trickle that can no longer
+            // send still waits for that answer.
+            tokio::pin!(response);
             let response = tokio::select! {
-                response = response => response.unwrap(),
-                () = trickle => panic!("the stream ended without an answer"),
+                biased;
+                response = &mut response => response.unwrap(),
+                () = trickle => response.await.expect("the stream ended without an answer"),
             };
             let headers = response.headers().clone();
             let mut received = response.into_body();
