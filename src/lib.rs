@@ -33,9 +33,10 @@
 //!   tracing layer.
 //! - [`tls`]: rustls for the gRPC port and the TLS options of the clients.
 //! - [`send`]: the `loghaul send` command, built on the shipper; [`cli`]: `loghaul query` and `loghaul tail`.
-//! - [`bench`]: `loghaul bench` (ingest throughput, latency, memory, the COPY ceiling),
-//!   `loghaul bench-query` (Query pages on a large table), `loghaul bench-shipper` (one client
-//!   shipper) and `loghaul chaos` (a load-and-faults soak that counts lost and duplicated records).
+//! - `bench` (with the `bench` feature): `loghaul bench` (ingest throughput, latency, memory, the
+//!   COPY ceiling), `loghaul bench-query` (Query pages on a large table), `loghaul bench-shipper`
+//!   (one client shipper) and `loghaul chaos` (a load-and-faults soak that counts lost and
+//!   duplicated records).
 //!
 //! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
 //! same function with listeners on ephemeral ports. The public modules are what the binary, the
@@ -67,6 +68,7 @@ pub use loghaul_client as client;
 pub use loghaul_proto as proto;
 
 pub(crate) mod auth;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod cli;
 pub mod config;

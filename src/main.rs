@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use loghaul::bench::query::BenchQueryArgs;
-use loghaul::bench::BenchArgs;
 use loghaul::cli::read::{QueryArgs, TailArgs};
 use loghaul::config::{LogFormat, ServeConfig};
 use loghaul::observability::logging;
@@ -36,7 +34,8 @@ enum Command {
     /// without duplicates; exit 0 if all were accepted, 1 if some were rejected, 2 on failure.
     Send(SendArgs),
     /// Measure throughput, ack latency and memory over real gRPC.
-    Bench(BenchArgs),
+    #[cfg(feature = "bench")]
+    Bench(loghaul::bench::BenchArgs),
     /// Print a tenant's records, newest first, following pages up to --limit; exit 0 on success,
     /// 2 on failure.
     Query(QueryArgs),
@@ -44,12 +43,15 @@ enum Command {
     /// --limit; exit 0 on success, 2 on failure.
     Tail(TailArgs),
     /// Load synthetic rows into an empty PostgreSQL database and time Query pages (p50/p99).
-    BenchQuery(BenchQueryArgs),
+    #[cfg(feature = "bench")]
+    BenchQuery(loghaul::bench::query::BenchQueryArgs),
     /// Push records through one client shipper and report records/s acknowledged.
+    #[cfg(feature = "bench")]
     BenchShipper(loghaul::bench::shipper::BenchShipperArgs),
     /// Soak: shippers push while the server is killed, stopped and restarted and its database
     /// connections are cut; prints acknowledged / stored / duplicated / lost; exit 1 unless none
     /// was lost or duplicated.
+    #[cfg(feature = "bench")]
     Chaos(loghaul::bench::chaos::ChaosArgs),
 }
 
@@ -93,14 +95,17 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Command::Send(args) => Ok(send(args).await),
+            #[cfg(feature = "bench")]
             Command::BenchShipper(args) => {
                 loghaul::bench::shipper::run(args).await?;
                 Ok(ExitCode::SUCCESS)
             }
+            #[cfg(feature = "bench")]
             Command::Bench(args) => {
                 loghaul::bench::run(args).await?;
                 Ok(ExitCode::SUCCESS)
             }
+            #[cfg(feature = "bench")]
             Command::Chaos(args) => {
                 let report = loghaul::bench::chaos::run(args).await?;
                 Ok(if report.clean() {
@@ -111,6 +116,7 @@ fn main() -> ExitCode {
             }
             Command::Query(args) => Ok(read_outcome(loghaul::cli::read::query(args).await)),
             Command::Tail(args) => Ok(read_outcome(loghaul::cli::read::tail(args).await)),
+            #[cfg(feature = "bench")]
             Command::BenchQuery(args) => {
                 logging::init(LogFormat::Text);
                 loghaul::bench::query::run(args).await?;

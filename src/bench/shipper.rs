@@ -1,4 +1,4 @@
-//! `loghaul bench-shipper`: records/s through one client [`Shipper`], from application threads
+//! `loghaul bench-shipper`: records/s through one client [`Shipper`](loghaul_client::Shipper), from application threads
 //! pushing records to every acknowledgement received, against a server started as a child
 //! process (or `--endpoint`). The stored count is checked against the acknowledged one.
 

@@ -11,6 +11,7 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord as OtlpLogRecord, ResourceL
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
+use crate::model::time;
 use crate::proto::v1::{LogRecord, PushRequest};
 use crate::server::loki::proto as loki;
 
@@ -204,10 +205,7 @@ fn otlp_request(records: &[LogRecord]) -> ExportLogsServiceRequest {
 /// entry's structured metadata. A Loki entry always carries a timestamp: the record's, or `now`
 /// (the pool's generation) when the records have none.
 fn loki_request(records: &[LogRecord], now: chrono::DateTime<chrono::Utc>) -> loki::PushRequest {
-    let generated = prost_types::Timestamp {
-        seconds: now.timestamp(),
-        nanos: now.timestamp_subsec_nanos() as i32,
-    };
+    let generated = time::to_proto(now);
     let pair = |name: &str, value: &str| loki::LabelPairAdapter {
         name: name.to_owned(),
         value: value.to_owned(),
@@ -312,10 +310,7 @@ fn record(
     let traced = rng.u8(..10) < 8;
     let ts = now - chrono::TimeDelta::milliseconds(i64::from(rng.u32(..5000)));
     LogRecord {
-        timestamp: shape.client_timestamps.then(|| prost_types::Timestamp {
-            seconds: ts.timestamp(),
-            nanos: ts.timestamp_subsec_nanos() as i32,
-        }),
+        timestamp: shape.client_timestamps.then(|| time::to_proto(ts)),
         severity,
         service: SERVICES[rng.usize(..SERVICES.len())].to_owned(),
         message,

@@ -1,12 +1,13 @@
 //! The filter flags shared by `loghaul query` and `loghaul tail`.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tonic::transport::Channel;
 
 use crate::config::HumanDuration;
+use crate::model::severity::Severity;
+use crate::model::time;
 use crate::proto::v1::log_query_client::LogQueryClient;
 use crate::proto::v1::Filter;
-use crate::send::parse_severity;
 
 /// Why a read command failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,21 +74,7 @@ pub struct ReadArgs {
 }
 
 fn rfc3339(flag: &str, text: &str) -> Result<prost_types::Timestamp, ReadError> {
-    let ts = DateTime::parse_from_rfc3339(text)
-        .map_err(|err| {
-            ReadError::Usage(format!(
-                "--{flag} {text:?}: {err}; write it like 2026-11-29T10:00:00Z"
-            ))
-        })?
-        .to_utc();
-    Ok(timestamp(ts))
-}
-
-fn timestamp(ts: DateTime<Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ts.timestamp(),
-        nanos: ts.timestamp_subsec_nanos() as i32,
-    }
+    time::parse_rfc3339(&format!("--{flag}"), text).map_err(ReadError::Usage)
 }
 
 impl ReadArgs {
@@ -101,7 +88,7 @@ impl ReadArgs {
         if let Some(since) = self.since {
             let since = chrono::TimeDelta::from_std(since.0)
                 .map_err(|_| ReadError::Usage("--since is too long".into()))?;
-            filter.from = Some(timestamp(Utc::now() - since));
+            filter.from = Some(time::to_proto(Utc::now() - since));
         }
         if let Some(from) = &self.from {
             filter.from = Some(rfc3339("from", from)?);
@@ -110,17 +97,11 @@ impl ReadArgs {
             filter.to = Some(rfc3339("to", to)?);
         }
         if let Some(severity) = &self.min_severity {
-            let value = match severity.parse::<i64>() {
-                Ok(number) => serde_json::Value::from(number),
-                Err(_) => serde_json::Value::from(severity.as_str()),
-            };
-            let number = parse_severity(&value);
-            if number <= 0 && severity != "0" {
-                return Err(ReadError::Usage(format!(
+            filter.min_severity = Severity::parse_min(severity).ok_or_else(|| {
+                ReadError::Usage(format!(
                     "--min-severity {severity:?}: use trace, debug, info, warn, error, fatal or a number 0..=24"
-                )));
-            }
-            filter.min_severity = number;
+                ))
+            })?;
         }
         for attr in &self.attrs {
             let Some((key, value)) = attr.split_once('=') else {

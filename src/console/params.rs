@@ -2,11 +2,12 @@
 //! wire requests the gRPC `LogQuery` takes, so the filter rules and their reasons live in one
 //! place ([`crate::query::filter`]); this module only refuses what cannot even be parsed.
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use crate::config::HumanDuration;
+use crate::model::severity::Severity;
+use crate::model::time;
 use crate::proto::v1::{Filter, QueryRequest, TailRequest};
-use crate::send::parse_severity;
 
 /// Longest query string accepted; a filter never needs more.
 const MAX_QUERY_BYTES: usize = 16 << 10;
@@ -70,8 +71,8 @@ impl Params {
                         value.parse().map_err(|err| format!("since: {err}"))?;
                     since = Some(parsed);
                 }
-                "from" => params.filter.from = Some(rfc3339("from", &value)?),
-                "to" => params.filter.to = Some(rfc3339("to", &value)?),
+                "from" => params.filter.from = Some(time::parse_rfc3339("from", &value)?),
+                "to" => params.filter.to = Some(time::parse_rfc3339("to", &value)?),
                 "service" => params.filter.services.push(value),
                 "min_severity" => params.filter.min_severity = severity(&value)?,
                 "contains" => params.filter.contains = value,
@@ -106,7 +107,7 @@ impl Params {
                 .ok()
                 .and_then(|since| Utc::now().checked_sub_signed(since))
                 .ok_or_else(|| "since is too long".to_owned())?;
-            params.filter.from = Some(timestamp(since));
+            params.filter.from = Some(time::to_proto(since));
         }
         Ok(params)
     }
@@ -129,32 +130,16 @@ impl Params {
     }
 }
 
-fn rfc3339(name: &str, text: &str) -> Result<prost_types::Timestamp, String> {
-    DateTime::parse_from_rfc3339(text)
-        .map(|ts| timestamp(ts.to_utc()))
-        .map_err(|err| format!("{name} {text:?}: {err}; write it like 2026-11-29T10:00:00Z"))
-}
-
-fn timestamp(ts: DateTime<Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ts.timestamp(),
-        nanos: ts.timestamp_subsec_nanos() as i32,
-    }
-}
-
+/// A number passes as it is: the filter's own check says why one is out of range.
 fn severity(text: &str) -> Result<i32, String> {
-    let value = match text.parse::<i64>() {
-        Ok(number) => serde_json::Value::from(number),
-        Err(_) => serde_json::Value::from(text),
-    };
-    let number = parse_severity(&value);
-    // parse_severity says 0 for an unknown name; only "0" itself means "all".
-    if number == 0 && text != "0" {
-        return Err(format!(
-            "min_severity {text:?}: use trace, debug, info, warn, error, fatal or a number 0..=24"
-        ));
+    if let Ok(number) = text.parse::<i32>() {
+        return Ok(number);
     }
-    Ok(number)
+    Severity::parse_min(text).ok_or_else(|| {
+        format!(
+            "min_severity {text:?}: use trace, debug, info, warn, error, fatal or a number 0..=24"
+        )
+    })
 }
 
 #[cfg(test)]

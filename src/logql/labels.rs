@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::severity::Severity;
 use crate::storage::StoredRow;
 
 /// A set of labels, sorted by name (the order Loki prints them in).
@@ -17,25 +18,6 @@ pub const SERVICE_LABEL: &str = "service_name";
 pub const LEVEL_LABEL: &str = "level";
 /// The same, under the name Loki gives a level it detected.
 pub const DETECTED_LEVEL_LABEL: &str = "detected_level";
-
-/// Loki's level names, with the severity numbers each covers (OpenTelemetry's ranges).
-pub const LEVELS: [(&str, i16, i16); 7] = [
-    ("unknown", 0, 0),
-    ("trace", 1, 4),
-    ("debug", 5, 8),
-    ("info", 9, 12),
-    ("warn", 13, 16),
-    ("error", 17, 20),
-    ("fatal", 21, 24),
-];
-
-/// The level name of a severity number.
-pub fn level_name(severity: i16) -> &'static str {
-    LEVELS
-        .iter()
-        .find(|(_, low, high)| (*low..=*high).contains(&severity))
-        .map_or("unknown", |(name, _, _)| name)
-}
 
 /// True for the labels that name the severity.
 pub fn is_level_label(name: &str) -> bool {
@@ -70,7 +52,7 @@ pub fn label_value(value: &serde_json::Value) -> String {
 
 /// The labels of the record's stream: service and level.
 pub fn stream_labels(service: &str, severity: i16) -> Labels {
-    let level = level_name(severity).to_owned();
+    let level = Severity::of(severity.into()).name().to_owned();
     Labels::from([
         (SERVICE_LABEL.to_owned(), service.to_owned()),
         (LEVEL_LABEL.to_owned(), level.clone()),
@@ -99,13 +81,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn levels_cover_every_severity_and_names_are_sanitized() {
-        assert_eq!(level_name(0), "unknown");
-        assert_eq!(level_name(9), "info");
-        assert_eq!(level_name(12), "info");
-        assert_eq!(level_name(17), "error");
-        assert_eq!(level_name(24), "fatal");
-        assert_eq!(level_name(99), "unknown");
+    fn names_are_sanitized() {
         assert_eq!(label_name("http.status_code"), "http_status_code");
         assert_eq!(label_name("k8s.pod-name"), "k8s_pod_name");
         assert_eq!(label_name("2xx"), "_2xx");

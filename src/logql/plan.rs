@@ -6,10 +6,11 @@ use chrono::{DateTime, Utc};
 
 use super::ast::*;
 use super::eval::Steps;
-use super::labels::{self, LEVELS, SERVICE_LABEL};
+use super::labels::{self, SERVICE_LABEL};
 use super::pipeline::ERROR_LABEL;
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
+use crate::model::severity::Severity;
 
 /// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
 /// level and attributes whose names are their keys, and the line filters before any
@@ -120,15 +121,21 @@ fn level_ranges(matcher: &Matcher) -> Vec<(i16, i16)> {
         MatchOp::Re | MatchOp::NotRe => super::pipeline::regex(&matcher.value, true).ok(),
         MatchOp::Eq | MatchOp::Ne => None,
     };
-    LEVELS
-        .iter()
-        .filter(|(name, _, _)| match matcher.op {
-            MatchOp::Eq => *name == matcher.value,
-            MatchOp::Ne => *name != matcher.value,
-            MatchOp::Re => regex.as_ref().is_some_and(|re| re.is_match(name)),
-            MatchOp::NotRe => regex.as_ref().is_none_or(|re| !re.is_match(name)),
+    Severity::ALL
+        .into_iter()
+        .filter(|level| {
+            let name = level.name();
+            match matcher.op {
+                MatchOp::Eq => name == matcher.value,
+                MatchOp::Ne => name != matcher.value,
+                MatchOp::Re => regex.as_ref().is_some_and(|re| re.is_match(name)),
+                MatchOp::NotRe => regex.as_ref().is_none_or(|re| !re.is_match(name)),
+            }
         })
-        .map(|(_, low, high)| (*low, *high))
+        .map(|level| {
+            let range = level.range();
+            (*range.start() as i16, *range.end() as i16)
+        })
         .collect()
 }
 

@@ -1,5 +1,6 @@
 //! The values every layer speaks of, owned by none of them: what a read asks for ([`filter`]),
-//! where a page ends ([`cursor`]), and why a record is refused ([`reject`]). The server, the
+//! where a page ends ([`cursor`]), why a record is refused ([`reject`]), severities and their
+//! level names ([`severity`]), and instants on the wire ([`time`]). The server, the
 //! pipeline, the query service and the stores all depend on this module; it depends on none of
 //! them.
 
@@ -7,6 +8,8 @@ pub mod cursor;
 pub mod filter;
 pub mod reject;
 pub mod selection;
+pub mod severity;
+pub mod time;
 
 /// A read request that cannot be served as asked (a bad time range, page size or cursor); the
 /// message says which and why. Becomes `INVALID_ARGUMENT` (HTTP 400).

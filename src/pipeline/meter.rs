@@ -1,5 +1,5 @@
 //! One message's account with the budget while it is read and decoded: the handler states what it
-//! expects the message to need ([`Meter::expect`], its place in line), then charges what it
+//! expects the message to need ([`Meter::reserve`], its place in line), then charges what it
 //! actually holds as bytes arrive and records are built ([`Meter::charge`]); a message that would
 //! hold more than one message may is refused before the bytes that would pass the cap exist.
 
@@ -39,7 +39,7 @@ impl<'a> Meter<'a> {
     /// Makes sure `bytes` (at most the message cap) are claimed. The first call takes the
     /// message's place in line and waits, holding nothing, until the budget has room for all of
     /// it; a later one grows the claim.
-    pub async fn expect(&mut self, bytes: usize) -> Result<(), IngestError> {
+    pub async fn reserve(&mut self, bytes: usize) -> Result<(), IngestError> {
         let outcome = match &mut self.claim {
             Some(claim) => claim.grow_to(bytes).await,
             None => self
@@ -65,7 +65,7 @@ impl<'a> Meter<'a> {
         let claimed = self.claim.as_ref().map_or(0, Claim::claimed);
         if charged > claimed {
             let step = (claimed / 4).max(GROW_STEP);
-            self.expect(charged.max(claimed + step)).await?;
+            self.reserve(charged.max(claimed + step)).await?;
         }
         self.claim.as_mut().expect("claimed above").charge(bytes);
         Ok(())
@@ -85,8 +85,8 @@ impl<'a> Meter<'a> {
 
     /// The claim, grown to cover `bytes` if it does not: what a chunk of that size will hold.
     pub(super) async fn covering(mut self, bytes: usize) -> Result<Claim, IngestError> {
-        self.expect(bytes).await?;
-        Ok(self.claim.take().expect("claimed by expect"))
+        self.reserve(bytes).await?;
+        Ok(self.claim.take().expect("claimed by reserve"))
     }
 
     fn stalled(&self, stalled: Stalled) -> IngestError {

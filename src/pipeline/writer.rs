@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::client::backoff::Backoff;
 use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::storage::{ChunkKey, Claim, Row, Store, StoreError};
@@ -191,7 +192,7 @@ impl Writer {
         attempt: Attempt<'_>,
         deadline: Instant,
     ) -> Result<Vec<bool>, StoreError> {
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut tries: u32 = 1;
         loop {
             let outcome = match &attempt {
@@ -210,13 +211,12 @@ impl Writer {
                 return Err(err);
             };
             self.readiness.set_store_up(false);
-            let jittered = backoff.mul_f64(0.5 + fastrand::f64());
-            if Instant::now() + jittered > deadline {
+            let delay = backoff.delay(None);
+            if Instant::now() + delay > deadline {
                 return Err(err);
             }
-            tracing::warn!(attempt = tries, rows = rows.len(), retry_in = ?jittered, error = %reason, "insert failed; retrying");
-            tokio::time::sleep(jittered).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            tracing::warn!(attempt = tries, rows = rows.len(), retry_in = ?delay, error = %reason, "insert failed; retrying");
+            tokio::time::sleep(delay).await;
             tries += 1;
         }
     }

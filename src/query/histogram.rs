@@ -16,7 +16,8 @@ use super::loki::{Stats, TimeRange};
 use super::Reads;
 use crate::error::QueryError;
 use crate::logql::ast::{LogQuery, MatchOp, Matcher};
-use crate::logql::labels::{LEVELS, LEVEL_LABEL, SERVICE_LABEL};
+use crate::logql::labels::{LEVEL_LABEL, SERVICE_LABEL};
+use crate::model::severity::Severity;
 use crate::proto::v1;
 
 /// The most buckets a histogram is cut into.
@@ -33,8 +34,8 @@ const DAY_MINUTES: i64 = 1440;
 pub struct Bucket {
     /// Where the bucket starts (whole minutes; the first bucket may start before the range).
     pub start: DateTime<Utc>,
-    /// Records per level, in the order of [`LEVELS`].
-    pub counts: [u64; LEVELS.len()],
+    /// Records per level, in the order of [`Severity::ALL`].
+    pub counts: [u64; Severity::ALL.len()],
 }
 
 impl Bucket {
@@ -45,11 +46,11 @@ impl Bucket {
 
     /// The levels with records, by Loki's level names, and their counts.
     pub fn levels(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        LEVELS
-            .iter()
+        Severity::ALL
+            .into_iter()
             .zip(self.counts)
             .filter(|(_, count)| *count > 0)
-            .map(|((name, _, _), count)| (*name, count))
+            .map(|(level, count)| (level.name(), count))
     }
 }
 
@@ -117,10 +118,10 @@ fn selector(filter: &Filter) -> LogQuery {
         }),
     }
     if filter.min_severity > 0 {
-        let levels: Vec<&str> = LEVELS
-            .iter()
-            .filter(|(_, _, high)| *high >= filter.min_severity)
-            .map(|(name, _, _)| *name)
+        let levels: Vec<&str> = Severity::ALL
+            .into_iter()
+            .filter(|level| *level.range().end() >= i32::from(filter.min_severity))
+            .map(Severity::name)
             .collect();
         selector.push(Matcher {
             label: LEVEL_LABEL.into(),
@@ -134,12 +135,9 @@ fn selector(filter: &Filter) -> LogQuery {
     }
 }
 
-/// The index in [`LEVELS`] of a severity's level (unknown, first, for one outside them all).
+/// The index in [`Severity::ALL`] of a severity's level (unknown, first, for one outside them all).
 fn level_index(severity: i16) -> usize {
-    LEVELS
-        .iter()
-        .position(|(_, low, high)| (*low..=*high).contains(&severity))
-        .unwrap_or(0)
+    Severity::of(severity.into()) as usize
 }
 
 fn at(seconds: i64) -> DateTime<Utc> {
@@ -239,7 +237,7 @@ impl Layout {
         let buckets = (0..count)
             .map(|n| Bucket {
                 start: at(start + n * size),
-                counts: [0; LEVELS.len()],
+                counts: [0; Severity::ALL.len()],
             })
             .collect();
         Layout {
@@ -315,11 +313,12 @@ mod tests {
 
     #[test]
     fn levels_are_indexed_as_loki_names_them() {
-        assert_eq!(LEVELS[level_index(0)].0, "unknown");
-        assert_eq!(LEVELS[level_index(4)].0, "trace");
-        assert_eq!(LEVELS[level_index(13)].0, "warn");
-        assert_eq!(LEVELS[level_index(24)].0, "fatal");
-        assert_eq!(LEVELS[level_index(99)].0, "unknown");
+        let name = |severity| Severity::ALL[level_index(severity)].name();
+        assert_eq!(name(0), "unknown");
+        assert_eq!(name(4), "trace");
+        assert_eq!(name(13), "warn");
+        assert_eq!(name(24), "fatal");
+        assert_eq!(name(99), "unknown");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use super::filter::Filter;
 use super::memory::MemoryLimits;
 use crate::error::QueryError;
-use crate::storage::{Budget, StoreError};
+use crate::storage::{PageSize, StoreError};
 
 /// Bytes of a Query or Tail answer besides its records: the next cursor, the bound of the
 /// default range and the answer's own framing.
@@ -92,9 +92,9 @@ impl ReadLimits {
         }
     }
 
-    /// The budget of one answer of at most `rows` records.
-    pub fn budget(&self, rows: usize) -> Budget {
-        Budget {
+    /// The size of one answer of at most `rows` records.
+    pub fn page_size(&self, rows: usize) -> PageSize {
+        PageSize {
             rows,
             bytes: self.max_answer_bytes.saturating_sub(ANSWER_OVERHEAD_BYTES),
         }

@@ -215,7 +215,7 @@ impl Reads {
         charge: &mut ReadCharge,
     ) -> Result<(Streams, Stats), LokiError> {
         let started = Instant::now();
-        let budget = self.limits.budget(limit).bytes;
+        let budget = self.limits.page_size(limit).bytes;
         self.admitted(tenant, async {
             let mut stats = Stats::default();
             let mut streams = Streams::default();

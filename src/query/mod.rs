@@ -35,6 +35,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::QueryError;
+use crate::model::time;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::{Reader, StoredRow};
@@ -134,7 +135,7 @@ async fn page(
     let after = Cursor::decode(&request.cursor)?;
     // One row more than the page says whether there is a next page without a second query; a
     // page cut short by its byte budget has one too.
-    let budget = reads.limits.budget(size + 1);
+    let budget = reads.limits.page_size(size + 1);
     let _slot = reads.admission.tenant(tenant).admit().await?;
     let mut charge = reads.charge(tenant);
     charge.charge(reads.limits.page_reservation())?;
@@ -150,15 +151,8 @@ async fn page(
     Ok(QueryResponse {
         records: rows.into_iter().map(to_wire).collect(),
         next_cursor,
-        default_from: default_from.map(timestamp),
+        default_from: default_from.map(time::to_proto),
     })
-}
-
-fn timestamp(ts: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: ts.timestamp(),
-        nanos: ts.timestamp_subsec_nanos() as i32,
-    }
 }
 
 /// A stored row as the wire record, with its cursor.
@@ -176,14 +170,14 @@ pub fn to_wire(row: StoredRow) -> StoredRecord {
         };
     StoredRecord {
         cursor: row.cursor().encode(),
-        timestamp: Some(timestamp(row.ts)),
+        timestamp: Some(time::to_proto(row.ts)),
         severity: i32::from(row.severity),
         service: row.service,
         message: row.message,
         attributes,
         trace_id: row.trace_id.unwrap_or_default(),
         span_id: row.span_id.unwrap_or_default(),
-        received_at: Some(timestamp(row.received_at)),
+        received_at: Some(time::to_proto(row.received_at)),
     }
 }
 
@@ -192,7 +186,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::storage::Budget;
+    use crate::storage::PageSize;
 
     fn row(attributes: String, message: String) -> StoredRow {
         StoredRow {
@@ -258,13 +252,13 @@ mod tests {
             max_answer_bytes: 64 << 10,
             ..ReadLimits::default()
         };
-        let Budget { bytes, .. } = limits.budget(1000);
+        let PageSize { bytes, .. } = limits.page_size(1000);
         let row = row(r#"{"k":"v"}"#.into(), "m".repeat(1000));
         let fitting = bytes / row.wire_bytes();
         let answer = QueryResponse {
             records: (0..fitting).map(|_| to_wire(row.clone())).collect(),
             next_cursor: row.cursor().encode(),
-            default_from: Some(timestamp(row.ts)),
+            default_from: Some(time::to_proto(row.ts)),
         };
         assert!(answer.encoded_len() <= limits.max_answer_bytes);
     }

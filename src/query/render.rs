@@ -3,29 +3,17 @@
 
 use std::io::Write;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
 use serde_json::json;
 
+use crate::model::severity::Severity;
 use crate::proto::v1::StoredRecord;
 
 /// A timestamp in RFC 3339 with microseconds (empty when absent).
 pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
-    ts.and_then(|ts| DateTime::<Utc>::from_timestamp(ts.seconds, ts.nanos.max(0) as u32))
+    ts.and_then(crate::model::time::from_proto)
         .map(|ts| ts.to_rfc3339_opts(SecondsFormat::Micros, true))
         .unwrap_or_default()
-}
-
-/// The usual name of a severity number's range.
-pub fn severity_name(number: i32) -> &'static str {
-    match number {
-        1..=4 => "TRACE",
-        5..=8 => "DEBUG",
-        9..=12 => "INFO",
-        13..=16 => "WARN",
-        17..=20 => "ERROR",
-        21..=24 => "FATAL",
-        _ => "-",
-    }
 }
 
 /// One record as a human-readable line: time, severity, service, message, then attributes sorted.
@@ -33,7 +21,7 @@ pub fn human(record: &StoredRecord) -> String {
     let mut line = format!(
         "{} {:<5} {}: {}",
         time(record.timestamp.as_ref()),
-        severity_name(record.severity),
+        Severity::of(record.severity).short_name(),
         record.service,
         record.message
     );
@@ -53,7 +41,7 @@ pub fn json(record: &StoredRecord) -> String {
     json_value(record).to_string()
 }
 
-/// The object [`json`] prints.
+/// The object [`json()`] prints.
 pub fn json_value(record: &StoredRecord) -> serde_json::Value {
     let optional = |text: &str| (!text.is_empty()).then(|| text.to_owned());
     json!({

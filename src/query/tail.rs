@@ -24,7 +24,7 @@ use super::{to_wire, Reads};
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
-use crate::storage::{Budget, StoredRow, Tail};
+use crate::storage::{PageSize, StoredRow, Tail};
 
 /// How long a subscriber's queue may stay too full to take another poll's records before the
 /// subscriber is dropped as too slow: long enough for a client on a slow link to take one
@@ -182,7 +182,7 @@ async fn run(
     // A message is at most a quarter of the queue (and at most a page), so that the queue holds
     // several and the one a connection is writing, which the queue no longer counts once the
     // connection has asked for the next, is small beside it.
-    let page = reads.limits.budget(config.batch);
+    let page = reads.limits.page_size(config.batch);
     let message = page.bytes.min(queue.limit() / 4);
     loop {
         if !more {
@@ -201,7 +201,7 @@ async fn run(
             },
             () = reads.draining.cancelled() => return Some(QueryError::ShuttingDown),
         }
-        let budget = Budget {
+        let budget = PageSize {
             rows: page.rows,
             bytes: message,
         };

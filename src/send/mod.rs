@@ -17,6 +17,8 @@ use chrono::DateTime;
 
 use crate::client::{Client, ClientError, FullPolicy, RecordRejection, Shipper, ShipperConfig};
 use crate::config::HumanDuration;
+use crate::model::severity::Severity;
+use crate::model::time;
 use crate::proto::v1::LogRecord;
 
 /// Options of `loghaul send`.
@@ -255,27 +257,19 @@ fn parse_timestamp(value: &serde_json::Value) -> Option<prost_types::Timestamp> 
         }
         _ => return None,
     };
-    Some(prost_types::Timestamp {
-        seconds: ts.timestamp(),
-        nanos: ts.timestamp_subsec_nanos() as i32,
-    })
+    Some(time::to_proto(ts))
 }
 
-/// A name (`warn`, `ERROR`, `information`…) or an OpenTelemetry severity number.
-pub fn parse_severity(value: &serde_json::Value) -> i32 {
+/// A level name (`warn`, `ERROR`, `information`…; 0 for any other text) or an OpenTelemetry
+/// severity number (-1 past `i32`, which validation refuses).
+fn parse_severity(value: &serde_json::Value) -> i32 {
     if let Some(number) = value.as_i64() {
         return i32::try_from(number).unwrap_or(-1);
     }
-    let name = value.as_str().unwrap_or_default().to_ascii_lowercase();
-    match name.as_str() {
-        "trace" => 1,
-        "debug" => 5,
-        "info" | "information" | "notice" => 9,
-        "warn" | "warning" => 13,
-        "error" | "err" => 17,
-        "fatal" | "critical" | "crit" | "emergency" | "alert" => 21,
-        _ => 0,
-    }
+    value
+        .as_str()
+        .and_then(Severity::from_name)
+        .map_or(0, Severity::number)
 }
 
 #[cfg(test)]

@@ -27,9 +27,6 @@ use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
 use crate::query::Reads;
 
-/// Encoded descriptors of every `loghaul.v1` file (from `build.rs`), for server reflection.
-const LOGHAUL_DESCRIPTORS: &[u8] = tonic::include_file_descriptor_set!("loghaul_descriptor");
-
 /// HTTP/2 flow-control windows. A stream whose handler waits for room stops reading, so its client
 /// stops once `STREAM_WINDOW` bytes are in flight; those bytes sit in the server's memory outside
 /// the budget, so the window is small (a stalled stream holds at most 64 KiB). The connection
@@ -59,7 +56,7 @@ pub(super) async fn serve(
     let ingest = IngestService::new(ingress.clone(), limits, config.max_request_bytes.0, pace);
     let otlp_logs = otlp::logs_server(ingress, limits, config.max_request_bytes.0, pace);
     let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(LOGHAUL_DESCRIPTORS)
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .register_file_descriptor_set(otlp::file_descriptor_set())
         .build_v1()?;

@@ -204,7 +204,7 @@ impl IngestService {
     ) -> Result<(), IngestError> {
         let mut meter = self.ingress.meter(tenant.name());
         meter
-            .expect((prefix.len as f64 * run.decoded_ratio) as usize)
+            .reserve((prefix.len as f64 * run.decoded_ratio) as usize)
             .await?;
         let message = reader.read_message(prefix, &mut meter).await?;
         let wire_bytes = message.len();

@@ -104,8 +104,9 @@ pub fn validate_with(
                 return Err(Invalid::new(
                     RejectReason::TimestampInFuture,
                     format!(
-                        "timestamp {} is more than 10 minutes ahead of the server clock",
-                        ts.to_rfc3339()
+                        "timestamp {} is more than {} minutes ahead of the server clock",
+                        ts.to_rfc3339(),
+                        MAX_FUTURE_SKEW.num_minutes()
                     ),
                 ));
             }

@@ -12,7 +12,7 @@ use super::error::StoreError;
 use super::postgres::{PgReader, PgRetention, PgTail, PostgresStore};
 use super::row::{Claim, Row};
 use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
-use super::stored::{Batch, Budget, StoredRow};
+use super::stored::{Page, PageSize, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::model::selection::{Order, Selection, VolumeRow};
@@ -136,8 +136,8 @@ impl Reader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        budget: Budget,
-    ) -> Result<Batch, StoreError> {
+        budget: PageSize,
+    ) -> Result<Page, StoreError> {
         dispatch!(self, reader => reader.page(tenant, filter, after, budget).await)
     }
 
@@ -203,7 +203,7 @@ impl Tail {
         &mut self,
         tenant: &str,
         filter: &Filter,
-        budget: Budget,
+        budget: PageSize,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         dispatch!(self, tail => tail.poll(tenant, filter, budget).await)
     }

@@ -9,7 +9,7 @@
 //!
 //! Reads run on connections of their own, so they never wait behind ingest: a small PostgreSQL
 //! pool, or read-only SQLite connections (WAL lets them read while the single writer writes).
-//! Every read is bounded in rows and in bytes ([`Budget`]): rows are streamed from the database
+//! Every read is bounded in rows and in bytes ([`PageSize`]): rows are streamed from the database
 //! and the read stops at the first row that would not fit, so neither an answer nor the memory
 //! behind it grows with the size of the records. Dropping a read's future stops its work in the
 //! database, not only in the service: SQLite statements are interrupted, and a PostgreSQL
@@ -34,4 +34,4 @@ pub use connect::{redact_url, Backend, PoolOptions};
 pub use dispatch::{Reader, RetentionSession, Store, Tail};
 pub use error::StoreError;
 pub use row::{ChunkKey, Claim, Row};
-pub use stored::{Batch, Budget, StoredRow};
+pub use stored::{Page, PageSize, StoredRow};

@@ -58,65 +58,65 @@ impl StoredRow {
 
 /// How much one read may return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
+pub struct PageSize {
     /// Rows at most.
     pub rows: usize,
     /// Bytes at most, counted by [`StoredRow::wire_bytes`]; the first row is returned whatever
-    /// its size, so a record larger than the budget is still readable, alone.
+    /// its size, so a record larger than the page is still readable, alone.
     pub bytes: usize,
 }
 
 /// The rows one read returned.
 #[derive(Debug, Default, PartialEq)]
-pub struct Batch {
+pub struct Page {
     /// In the read's order.
     pub rows: Vec<StoredRow>,
-    /// True when a matching row was left out because it would have gone past the byte budget:
+    /// True when a matching row was left out because it would have gone past the byte limit:
     /// there is more to read after the last row.
     pub cut_short: bool,
 }
 
-/// Gathers streamed rows until a budget is spent; the backends stop reading when it says so.
+/// Gathers streamed rows until the page is full; the backends stop reading when it says so.
 #[derive(Debug)]
 pub(in crate::storage) struct Collector {
-    budget: Budget,
+    size: PageSize,
     bytes: usize,
-    batch: Batch,
+    page: Page,
 }
 
 impl Collector {
-    pub(in crate::storage) fn new(budget: Budget) -> Self {
+    pub(in crate::storage) fn new(size: PageSize) -> Self {
         Collector {
-            budget,
+            size,
             bytes: 0,
-            batch: Batch::default(),
+            page: Page::default(),
         }
     }
 
-    /// Takes `row` if it fits; false once the budget is spent and reading should stop.
+    /// Takes `row` if it fits; false once the page is full and reading should stop.
     pub(in crate::storage) fn offer(&mut self, row: StoredRow) -> bool {
         let size = row.wire_bytes();
-        if !self.batch.rows.is_empty() && self.bytes + size > self.budget.bytes {
-            self.batch.cut_short = true;
+        if !self.page.rows.is_empty() && self.bytes + size > self.size.bytes {
+            self.page.cut_short = true;
             return false;
         }
         self.bytes += size;
-        self.batch.rows.push(row);
+        self.page.rows.push(row);
         !self.is_done()
     }
 
     /// True when no more rows may be taken.
     pub(in crate::storage) fn is_done(&self) -> bool {
-        self.batch.cut_short || self.batch.rows.len() >= self.budget.rows
+        self.page.cut_short || self.page.rows.len() >= self.size.rows
     }
 
     /// Rows that may still be taken.
     pub(in crate::storage) fn rows_left(&self) -> usize {
-        self.budget.rows.saturating_sub(self.batch.rows.len())
+        self.size.rows.saturating_sub(self.page.rows.len())
     }
 
-    pub(in crate::storage) fn finish(self) -> Batch {
-        self.batch
+    pub(in crate::storage) fn finish(self) -> Page {
+        self.page
     }
 }
 
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_collector_stops_before_the_row_that_would_not_fit() {
-        let budget = Budget {
+        let budget = PageSize {
             rows: 10,
             bytes: 3 * row(0, 1000).wire_bytes(),
         };
@@ -164,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_row_larger_than_the_budget_goes_alone_and_the_row_limit_holds() {
-        let mut collector = Collector::new(Budget {
+        let mut collector = Collector::new(PageSize {
             rows: 10,
             bytes: 100,
         });
@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(batch.rows.len(), 1);
         assert!(batch.cut_short);
 
-        let mut collector = Collector::new(Budget {
+        let mut collector = Collector::new(PageSize {
             rows: 2,
             bytes: usize::MAX,
         });

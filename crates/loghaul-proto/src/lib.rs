@@ -20,6 +20,9 @@
 pub mod api_key;
 pub mod trailers;
 
+/// The encoded descriptors of `loghaul.v1`, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("loghaul_descriptor");
+
 /// `loghaul.v1`: the ingest and query contracts.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::PgConnection;
 
-use super::{BenchError, BenchQueryArgs};
+use super::{BenchQueryArgs, QueryBenchError};
 
 /// Services the rows are spread over (`service-0` …).
 pub const SERVICES: u32 = 20;
@@ -34,7 +34,7 @@ pub async fn rows(
     conn: &mut PgConnection,
     args: &BenchQueryArgs,
     start: DateTime<Utc>,
-) -> Result<f64, BenchError> {
+) -> Result<f64, QueryBenchError> {
     let span_micros = TimeDelta::days(args.days as i64)
         .num_microseconds()
         .expect("days fit") as f64;
@@ -81,7 +81,7 @@ pub async fn rollup(
     conn: &mut PgConnection,
     oldest: DateTime<Utc>,
     newest: DateTime<Utc>,
-) -> Result<Option<f64>, BenchError> {
+) -> Result<Option<f64>, QueryBenchError> {
     let filled: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM log_volume)")
         .fetch_one(&mut *conn)
         .await?;

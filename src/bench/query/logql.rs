@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::load::SERVICES;
 use super::report::{Agreement, Report, Samples};
-use super::{BenchError, BenchQueryArgs};
+use super::{BenchQueryArgs, QueryBenchError};
 use crate::logql::eval::{Series, Steps, Value};
 use crate::logql::plan::Placement;
 use crate::logql::Query;
@@ -189,9 +189,9 @@ impl Scenario {
         tenant: &Arc<str>,
         service: &str,
         newest: DateTime<Utc>,
-    ) -> Result<Outcome, BenchError> {
+    ) -> Result<Outcome, QueryBenchError> {
         let text = self.query.replace(ANY_SERVICE, service);
-        let failed = |source: LokiError| BenchError::Loki {
+        let failed = |source: LokiError| QueryBenchError::Loki {
             query: text.clone(),
             source,
         };
@@ -240,7 +240,7 @@ impl Scenario {
                 let took = began.elapsed();
                 let got = answered_by(&stats);
                 if got != source.name() {
-                    return Err(BenchError::WrongSource {
+                    return Err(QueryBenchError::WrongSource {
                         query: text,
                         want: source,
                         got,
@@ -252,7 +252,7 @@ impl Scenario {
                     value: Some(value),
                 })
             }
-            _ => Err(BenchError::Usage(format!(
+            _ => Err(QueryBenchError::Usage(format!(
                 "{text}: the scenario asks for the other kind of query"
             ))),
         }
@@ -300,7 +300,7 @@ pub async fn check_agreement(
     reads: &Reads,
     newest: DateTime<Utc>,
     report: &mut Report,
-) -> Result<(), BenchError> {
+) -> Result<(), QueryBenchError> {
     let tenant: Arc<str> = "bench-0".into();
     let service = "service-0";
     for (selector, hours, step) in VOLUMES {
@@ -311,7 +311,7 @@ pub async fn check_agreement(
         let query = rollup.query.replace(ANY_SERVICE, service);
         let range = format!("{hours}h");
         if by_rollup != by_scan {
-            return Err(BenchError::Disagreement {
+            return Err(QueryBenchError::Disagreement {
                 query,
                 tenant: tenant.to_string(),
                 range,
@@ -321,7 +321,7 @@ pub async fn check_agreement(
         }
         let total: f64 = by_rollup.values().sum();
         if total == 0.0 {
-            return Err(BenchError::NothingToCompare {
+            return Err(QueryBenchError::NothingToCompare {
                 query,
                 tenant: tenant.to_string(),
                 range,
@@ -354,7 +354,7 @@ pub async fn run(
     args: &BenchQueryArgs,
     newest: DateTime<Utc>,
     report: &mut Report,
-) -> Result<(), BenchError> {
+) -> Result<(), QueryBenchError> {
     let all = scenarios();
     println!("LogQL queries ({ANY_SERVICE}: a random service of the tenant):");
     for scenario in &all {

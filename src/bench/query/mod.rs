@@ -57,7 +57,7 @@ pub struct BenchQueryArgs {
 
 /// Why the benchmark failed.
 #[derive(Debug, thiserror::Error)]
-pub enum BenchError {
+pub enum QueryBenchError {
     /// The database failed.
     #[error("{0}")]
     Database(#[from] sqlx::Error),
@@ -112,9 +112,9 @@ pub enum BenchError {
 }
 
 /// Runs the benchmark and prints its report.
-pub async fn run(mut args: BenchQueryArgs) -> Result<(), BenchError> {
+pub async fn run(mut args: BenchQueryArgs) -> Result<(), QueryBenchError> {
     if !crate::storage::Backend::is_postgres(&args.database_url) {
-        return Err(BenchError::Usage(
+        return Err(QueryBenchError::Usage(
             "bench-query needs a postgres:// URL".into(),
         ));
     }
@@ -149,11 +149,13 @@ pub async fn run(mut args: BenchQueryArgs) -> Result<(), BenchError> {
     };
     if args.reuse {
         if !has_rows {
-            return Err(BenchError::Usage("--reuse: the logs table is empty".into()));
+            return Err(QueryBenchError::Usage(
+                "--reuse: the logs table is empty".into(),
+            ));
         }
     } else {
         if has_rows {
-            return Err(BenchError::Usage(
+            return Err(QueryBenchError::Usage(
                 "the logs table is not empty: bench-query loads synthetic rows, so point it at a scratch database (or pass --reuse)".into(),
             ));
         }

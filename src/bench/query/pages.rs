@@ -10,7 +10,7 @@ use std::time::Instant;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::report::{Report, Samples};
-use super::{BenchError, BenchQueryArgs};
+use super::{BenchQueryArgs, QueryBenchError};
 use crate::model::filter::Filter;
 use crate::query::limits::ReadLimits;
 use crate::storage::Reader;
@@ -102,7 +102,7 @@ pub async fn run(
     start: DateTime<Utc>,
     newest: DateTime<Utc>,
     report: &mut Report,
-) -> Result<(), BenchError> {
+) -> Result<(), QueryBenchError> {
     let end = newest + TimeDelta::microseconds(1);
     let mut rng = fastrand::Rng::with_seed(7);
     Report::page_header(args.page_size);
@@ -121,7 +121,7 @@ pub async fn run(
             filter.to = filter.to.or(Some(end));
             let mut after = None;
             // One row more than the page, as the service asks, to know whether a next page exists.
-            let budget = ReadLimits::default().budget(args.page_size + 1);
+            let budget = ReadLimits::default().page_size(args.page_size + 1);
             if scenario.second_page {
                 let first = reader.page(&tenant, &filter, None, budget).await?;
                 after = first

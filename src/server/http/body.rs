@@ -70,7 +70,7 @@ pub async fn read(
     // the limit.
     let expected = announced.unwrap_or(limits.max_bytes);
     meter
-        .expect(expected.saturating_mul(EXPECTED_DECODED_RATIO))
+        .reserve(expected.saturating_mul(EXPECTED_DECODED_RATIO))
         .await?;
     let mut raw = BytesMut::with_capacity(announced.unwrap_or(0));
     let mut body = body;

@@ -303,12 +303,8 @@ fn entry(json: &str) -> Result<EntryAdapter, EntryError<'_>> {
     let Some(nanos) = nanos else {
         return Err(EntryError::Timestamp(ts));
     };
-    let Ok(seconds) = i64::try_from(nanos.div_euclid(1_000_000_000)) else {
+    let Some(timestamp) = crate::model::time::from_unix_nanos(nanos) else {
         return Err(EntryError::TimestampRange(ts));
-    };
-    let timestamp = prost_types::Timestamp {
-        seconds,
-        nanos: nanos.rem_euclid(1_000_000_000) as i32,
     };
     let structured_metadata = match metadata.map(RawValue::get) {
         None | Some("null") => Vec::new(),

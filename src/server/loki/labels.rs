@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::model::severity::Severity;
+
 /// Labels that name the service, most specific first.
 const SERVICE_LABELS: [&str; 4] = ["service_name", "service", "job", "app"];
 /// Labels that name the level.
@@ -42,26 +44,11 @@ impl StreamFields {
 /// Removes the first level label whose value is a level name, and returns its severity number.
 pub fn take_level(labels: &mut BTreeMap<String, String>) -> Option<i32> {
     let (name, severity) = LEVEL_LABELS.iter().find_map(|name| {
-        let severity = severity_number(labels.get(*name)?)?;
+        let severity = Severity::from_name(labels.get(*name)?)?.number();
         Some((*name, severity))
     })?;
     labels.remove(name);
     Some(severity)
-}
-
-/// The OpenTelemetry severity number of one of Loki's level names (as Loki detects them, in any
-/// case); `None` for any other text.
-pub fn severity_number(level: &str) -> Option<i32> {
-    let number = match level.to_ascii_lowercase().as_str() {
-        "trace" => 1,
-        "debug" | "dbg" => 5,
-        "info" | "information" | "informational" | "notice" => 9,
-        "warn" | "warning" => 13,
-        "error" | "err" | "eror" => 17,
-        "fatal" | "critical" | "crit" | "panic" | "emerg" | "alert" => 21,
-        _ => return None,
-    };
-    Some(number)
 }
 
 /// Parses a label set in Prometheus text form: `{name="value", …}`, values quoted with Go's

@@ -72,7 +72,7 @@ impl OtlpLogsService {
             ));
         };
         let mut meter = self.exporter.ingress().meter(tenant.name());
-        meter.expect(prefix.len * EXPECTED_DECODED_RATIO).await?;
+        meter.reserve(prefix.len * EXPECTED_DECODED_RATIO).await?;
         let message = reader.read_message(prefix, &mut meter).await?;
         self.exporter
             .export(

@@ -27,7 +27,7 @@ use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::connect::redact_url;
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::stored::{from_micros, Batch, Budget, Collector, StoredRow};
+use crate::storage::stored::{from_micros, Collector, Page, PageSize, StoredRow};
 
 /// First window a page is looked for in.
 const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
@@ -194,7 +194,7 @@ impl PgReader {
     /// Gives `conn` back after a read that returned `batch`: closed when the batch was cut short,
     /// since rows it will not send may still be on their way, and closing stops the server from
     /// sending them (draining them could move hundreds of megabytes for nothing).
-    pub(super) fn release(conn: ReadConnection, batch: &Batch) {
+    pub(super) fn release(conn: ReadConnection, batch: &Page) {
         if !batch.cut_short {
             conn.finish();
         }
@@ -220,8 +220,8 @@ impl PgReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        budget: Budget,
-    ) -> Result<Batch, StoreError> {
+        budget: PageSize,
+    ) -> Result<Page, StoreError> {
         // Rows strictly before `upper` in (ts, id) order; (t, i64::MIN) means "ts < t".
         let mut upper = after.map(|cursor| (from_micros(cursor.ts_micros), cursor.id));
         let mut anchor = match (upper, filter.to) {

@@ -20,7 +20,7 @@ use super::read::{push_filter, PgReader, COLUMNS};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::stored::{from_micros, Budget, Collector, StoredRow};
+use crate::storage::stored::{from_micros, Collector, PageSize, StoredRow};
 
 /// How far behind the newest `received_at` sent a tail poll looks again; see the module docs.
 pub const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
@@ -82,7 +82,7 @@ impl PgTail {
         &mut self,
         tenant: &str,
         filter: &Filter,
-        budget: Budget,
+        budget: PageSize,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         let overlap = TAIL_OVERLAP.num_microseconds().expect("a few seconds");
         // The database's time before a fresh scan: once the scan has read everything, the

@@ -26,7 +26,7 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::stored::{from_micros, Batch, Budget, Collector, StoredRow};
+use crate::storage::stored::{from_micros, Collector, Page, PageSize, StoredRow};
 
 /// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
 /// many steps take well under a millisecond.
@@ -161,8 +161,8 @@ impl SqliteReader {
     pub(super) async fn collect(
         conn: &mut SqliteConnection,
         mut builder: QueryBuilder<'_, Sqlite>,
-        budget: Budget,
-    ) -> Result<Batch, StoreError> {
+        budget: PageSize,
+    ) -> Result<Page, StoreError> {
         let mut collector = Collector::new(budget);
         let mut rows = builder.build().fetch(conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
@@ -178,8 +178,8 @@ impl SqliteReader {
         tenant: &str,
         filter: &Filter,
         after: Option<Cursor>,
-        budget: Budget,
-    ) -> Result<Batch, StoreError> {
+        budget: PageSize,
+    ) -> Result<Page, StoreError> {
         let mut builder = QueryBuilder::new(COLUMNS);
         push_filter(&mut builder, tenant, filter);
         if let Some(cursor) = after {

@@ -7,7 +7,7 @@ use super::read::{push_filter, SqliteReader, COLUMNS};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::stored::{Budget, StoredRow};
+use crate::storage::stored::{PageSize, StoredRow};
 
 /// A SQLite tail: its read pool and the last id sent.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ impl SqliteTail {
         &mut self,
         tenant: &str,
         filter: &Filter,
-        budget: Budget,
+        budget: PageSize,
     ) -> Result<(Vec<StoredRow>, bool), StoreError> {
         // The newest id now, read first: every row up to it is committed and visible to the scan
         // below, so the watermark can move past rows that do not match the filter.
