@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs loghaul's benchmarks and writes their tables into docs/benchmarks.md and docs/scaling.md.
 
-    cargo build --release
+    cargo build --release --features bench
     python3 docs/bench/run.py run        # the benchmarks, one JSON file per command
     python3 docs/bench/run.py render     # the tables, from those files, into the document
     python3 docs/bench/run.py all        # both
@@ -40,6 +40,10 @@ SCALING_STREAMS = [1, 4, 16, 64, 256, 1024]
 # counts are held to.
 SCALING_BASE = 16
 SCALING_TARGET = 0.9
+# Records each stream count writes: the same work for every count, so that a count is not compared
+# on a table of another size (with a fixed duration, 1,024 streams' pushes in flight drain for
+# another 25 s and write twice the rows of 16 streams).
+SCALING_RECORDS = 4_000_000
 # The ingest protocols compared, as `--protocol` and the report spell them, and as the table does.
 PROTOCOLS = {
     "native": "Push (native, gRPC)",
@@ -119,7 +123,7 @@ def jobs(duration, repeat, shipper_records):
                 benchmark,
                 f"streams-{n}-{i}",
                 {"streams": n, "rep": i},
-                ["bench", "--json", *d, "--streams", str(n)],
+                ["bench", "--json", "--records", str(SCALING_RECORDS), "--streams", str(n)],
                 postgres=postgres,
             )
             for i in range(1, repeat + 1)
@@ -446,7 +450,7 @@ def parse_seconds(text):
 def command_run(options):
     binary = Path(options.binary)
     if not binary.exists():
-        sys.exit(f"{binary} does not exist: run `cargo build --release` first (or pass --binary)")
+        sys.exit(f"{binary} does not exist: run `cargo build --release --features bench` first (or pass --binary)")
     seconds = parse_seconds(options.duration)
     every = jobs(options.duration, options.repeat, options.shipper_records)
     chosen = options.only.split(",") if options.only else list(every)
@@ -557,7 +561,8 @@ def facts_line(results):
 
 
 def commands_block(results):
-    lines = [f"$ {r['command']}" for r in results]
+    # A command repeated for each repetition is listed once, in the order it first ran.
+    lines = list(dict.fromkeys(f"$ {r['command']}" for r in results))
     return "```\n" + "\n".join(lines) + "\n```"
 
 

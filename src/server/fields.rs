@@ -113,6 +113,41 @@ pub fn last(message: &Bytes, number: u32) -> Result<Option<Bytes>, String> {
     Ok(found)
 }
 
+/// The number of `field` in `message` (its full name, `package.Outer.Inner`) according to an
+/// encoded descriptor set: what the named field numbers of the walkers are checked against.
+#[cfg(test)]
+pub(crate) fn field_number(descriptors: &[u8], message: &str, field: &str) -> u32 {
+    use prost::Message;
+    use prost_types::{DescriptorProto, FileDescriptorSet};
+
+    fn find<'a>(
+        prefix: &str,
+        messages: &'a [DescriptorProto],
+        wanted: &str,
+    ) -> Option<&'a DescriptorProto> {
+        messages.iter().find_map(|candidate| {
+            let name = format!("{prefix}.{}", candidate.name());
+            if name == wanted {
+                Some(candidate)
+            } else {
+                find(&name, &candidate.nested_type, wanted)
+            }
+        })
+    }
+    let set = FileDescriptorSet::decode(descriptors).expect("a valid descriptor set");
+    let found = set
+        .file
+        .iter()
+        .find_map(|file| find(file.package(), &file.message_type, message))
+        .unwrap_or_else(|| panic!("no message {message} in the descriptor set"));
+    found
+        .field
+        .iter()
+        .find(|candidate| candidate.name() == field)
+        .unwrap_or_else(|| panic!("{message} has no field {field}"))
+        .number() as u32
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;

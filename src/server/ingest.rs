@@ -222,7 +222,7 @@ impl IngestService {
         meter: &mut Meter<'_>,
     ) -> Result<(Vec<Record>, Vec<(usize, String)>, Option<ProducerSequence>), IngestError> {
         let malformed = |detail: String| IngestError::Malformed(format!("PushRequest: {detail}"));
-        let count = repeated(&message, 1).count();
+        let count = repeated(&message, push_request::RECORDS).count();
         // Every record costs its slot and headers whatever its bytes: 2 bytes on the wire can be
         // a few hundred in memory, so a message of many tiny records is refused here, unbuilt.
         meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
@@ -234,7 +234,7 @@ impl IngestService {
         let mut position = 0;
         for field in fields(&message) {
             match field.map_err(malformed)? {
-                (1, Value::Bytes(bytes)) => {
+                (push_request::RECORDS, Value::Bytes(bytes)) => {
                     let checked = LogRecord::decode(bytes)
                         .map_err(Invalid::malformed)
                         .and_then(|wire| validate(wire, &self.limits, now));
@@ -252,11 +252,16 @@ impl IngestService {
                     }
                     position += 1;
                 }
-                (2, Value::Bytes(bytes)) => producer_id = Some(bytes.to_vec()),
-                (3, Value::Varint(value)) => sequence = Some(value),
-                (number @ 1..=3, _) => {
-                    return Err(malformed(format!("field {number} has the wrong wire type")))
+                (push_request::PRODUCER_ID, Value::Bytes(bytes)) => {
+                    producer_id = Some(bytes.to_vec())
                 }
+                (push_request::SEQUENCE, Value::Varint(value)) => sequence = Some(value),
+                (
+                    number @ (push_request::RECORDS
+                    | push_request::PRODUCER_ID
+                    | push_request::SEQUENCE),
+                    _,
+                ) => return Err(malformed(format!("field {number} has the wrong wire type"))),
                 _ => {}
             }
         }
@@ -349,9 +354,33 @@ impl Drop for OpenStream {
     }
 }
 
+/// The fields of `loghaul.v1.PushRequest`, which a message is walked by instead of decoded whole.
+mod push_request {
+    /// `repeated LogRecord records`.
+    pub const RECORDS: u32 = 1;
+    /// `optional bytes producer_id`.
+    pub const PRODUCER_ID: u32 = 2;
+    /// `optional uint64 sequence`.
+    pub const SEQUENCE: u32 = 3;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_walked_field_numbers_are_the_contracts() {
+        let number = |field| {
+            crate::server::fields::field_number(
+                crate::proto::FILE_DESCRIPTOR_SET,
+                "loghaul.v1.PushRequest",
+                field,
+            )
+        };
+        assert_eq!(push_request::RECORDS, number("records"));
+        assert_eq!(push_request::PRODUCER_ID, number("producer_id"));
+        assert_eq!(push_request::SEQUENCE, number("sequence"));
+    }
 
     #[test]
     fn a_chunk_key_needs_a_sane_producer_id() {

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::labels;
-use super::proto::{EntryAdapter, LabelPairAdapter};
+use super::proto::{field, EntryAdapter, LabelPairAdapter};
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Writer};
@@ -97,7 +97,7 @@ impl<'de> Visitor<'de> for Streams<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         loop {
-            let stream = self.0.begin(1)?;
+            let stream = self.0.begin(field::STREAMS)?;
             if seq.next_element_seed(Stream(&mut *self.0))?.is_none() {
                 self.0.cancel(stream);
                 return Ok(());
@@ -107,7 +107,7 @@ impl<'de> Visitor<'de> for Streams<'_, '_> {
     }
 }
 
-/// One stream: its labels as field 1, its entries as field 2.
+/// One stream: its labels and its entries.
 struct Stream<'w, 'a>(&'w mut Writer<'a>);
 
 impl<'de> DeserializeSeed<'de> for Stream<'_, '_> {
@@ -130,11 +130,12 @@ impl<'de> Visitor<'de> for Stream<'_, '_> {
             match key.as_str() {
                 "stream" => {
                     let labels: BTreeMap<String, String> = map.next_value()?;
-                    self.0.put_bytes(1, labels::format(&labels).as_bytes())?;
+                    self.0
+                        .put_bytes(field::LABELS, labels::format(&labels).as_bytes())?;
                 }
                 "labels" => {
                     let labels: String = map.next_value()?;
-                    self.0.put_bytes(1, labels.as_bytes())?;
+                    self.0.put_bytes(field::LABELS, labels.as_bytes())?;
                 }
                 "values" | "entries" => {
                     map.next_value_seed(Entries {
@@ -184,7 +185,7 @@ impl<'de> Visitor<'de> for Entries<'_, '_> {
                 entry(raw.get())
             };
             match entry {
-                Ok(entry) => self.out.put_message(2, &entry)?,
+                Ok(entry) => self.out.put_message(field::ENTRIES, &entry)?,
                 Err(err) => self.out.refuse(index, err.reason(), &err)?,
             }
         }

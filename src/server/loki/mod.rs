@@ -17,6 +17,37 @@ pub mod query;
 #[allow(missing_docs, clippy::all)]
 pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/logproto.rs"));
+
+    /// The fields a push is walked by, and the JSON form is transcoded into.
+    pub(crate) mod field {
+        /// `PushRequest.streams`.
+        pub const STREAMS: u32 = 1;
+        /// `StreamAdapter.labels`.
+        pub const LABELS: u32 = 1;
+        /// `StreamAdapter.entries`.
+        pub const ENTRIES: u32 = 2;
+
+        #[cfg(test)]
+        mod tests {
+            use super::*;
+
+            #[test]
+            fn the_walked_field_numbers_are_lokis() {
+                let descriptors =
+                    include_bytes!(concat!(env!("OUT_DIR"), "/logproto_descriptor.bin"));
+                let number = |message: &str, field| {
+                    crate::server::fields::field_number(
+                        descriptors,
+                        &format!("logproto.{message}"),
+                        field,
+                    )
+                };
+                assert_eq!(STREAMS, number("PushRequest", "streams"));
+                assert_eq!(LABELS, number("StreamAdapter", "labels"));
+                assert_eq!(ENTRIES, number("StreamAdapter", "entries"));
+            }
+        }
+    }
 }
 
 use std::collections::BTreeMap;
@@ -44,7 +75,7 @@ use crate::server::rejections::RequestTally;
 use crate::server::transcode::Refused;
 use crate::server::validate::{validate_with, Invalid, Limits, RejectReason};
 use labels::StreamFields;
-use proto::EntryAdapter;
+use proto::{field, EntryAdapter};
 
 /// Structured metadata keys that carry a record's trace context, as Loki's own OTLP ingest
 /// writes them.
@@ -183,13 +214,13 @@ impl Pusher {
     ) -> Result<(), IngestError> {
         let malformed = |detail: String| IngestError::Malformed(format!("PushRequest: {detail}"));
         let now = Utc::now();
-        for stream in repeated(&message, 1) {
+        for stream in repeated(&message, field::STREAMS) {
             let stream = stream.map_err(malformed)?;
             let fields = stream_fields(&stream);
             collected
-                .reserve(repeated(&stream, 2).count(), meter)
+                .reserve(repeated(&stream, field::ENTRIES).count(), meter)
                 .await?;
-            for entry in repeated(&stream, 2) {
+            for entry in repeated(&stream, field::ENTRIES) {
                 let entry = entry.map_err(malformed)?;
                 collected
                     .take(meter, || {
@@ -213,7 +244,7 @@ fn stream_fields(stream: &Bytes) -> Result<StreamFields, Invalid> {
             format!("the stream's labels cannot be read: {detail}"),
         )
     };
-    let text = match last(stream, 1).map_err(refused)? {
+    let text = match last(stream, field::LABELS).map_err(refused)? {
         None => return Ok(StreamFields::default()),
         Some(bytes) => {
             String::from_utf8(bytes.to_vec()).map_err(|_| refused("not UTF-8".into()))?

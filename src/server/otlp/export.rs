@@ -81,19 +81,20 @@ impl Exporter {
         let malformed =
             |detail: String| IngestError::Malformed(format!("ExportLogsServiceRequest: {detail}"));
         let now = Utc::now();
-        for resource_logs in repeated(&message, 1) {
+        for resource_logs in repeated(&message, field::RESOURCE_LOGS) {
             let resource_logs = resource_logs.map_err(malformed)?;
-            let resource = decode_last::<Resource>(&resource_logs, 1).map_err(malformed)?;
+            let resource =
+                decode_last::<Resource>(&resource_logs, field::RESOURCE).map_err(malformed)?;
             let resource = Shared::from_resource(resource.as_ref());
-            for scope_logs in repeated(&resource_logs, 2) {
+            for scope_logs in repeated(&resource_logs, field::SCOPE_LOGS) {
                 let scope_logs = scope_logs.map_err(malformed)?;
-                let scope =
-                    decode_last::<InstrumentationScope>(&scope_logs, 1).map_err(malformed)?;
+                let scope = decode_last::<InstrumentationScope>(&scope_logs, field::SCOPE)
+                    .map_err(malformed)?;
                 let shared = resource.with_scope(scope.as_ref());
                 collected
-                    .reserve(repeated(&scope_logs, 2).count(), meter)
+                    .reserve(repeated(&scope_logs, field::LOG_RECORDS).count(), meter)
                     .await?;
-                for record in repeated(&scope_logs, 2) {
+                for record in repeated(&scope_logs, field::LOG_RECORDS) {
                     let record = record.map_err(malformed)?;
                     collected
                         .take(meter, || {
@@ -107,6 +108,46 @@ impl Exporter {
             }
         }
         Ok(())
+    }
+}
+
+/// The OTLP fields an export is walked by, and the JSON form is transcoded into.
+pub(crate) mod field {
+    /// `ExportLogsServiceRequest.resource_logs`.
+    pub const RESOURCE_LOGS: u32 = 1;
+    /// `ResourceLogs.resource`.
+    pub const RESOURCE: u32 = 1;
+    /// `ResourceLogs.scope_logs`.
+    pub const SCOPE_LOGS: u32 = 2;
+    /// `ScopeLogs.scope`.
+    pub const SCOPE: u32 = 1;
+    /// `ScopeLogs.log_records`.
+    pub const LOG_RECORDS: u32 = 2;
+    /// `ResourceLogs.schema_url` and `ScopeLogs.schema_url`.
+    pub const SCHEMA_URL: u32 = 3;
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_walked_field_numbers_are_otlps() {
+            let number = |message: &str, field| {
+                crate::server::fields::field_number(
+                    opentelemetry_proto::DESCRIPTORS,
+                    &format!("opentelemetry.proto.{message}"),
+                    field,
+                )
+            };
+            let request = "collector.logs.v1.ExportLogsServiceRequest";
+            assert_eq!(RESOURCE_LOGS, number(request, "resource_logs"));
+            assert_eq!(RESOURCE, number("logs.v1.ResourceLogs", "resource"));
+            assert_eq!(SCOPE_LOGS, number("logs.v1.ResourceLogs", "scope_logs"));
+            assert_eq!(SCHEMA_URL, number("logs.v1.ResourceLogs", "schema_url"));
+            assert_eq!(SCOPE, number("logs.v1.ScopeLogs", "scope"));
+            assert_eq!(LOG_RECORDS, number("logs.v1.ScopeLogs", "log_records"));
+            assert_eq!(SCHEMA_URL, number("logs.v1.ScopeLogs", "schema_url"));
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::export::field;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 use crate::server::transcode::{self, Allowance, TranscodeError, Transcoded, Writer};
@@ -97,7 +98,7 @@ impl<'de> Visitor<'de> for Message_<'_, '_> {
                 }
                 (Level::ResourceLogs, "resource") => {
                     if let Some(resource) = map.next_value::<Option<Resource>>()? {
-                        out.put_message(1, &resource)?;
+                        out.put_message(field::RESOURCE, &resource)?;
                     }
                 }
                 (Level::ResourceLogs, "scopeLogs" | "scope_logs") => {
@@ -108,7 +109,7 @@ impl<'de> Visitor<'de> for Message_<'_, '_> {
                 }
                 (Level::ScopeLogs, "scope") => {
                     if let Some(scope) = map.next_value::<Option<InstrumentationScope>>()? {
-                        out.put_message(1, &scope)?;
+                        out.put_message(field::SCOPE, &scope)?;
                     }
                 }
                 (Level::ScopeLogs, "logRecords" | "log_records") => {
@@ -119,7 +120,7 @@ impl<'de> Visitor<'de> for Message_<'_, '_> {
                 }
                 (Level::ResourceLogs | Level::ScopeLogs, "schemaUrl" | "schema_url") => {
                     if let Some(url) = map.next_value::<Option<String>>()? {
-                        out.put_bytes(3, url.as_bytes())?;
+                        out.put_bytes(field::SCHEMA_URL, url.as_bytes())?;
                     }
                 }
                 // Unknown fields are ignored, as the specification asks of receivers.
@@ -139,8 +140,8 @@ enum Item {
     Record,
 }
 
-/// A JSON array whose items are written as repeated field 1 (resourceLogs), 2 (scopeLogs) or 2
-/// (logRecords); a record that does not deserialize is refused and leaves nothing.
+/// A JSON array whose items are written as the repeated field `resourceLogs`, `scopeLogs` or
+/// `logRecords`; a record that does not deserialize is refused and leaves nothing.
 struct List<'w, 'a> {
     out: &'w mut Writer<'a>,
     item: Item,
@@ -170,8 +171,8 @@ impl<'de> Visitor<'de> for List<'_, '_> {
         match self.item {
             Item::Message(level) => {
                 let tag = match level {
-                    Level::ResourceLogs => 1,
-                    _ => 2,
+                    Level::ResourceLogs => field::RESOURCE_LOGS,
+                    _ => field::SCOPE_LOGS,
                 };
                 loop {
                     let nested = out.begin(tag)?;
@@ -200,7 +201,7 @@ impl<'de> Visitor<'de> for List<'_, '_> {
                         continue;
                     }
                     match serde_json::from_str::<LogRecord>(json) {
-                        Ok(record) => out.put_message(2, &record)?,
+                        Ok(record) => out.put_message(field::LOG_RECORDS, &record)?,
                         Err(_) => {
                             out.refuse(index, RejectReason::MalformedRecord, &NotARecord(json))?
                         }
