@@ -4,9 +4,14 @@
 //! The modules follow one record's journey through the service:
 //!
 //! - [`proto`]: the generated gRPC contract (`loghaul.v1`), the `loghaul-proto` crate.
-//! - [`server`]: the gRPC listener and the ingest handler; [`server::validate`] turns each wire
-//!   record into a storable [`record::Record`] or a rejection with a reason; [`server::otlp`]
-//!   serves OpenTelemetry's OTLP logs `Export` by mapping its records onto the same wire record.
+//! - [`serve`]: starting and stopping: the store, pipeline and listeners wired together, the gRPC
+//!   port and the HTTP ingest listener's router, the drain that loses nothing.
+//! - [`wire`]: the transport plumbing every protocol shares: gRPC bodies read message by message,
+//!   HTTP auth, bodies and replies, inflation, the least rate a body must arrive at.
+//! - [`ingest`]: the ingest side per protocol (the `loghaul.v1` Push, OTLP's `Export` in
+//!   [`ingest::otlp`], the Loki push API in [`ingest::loki`]); [`ingest::validate`] turns each
+//!   wire record into a storable [`record::Record`] or a rejection with a reason, the same for
+//!   every protocol.
 //! - [`pipeline`]: the router pins a stream to a shard; each shard is a bounded queue drained by one
 //!   batching task ([`pipeline::batcher`]) that owns its buffer, so the hot path takes no lock.
 //! - [`storage`]: one multi-row insert per batch, PostgreSQL ([`storage::postgres`]) or SQLite
@@ -16,8 +21,9 @@
 //!   ingest rate limits ([`ratelimit`]).
 //! - [`query`]: `LogQuery` — pages (`Query`) and live follow (`Tail`) of a tenant's records, read
 //!   through [`storage::Reader`] on connections separate from ingest.
-//! - [`logql`]: LogQL, the query language of Loki's HTTP API (the subset Grafana uses), parsed
-//!   into what a query says, with errors that say where.
+//! - [`loki`]: Loki's read side: [`loki::logql`], the query language of Loki's HTTP API (the
+//!   subset Grafana uses) parsed into what a query says, with errors that say where; the reads and
+//!   the live tail over the stores; the query endpoints Grafana calls.
 //! - [`retention`]: when it runs and what the window keeps; the store drops daily partitions whole
 //!   (PostgreSQL) or deletes in chunks (SQLite).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
@@ -38,7 +44,7 @@
 //!   (one client shipper) and `loghaul chaos` (a load-and-faults soak that counts lost and
 //!   duplicated records).
 //!
-//! The binary (`src/main.rs`) only parses the command line and calls [`server::run`]; tests call the
+//! The binary (`src/main.rs`) only parses the command line and calls [`serve::run`]; tests call the
 //! same function with listeners on ephemeral ports. The public modules are what the binary, the
 //! tests and the fuzz targets use; the pipeline, queries, console, metrics and HTTP listeners are
 //! internal. Running the service inside another program:
@@ -46,7 +52,7 @@
 //! ```no_run
 //! use clap::Parser;
 //! use loghaul::config::ServeConfig;
-//! use loghaul::server::{run, Listeners};
+//! use loghaul::serve::{run, Listeners};
 //!
 //! #[derive(Parser)]
 //! struct Args {
@@ -54,7 +60,7 @@
 //!     serve: ServeConfig,
 //! }
 //!
-//! # async fn example() -> Result<(), loghaul::server::ServeError> {
+//! # async fn example() -> Result<(), loghaul::serve::ServeError> {
 //! let config = Args::parse_from(["serve", "--database-url", "sqlite://logs.db"]).serve;
 //! let listeners = Listeners::bind(&config).await?;
 //! // Runs until the future completes, then drains: every acknowledged record is committed.
@@ -74,7 +80,8 @@ pub mod cli;
 pub mod config;
 pub(crate) mod console;
 pub mod error;
-pub mod logql;
+pub mod ingest;
+pub mod loki;
 pub(crate) mod model;
 pub mod observability;
 pub(crate) mod pipeline;
@@ -83,7 +90,8 @@ pub(crate) mod ratelimit;
 pub mod record;
 pub mod retention;
 pub mod send;
-pub mod server;
+pub mod serve;
 pub mod storage;
 pub mod tls;
 pub(crate) mod web;
+pub(crate) mod wire;

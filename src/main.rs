@@ -132,8 +132,8 @@ fn main() -> ExitCode {
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     logging::init(config.log_format);
-    let listeners = loghaul::server::Listeners::bind(&config).await?;
-    loghaul::server::run(config, listeners, shutdown_signal()).await?;
+    let listeners = loghaul::serve::Listeners::bind(&config).await?;
+    loghaul::serve::run(config, listeners, shutdown_signal()).await?;
     Ok(())
 }
 

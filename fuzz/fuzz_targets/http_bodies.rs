@@ -5,14 +5,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use loghaul::server::loki::labels;
-use loghaul::server::loki::proto::PushRequest;
-use loghaul::server::transcode::Refused;
+use loghaul::ingest::loki::labels;
+use loghaul::ingest::loki::proto::PushRequest;
+use loghaul::ingest::transcode::Refused;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(transcoded) = loghaul::server::otlp::json::to_protobuf(data) {
+    if let Ok(transcoded) = loghaul::ingest::otlp::json::to_protobuf(data) {
         let request = ExportLogsServiceRequest::decode(&transcoded.protobuf[..])
             .expect("the OTLP/JSON transcoder writes valid protobuf");
         let records: usize = request
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
             .sum();
         check_refused(&transcoded.refused, records);
     }
-    if let Ok(transcoded) = loghaul::server::loki::json::to_protobuf(data) {
+    if let Ok(transcoded) = loghaul::ingest::loki::json::to_protobuf(data) {
         let request = PushRequest::decode(&transcoded.protobuf[..])
             .expect("the Loki JSON transcoder writes valid protobuf");
         let entries: usize = request.streams.iter().map(|stream| stream.entries.len()).sum();

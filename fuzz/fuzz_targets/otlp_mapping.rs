@@ -4,8 +4,8 @@
 
 use chrono::{DateTime, Utc};
 use libfuzzer_sys::fuzz_target;
-use loghaul::server::otlp::mapping::{to_wire, Shared};
-use loghaul::server::validate::{validate_with, Limits};
+use loghaul::ingest::otlp::mapping::{to_wire, Shared};
+use loghaul::ingest::validate::{validate_with, Limits};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use prost::Message;
 

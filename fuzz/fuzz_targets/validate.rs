@@ -6,7 +6,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use libfuzzer_sys::fuzz_target;
 use loghaul::proto::v1::LogRecord;
-use loghaul::server::validate::{validate, Limits};
+use loghaul::ingest::validate::{validate, Limits};
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {

@@ -27,8 +27,8 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
-const OTLP_HTTP_PATH: &str = crate::server::http::OTLP_LOGS_PATH;
-const LOKI_PATH: &str = crate::server::http::LOKI_PUSH_PATH;
+const OTLP_HTTP_PATH: &str = crate::serve::router::OTLP_LOGS_PATH;
+const LOKI_PATH: &str = crate::serve::router::LOKI_PUSH_PATH;
 
 /// When a run stops.
 #[derive(Clone, Copy, Debug)]

@@ -56,7 +56,7 @@ impl ServerProcess {
             ])
             .args(["--log-format", "json", "--database-url", database_url])
             .args(extra)
-            .env("RUST_LOG", "warn,loghaul::server=info")
+            .env("RUST_LOG", "warn,loghaul::serve=info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()?;

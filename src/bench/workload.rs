@@ -11,9 +11,9 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord as OtlpLogRecord, ResourceL
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 
+use crate::ingest::loki::proto as loki;
 use crate::model::time;
 use crate::proto::v1::{LogRecord, PushRequest};
-use crate::server::loki::proto as loki;
 
 const SERVICES: [&str; 12] = [
     "checkout",
@@ -241,7 +241,7 @@ fn loki_request(records: &[LogRecord], now: chrono::DateTime<chrono::Utc>) -> lo
                 ("level".to_owned(), loki_level(severity).to_owned()),
             ]);
             loki::StreamAdapter {
-                labels: crate::server::loki::labels::format(&labels),
+                labels: crate::ingest::loki::labels::format(&labels),
                 entries,
                 hash: 0,
             }
@@ -415,14 +415,14 @@ mod tests {
                 let mut groups = std::collections::BTreeSet::new();
                 for stream in push.streams {
                     // The server's own label parser and mapping, as a push is stored.
-                    let labels = crate::server::loki::labels::parse(&stream.labels).unwrap();
+                    let labels = crate::ingest::loki::labels::parse(&stream.labels).unwrap();
                     assert_eq!(labels.keys().collect::<Vec<_>>(), ["level", "service_name"]);
-                    let fields = crate::server::loki::labels::StreamFields::from_labels(labels);
+                    let fields = crate::ingest::loki::labels::StreamFields::from_labels(labels);
                     assert!(fields.attributes.is_empty(), "{}", stream.labels);
                     assert!(groups.insert((fields.service.clone(), fields.severity)));
                     for entry in stream.entries {
                         assert!(entry.timestamp.is_some(), "a Loki entry has a timestamp");
-                        stored.push(crate::server::loki::to_wire(entry, &fields));
+                        stored.push(crate::ingest::loki::to_wire(entry, &fields));
                     }
                 }
                 let mut expected = workload.records[at * 60..(at + 1) * 60].to_vec();

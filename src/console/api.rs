@@ -5,7 +5,7 @@
 //!   and `default_from` when the server bounded a search that had no `from`.
 //! - `GET /api/v1/tail`: Server-Sent Events, oldest first; same filters and cursor as `Tail`.
 //! - `GET /api/v1/volume`: a search's records per time bucket and level, from the per-minute
-//!   volume rollup ([`crate::query::histogram`]); same filters as `/logs`.
+//!   volume rollup ([`crate::console::histogram`]); same filters as `/logs`.
 //! - `GET /api/v1/health`: the pipeline's metrics, readiness and storage backend.
 //!
 //! Every call needs a key and sees only its key's tenant, as on gRPC. The key is read from the
@@ -33,9 +33,9 @@ use super::params::{Endpoint, Params};
 use super::ConsoleState;
 use crate::auth::http::{check_host, presented_key};
 use crate::auth::Tenant;
+use crate::console::histogram::Histogram;
 use crate::proto::v1::StoredRecord;
 use crate::query;
-use crate::query::histogram::Histogram;
 
 /// How often an idle tail sends a comment, so proxies keep the connection and a vanished browser
 /// is noticed.

@@ -5,7 +5,9 @@
 //! - [`api`]: `/api/v1/{session,logs,tail,volume,health}`, authenticated with the gRPC API keys
 //!   and scoped to the key's tenant, reading through the same code as `LogQuery`
 //!   ([`crate::query::search`], [`crate::query::tail::start`]) and, for the volume histogram, as
-//!   Loki's volume endpoints ([`crate::query::histogram`]).
+//!   Loki's volume endpoints ([`histogram`]).
+//! - [`histogram`]: the volume histogram of a search, from the per-minute rollup Loki's volume
+//!   endpoints read too ([`crate::loki::read`]).
 //! - [`params`]: the query string → the wire `Filter`, `QueryRequest` and `TailRequest`.
 //! - [`health`]: the snapshot the Health view samples, from the service's own metrics.
 //! - [`error`]: JSON error answers.
@@ -15,6 +17,7 @@ pub mod api;
 pub mod assets;
 pub mod error;
 pub mod health;
+pub mod histogram;
 pub mod params;
 
 use std::future::Future;

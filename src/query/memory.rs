@@ -122,7 +122,8 @@ impl ReadCharge {
         metrics().read_memory_bytes.add(-(bytes as f64));
     }
 
-    /// Bytes this read holds.
+    /// Bytes this read holds (read by tests only).
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held
     }

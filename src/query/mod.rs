@@ -6,7 +6,6 @@
 //! - [`admission`]: how many reads one tenant may run at once, and how many tails may be open.
 //! - [`memory`]: how much memory one read, and every read together, may hold.
 //! - [`search`]: one page, shared by the gRPC service and the console.
-//! - [`histogram`]: the console's volume histogram of a search, from the per-minute rollup.
 //! - [`render`]: a stored record as a line for people or a JSON object.
 //! - [`service`]: the gRPC handlers; the tenant comes from the auth layer, never the request.
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
@@ -18,10 +17,7 @@
 
 pub mod admission;
 pub use crate::model::{cursor, filter};
-pub mod histogram;
 pub mod limits;
-pub mod loki;
-pub mod loki_tail;
 pub mod memory;
 pub mod render;
 pub mod service;
@@ -50,9 +46,9 @@ use tail::TailConfig;
 /// reads holds across them.
 #[derive(Clone, Debug)]
 pub struct Reads {
-    reader: Reader,
-    limits: ReadLimits,
-    admission: Arc<Admission>,
+    pub(crate) reader: Reader,
+    pub(crate) limits: ReadLimits,
+    pub(crate) admission: Arc<Admission>,
     memory: Arc<ReadMemory>,
     tail: TailConfig,
     draining: CancellationToken,

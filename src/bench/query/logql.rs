@@ -17,13 +17,13 @@ use tokio_util::sync::CancellationToken;
 use super::load::SERVICES;
 use super::report::{Agreement, Report, Samples};
 use super::{BenchQueryArgs, QueryBenchError};
-use crate::logql::eval::{Series, Steps, Value};
-use crate::logql::plan::Placement;
-use crate::logql::Query;
+use crate::loki::logql::eval::{Series, Steps, Value};
+use crate::loki::logql::plan::Placement;
+use crate::loki::logql::Query;
+use crate::loki::read::{nanos, LokiError, Stats, TimeRange};
 use crate::model::selection::Order;
 use crate::query::admission::{Admission, AdmissionLimits};
 use crate::query::limits::ReadLimits;
-use crate::query::loki::{nanos, LokiError, Stats, TimeRange};
 use crate::query::tail::TailConfig;
 use crate::query::Reads;
 use crate::storage::Reader;
@@ -195,7 +195,7 @@ impl Scenario {
             query: text.clone(),
             source,
         };
-        let parsed = crate::logql::parse(&text).map_err(|err| failed(err.into()))?;
+        let parsed = crate::loki::logql::parse(&text).map_err(|err| failed(err.into()))?;
         match (self.ask, parsed) {
             (Ask::Lines { limit }, Query::Log(query)) => {
                 let to = DateTime::from_timestamp_nanos(end_after(newest, TimeDelta::minutes(1)));
@@ -386,14 +386,15 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logql::plan;
+    use crate::loki::logql::plan;
 
     #[test]
     fn every_query_parses_and_each_volume_goes_where_it_is_meant_to() {
         let newest = Utc::now();
         for scenario in scenarios() {
             let text = scenario.query.replace(ANY_SERVICE, "service-3");
-            let parsed = crate::logql::parse(&text).unwrap_or_else(|err| panic!("{text}: {err}"));
+            let parsed =
+                crate::loki::logql::parse(&text).unwrap_or_else(|err| panic!("{text}: {err}"));
             match (scenario.ask, parsed) {
                 (Ask::Lines { .. }, Query::Log(_)) => {}
                 (Ask::Metric { step, source }, Query::Metric(expr)) => {

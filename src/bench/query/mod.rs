@@ -73,7 +73,7 @@ pub enum QueryBenchError {
         /// The query.
         query: String,
         /// Why.
-        source: crate::query::loki::LokiError,
+        source: crate::loki::read::LokiError,
     },
     /// A metric query was answered other than the way it is timed as.
     #[error("{query} was answered by {got}, not by the {want} it is timed as")]

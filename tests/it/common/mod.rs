@@ -438,11 +438,11 @@ pub struct TestServer {
     /// HTTP ingest: OTLP/HTTP and the Loki push API.
     pub http_ingest: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), loghaul::server::ServeError>>,
+    task: JoinHandle<Result<(), loghaul::serve::ServeError>>,
 }
 
 impl TestServer {
-    /// Starts `loghaul::server::run` on ephemeral loopback ports and waits until it answers.
+    /// Starts `loghaul::serve::run` on ephemeral loopback ports and waits until it answers.
     pub async fn start(config: ServeConfig) -> TestServer {
         let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -453,13 +453,13 @@ impl TestServer {
         let ingest_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_ingest = ingest_listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let listeners = loghaul::server::Listeners {
+        let listeners = loghaul::serve::Listeners {
             grpc: grpc_listener,
             http: http_listener,
             console: Some(console_listener),
             http_ingest: Some(ingest_listener),
         };
-        let task = tokio::spawn(loghaul::server::run(config, listeners, async move {
+        let task = tokio::spawn(loghaul::serve::run(config, listeners, async move {
             let _ = stopped.await;
         }));
         let server = TestServer {

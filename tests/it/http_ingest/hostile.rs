@@ -430,14 +430,14 @@ async fn a_hundred_thousand_streams_are_stored_or_refused_as_the_budget_says() {
     let at = super::now_nanos();
     let labels: Vec<String> = (0..STREAMS).map(|n| format!("{{job=\"s{n}\"}}")).collect();
     let lines: Vec<String> = (0..STREAMS).map(|n| format!("line-{n}")).collect();
-    let push = loghaul::server::loki::proto::PushRequest {
+    let push = loghaul::ingest::loki::proto::PushRequest {
         streams: labels
             .iter()
             .zip(&lines)
             .map(
-                |(labels, line)| loghaul::server::loki::proto::StreamAdapter {
+                |(labels, line)| loghaul::ingest::loki::proto::StreamAdapter {
                     labels: labels.clone(),
-                    entries: vec![loghaul::server::loki::proto::EntryAdapter {
+                    entries: vec![loghaul::ingest::loki::proto::EntryAdapter {
                         timestamp: super::timestamp(at),
                         line: line.clone(),
                         ..Default::default()

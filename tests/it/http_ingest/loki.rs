@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{loki_push, now_nanos, post, snappy, timestamp, JSON, LOKI, PROTOBUF};
 use crate::common::{config, TestDb, TestServer};
-use loghaul::server::loki::proto::{EntryAdapter, LabelPairAdapter, PushRequest, StreamAdapter};
+use loghaul::ingest::loki::proto::{EntryAdapter, LabelPairAdapter, PushRequest, StreamAdapter};
 use prost::Message;
 
 async fn loki_snappy_protobuf_is_stored_after_commit(db: &TestDb) {

@@ -27,7 +27,7 @@ use crate::common::process::Process;
 use crate::common::{
     config, http_request, metric, wait_until, Backend, HttpAnswer, TestDb, TestServer, DEADLINE,
 };
-use loghaul::server::loki::proto::{EntryAdapter, PushRequest, StreamAdapter};
+use loghaul::ingest::loki::proto::{EntryAdapter, PushRequest, StreamAdapter};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};

@@ -1,0 +1,462 @@
+//! Loki's query API on the HTTP listener, what Grafana's Loki data source, `logcli` and scripts
+//! call: `query_range`, `query`, `labels`, `label/{name}/values`, `series`, `index/volume`,
+//! `index/volume_range`, `status/buildinfo` and `/ready`. Each request is authenticated as a push
+//! is (`x-api-key`, `Bearer`, or Basic with the key as password), read in the caller's tenant by
+//! [`crate::loki::read`], and answered in Loki's JSON; errors as Loki sends them, a line of text
+//! with 400 (the parse error and where, or a read too large for `--max-query-bytes`), 401, 429,
+//! 503 (the reads together at `--max-read-bytes`) or 504.
+//!
+//! - [`params`]: the query string as Loki reads it.
+//! - [`answer`]: Loki's JSON shapes.
+//! - [`charged`]: an answer written piece by piece, charged to its read's memory until sent.
+
+pub mod answer;
+pub mod charged;
+pub mod params;
+mod tail;
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, Response, StatusCode};
+use axum::routing::get;
+use axum::Router;
+use chrono::Utc;
+use serde_json::json;
+
+use crate::loki::logql::ast::{LogQuery, Query};
+use crate::loki::logql::eval::{Steps, Value};
+use crate::loki::logql::plan::Placement;
+use crate::loki::read::{nanos, LokiError, VolumeAsk};
+use crate::observability::metrics::metrics;
+use crate::observability::readiness::Readiness;
+use crate::query::Reads;
+use crate::wire::http::auth::HttpAuth;
+use crate::wire::http::reply::{self, HttpError};
+use charged::Answer;
+use params::Params;
+
+/// What the query endpoints share.
+#[derive(Clone, Debug)]
+pub struct LokiApi {
+    reads: Reads,
+    auth: Arc<HttpAuth>,
+    readiness: Arc<Readiness>,
+}
+
+impl LokiApi {
+    /// The endpoints reading through `reads`, authenticating as pushes are (`auth`); `/ready`
+    /// answers what `readiness` says.
+    pub fn new(reads: Reads, auth: Arc<HttpAuth>, readiness: Arc<Readiness>) -> Self {
+        LokiApi {
+            reads,
+            auth,
+            readiness,
+        }
+    }
+}
+
+/// The routes, for the HTTP listener's router.
+pub fn routes(api: LokiApi) -> Router {
+    Router::new()
+        .route("/loki/api/v1/query_range", get(query_range))
+        .route("/loki/api/v1/query", get(query))
+        .route("/loki/api/v1/labels", get(labels))
+        .route("/loki/api/v1/label", get(labels))
+        .route("/loki/api/v1/label/{name}/values", get(label_values))
+        .route("/loki/api/v1/series", get(series))
+        .route("/loki/api/v1/index/volume", get(volume))
+        .route("/loki/api/v1/index/volume_range", get(volume_range))
+        .route("/loki/api/v1/tail", get(tail::tail))
+        .route("/loki/api/v1/status/buildinfo", get(buildinfo))
+        .route("/ready", get(ready))
+        .with_state(api)
+}
+
+/// Why a request was not answered: who is asking, or what was asked.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    Auth(#[from] HttpError),
+    #[error(transparent)]
+    Read(#[from] LokiError),
+}
+
+impl From<crate::loki::logql::ParseError> for Refusal {
+    fn from(err: crate::loki::logql::ParseError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl From<crate::loki::logql::eval::EvalError> for Refusal {
+    fn from(err: crate::loki::logql::eval::EvalError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl From<crate::error::QueryError> for Refusal {
+    fn from(err: crate::error::QueryError) -> Self {
+        Refusal::Read(err.into())
+    }
+}
+
+impl Refusal {
+    fn status(&self) -> StatusCode {
+        match self {
+            Refusal::Auth(err) => err.status(),
+            Refusal::Read(err) => {
+                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+        }
+    }
+
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Refusal::Auth(err) => err.retry_after(),
+            Refusal::Read(err) => err.retry_after(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Auth(err) => err.kind(),
+            Refusal::Read(err) => err.kind(),
+        }
+    }
+}
+
+/// One request as every endpoint takes it: the reads, the tenant its key gives (or why it gives
+/// none), and its query string.
+struct Call {
+    reads: Reads,
+    tenant: Result<Arc<str>, HttpError>,
+    params: Params,
+    /// Where a metric query may count a line: at its minute's end for Grafana's volume
+    /// histogram, which says so in `X-Query-Tags`.
+    placement: Placement,
+}
+
+impl FromRequestParts<LokiApi> for Call {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, api: &LokiApi) -> Result<Self, Infallible> {
+        // The listener gives every request its peer; without one, it is not on loopback.
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+        Ok(Call {
+            reads: api.reads.clone(),
+            tenant: api
+                .auth
+                .tenant(&parts.headers, peer)
+                .map(|t| t.name().clone()),
+            params: Params::parse(parts.uri.query()),
+            placement: placement(&parts.headers),
+        })
+    }
+}
+
+/// The placement a request asks for: [`Placement::Minute`] when `X-Query-Tags` has
+/// `Source=logvolhist`, which Grafana sends with the queries of its log-volume histogram.
+fn placement(headers: &axum::http::HeaderMap) -> Placement {
+    let histogram = headers
+        .get_all("x-query-tags")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|tags| tags.split(','))
+        .filter_map(|tag| tag.split_once('='))
+        .any(|(key, value)| {
+            key.trim().eq_ignore_ascii_case("source")
+                && value.trim().eq_ignore_ascii_case(HISTOGRAM_SOURCE)
+        });
+    if histogram {
+        Placement::Minute
+    } else {
+        Placement::Exact
+    }
+}
+
+/// The `Source` tag of Grafana's log-volume histogram queries.
+const HISTOGRAM_SOURCE: &str = "logvolhist";
+
+impl Call {
+    /// The endpoint's answer or refusal, counted and timed. `work` writes the answer into the
+    /// [`Answer`] it is given, charged to the read's memory, which its body holds until sent.
+    async fn answer<F, Fut>(self, endpoint: &'static str, work: F) -> Response<Body>
+    where
+        F: FnOnce(Reads, Arc<str>, Params, Answer) -> Fut,
+        Fut: std::future::Future<Output = Result<Answer, Refusal>>,
+    {
+        let started = Instant::now();
+        let outcome = match self.tenant {
+            Ok(tenant) => {
+                let answer = Answer::new(self.reads.charge(&tenant));
+                work(self.reads, tenant, self.params, answer).await
+            }
+            Err(refused) => Err(refused.into()),
+        };
+        metrics()
+            .loki_query_duration
+            .record(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(answer) => {
+                metrics().loki_queries.increment_static([endpoint, "ok"], 1);
+                let mut response = Response::new(answer.into_body());
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Err(refusal) => {
+                metrics()
+                    .loki_queries
+                    .increment_static([endpoint, refusal.kind()], 1);
+                if refusal.status().is_server_error() {
+                    tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
+                }
+                crate::error::with_retry_after(
+                    reply::response(
+                        refusal.status(),
+                        "text/plain; charset=utf-8",
+                        format!("{refusal}\n").into_bytes(),
+                    ),
+                    refusal.retry_after(),
+                )
+            }
+        }
+    }
+}
+
+/// The `query=` parameter, which every endpoint that has one needs.
+fn query_text(params: &Params) -> Result<&str, Refusal> {
+    Ok(params
+        .get("query")
+        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?)
+}
+
+/// The query of `query=`, parsed.
+fn logql(params: &Params) -> Result<Query, Refusal> {
+    Ok(crate::loki::logql::parse(query_text(params)?)?)
+}
+
+/// A selector parameter (`query=` of the label and volume endpoints, `match[]=` of series).
+fn selector(text: &str) -> Result<LogQuery, Refusal> {
+    match crate::loki::logql::parse(text)? {
+        Query::Log(query) => Ok(query),
+        Query::Metric(_) => Err(LokiError::BadRequest(format!(
+            "{text:?} is a metric query; this parameter takes a stream selector such as {{service_name=\"api\"}}"
+        ))
+        .into()),
+    }
+}
+
+/// A log query's streams over `range`, with the request's `limit` and `direction`.
+async fn log_answer(
+    reads: &Reads,
+    tenant: &Arc<str>,
+    query: &LogQuery,
+    range: crate::loki::read::TimeRange,
+    params: &Params,
+    mut answer: Answer,
+) -> Result<Answer, Refusal> {
+    let (limit, order) = (params.limit()?, params.direction()?);
+    let (streams, stats) = reads
+        .loki_logs(tenant, query, range, limit, order, answer.charge())
+        .await?;
+    answer::streams(streams, &stats, &mut answer)?;
+    Ok(answer)
+}
+
+async fn query_range(call: Call) -> Response<Body> {
+    let placement = call.placement;
+    call.answer(
+        "query_range",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            match logql(&params)? {
+                Query::Log(query) => {
+                    log_answer(&reads, &tenant, &query, range, &params, answer).await
+                }
+                Query::Metric(expr) => {
+                    let step = params.step(range)?;
+                    let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
+                    let (value, stats) = reads
+                        .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                        .await?;
+                    answer::matrix(value, steps, &stats, &mut answer)?;
+                    Ok(answer)
+                }
+            }
+        },
+    )
+    .await
+}
+
+async fn query(call: Call) -> Response<Body> {
+    let placement = call.placement;
+    call.answer("query", |reads, tenant, params, mut answer| async move {
+        let time = params.time("time", Utc::now())?;
+        match logql(&params)? {
+            Query::Log(query) => {
+                // An instant log query reads the hour before `time`, as Loki does.
+                let range = crate::loki::read::TimeRange {
+                    from: time - chrono::TimeDelta::hours(1),
+                    to: time,
+                };
+                log_answer(&reads, &tenant, &query, range, &params, answer).await
+            }
+            Query::Metric(expr) => {
+                let at = nanos(time);
+                let steps = Steps::new(at, at, 1)?;
+                let (value, stats) = reads
+                    .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                    .await?;
+                answer::instant(value, at, &stats, &mut answer)?;
+                Ok(answer)
+            }
+        }
+    })
+    .await
+}
+
+async fn labels(call: Call) -> Response<Body> {
+    call.answer("labels", |reads, tenant, params, mut answer| async move {
+        let range = params.range(Utc::now())?;
+        let names = reads.loki_label_names(&tenant, range).await?;
+        answer::success(json!(names), &mut answer)?;
+        Ok(answer)
+    })
+    .await
+}
+
+async fn label_values(Path(name): Path<String>, call: Call) -> Response<Body> {
+    call.answer(
+        "label_values",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            let query = params.get("query").map(selector).transpose()?;
+            let values = reads
+                .loki_label_values(&tenant, &name, range, query.as_ref())
+                .await?;
+            answer::success(json!(values), &mut answer)?;
+            Ok(answer)
+        },
+    )
+    .await
+}
+
+async fn series(call: Call) -> Response<Body> {
+    call.answer("series", |reads, tenant, params, mut answer| async move {
+        let range = params.range(Utc::now())?;
+        let mut texts = params.all("match[]");
+        texts.extend(params.all("match"));
+        if texts.is_empty() {
+            return Err(
+                LokiError::BadRequest("series needs at least one match[] selector".into()).into(),
+            );
+        }
+        let selectors = texts
+            .into_iter()
+            .map(selector)
+            .collect::<Result<Vec<_>, _>>()?;
+        let series = reads.loki_series(&tenant, &selectors, range).await?;
+        answer::success(json!(series), &mut answer)?;
+        Ok(answer)
+    })
+    .await
+}
+
+/// The volume endpoints' common parameters: the selector, and the labels to sum by and the
+/// limit (one sum over the range: `/index/volume_range` sets its steps).
+fn volume_params(params: &Params) -> Result<(LogQuery, VolumeAsk), Refusal> {
+    let query = selector(query_text(params)?)?;
+    let targets = params
+        .get("targetLabels")
+        .map(|list| {
+            list.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let ask = VolumeAsk {
+        targets,
+        steps: None,
+        limit: params.limit()?,
+    };
+    Ok((query, ask))
+}
+
+async fn volume(call: Call) -> Response<Body> {
+    call.answer("volume", |reads, tenant, params, mut answer| async move {
+        let range = params.range(Utc::now())?;
+        let (query, ask) = volume_params(&params)?;
+        let (series, stats) = reads
+            .loki_volume(&tenant, &query, range, ask, answer.charge())
+            .await?;
+        answer::volume(series, nanos(range.to), &stats, &mut answer)?;
+        Ok(answer)
+    })
+    .await
+}
+
+async fn volume_range(call: Call) -> Response<Body> {
+    call.answer(
+        "volume_range",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            let (query, mut ask) = volume_params(&params)?;
+            let steps = Steps::new(nanos(range.from), nanos(range.to), params.step(range)?)?;
+            ask.steps = Some(steps);
+            let (series, stats) = reads
+                .loki_volume(&tenant, &query, range, ask, answer.charge())
+                .await?;
+            answer::matrix(Value::Matrix(series), steps, &stats, &mut answer)?;
+            Ok(answer)
+        },
+    )
+    .await
+}
+
+/// Loki's build information, which Grafana reads to learn what the server supports.
+async fn buildinfo() -> Response<Body> {
+    let body = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "revision": "",
+        "branch": "",
+        "buildUser": "loghaul",
+        "buildDate": "",
+        "goVersion": "",
+    });
+    reply::response(
+        StatusCode::OK,
+        "application/json",
+        body.to_string().into_bytes(),
+    )
+}
+
+/// Loki's readiness probe, as the service's own `/readyz` decides: ready while the store answers
+/// and the service is not shutting down, else 503 saying which.
+async fn ready(State(api): State<LokiApi>) -> Response<Body> {
+    let (status, text): (_, &[u8]) = if api.readiness.draining() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            b"not ready: shutting down\n",
+        )
+    } else if !api.readiness.store_up() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            b"not ready: the database does not answer\n",
+        )
+    } else {
+        (StatusCode::OK, b"ready\n")
+    };
+    reply::response(status, "text/plain; charset=utf-8", text.to_vec())
+}

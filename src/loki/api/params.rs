@@ -1,0 +1,234 @@
+//! The query string of Loki's API, read as Loki reads it: times as Unix seconds (with a
+//! fraction), Unix nanoseconds or RFC 3339; steps as a duration or seconds; `limit`,
+//! `direction`, `since`; each refused with a message naming the parameter.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::loki::logql::lexer;
+use crate::loki::read::{LokiError, TimeRange, MAX_ENTRIES};
+use crate::model::selection::Order;
+
+/// Lines a log query returns when it does not say.
+pub const DEFAULT_LIMIT: usize = 100;
+/// The longest time range a query may cover, as Loki's default `max_query_length`.
+pub const MAX_QUERY_LENGTH: TimeDelta = TimeDelta::hours(30 * 24 + 1);
+
+/// A request's query-string parameters, in order (`match[]` may repeat).
+#[derive(Clone, Debug, Default)]
+pub struct Params(Vec<(String, String)>);
+
+fn bad(message: String) -> LokiError {
+    LokiError::BadRequest(message)
+}
+
+impl Params {
+    /// The parameters of a query string (`None`: none).
+    pub fn parse(query: Option<&str>) -> Self {
+        Params(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    /// The last value of `name`, if given and not empty.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(key, value)| key == name && !value.is_empty())
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// Every value of `name`.
+    pub fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .collect()
+    }
+
+    /// `name` as a time, or `default`.
+    pub fn time(&self, name: &str, default: DateTime<Utc>) -> Result<DateTime<Utc>, LokiError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => parse_time(text)
+                .ok_or_else(|| bad(format!("invalid {name} {text:?}: expected Unix seconds, Unix nanoseconds or an RFC 3339 time"))),
+        }
+    }
+
+    /// `start`/`end` (or `since` before `end`), by default the hour before now; `end` is
+    /// exclusive, so an entry at `start` is in and one at `end` is not.
+    pub fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, LokiError> {
+        let to = self.time("end", now)?;
+        let since = match self.get("since") {
+            None => TimeDelta::hours(1),
+            Some(text) => lexer::duration(text)
+                .and_then(|d| TimeDelta::from_std(d).ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "invalid since {text:?}: expected a duration such as 1h"
+                    ))
+                })?,
+        };
+        let from = self.time("start", to.checked_sub_signed(since).unwrap_or(to))?;
+        if to < from {
+            return Err(bad(
+                "the end timestamp must not be before the start time".into()
+            ));
+        }
+        if to - from > MAX_QUERY_LENGTH {
+            return Err(bad(format!(
+                "the query time range exceeds the limit (query length: {}h, limit: 30d1h)",
+                (to - from).num_hours()
+            )));
+        }
+        Ok(TimeRange { from, to })
+    }
+
+    /// `limit`, at most [`MAX_ENTRIES`].
+    pub fn limit(&self) -> Result<usize, LokiError> {
+        let Some(text) = self.get("limit") else {
+            return Ok(DEFAULT_LIMIT);
+        };
+        let limit: usize = text
+            .parse()
+            .map_err(|_| bad(format!("invalid limit {text:?}: expected a whole number")))?;
+        if limit == 0 {
+            return Err(bad("limit must be a positive value".into()));
+        }
+        if limit > MAX_ENTRIES {
+            return Err(bad(format!(
+                "max entries limit per query exceeded, limit > max_entries_limit ({limit} > {MAX_ENTRIES})"
+            )));
+        }
+        Ok(limit)
+    }
+
+    /// `direction`: `backward` (newest first, the default) or `forward`.
+    pub fn direction(&self) -> Result<Order, LokiError> {
+        match self
+            .get("direction")
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("backward") => Ok(Order::Newest),
+            Some("forward") => Ok(Order::Oldest),
+            Some(other) => Err(bad(format!(
+                "invalid direction {other:?}: expected backward or forward"
+            ))),
+        }
+    }
+
+    /// `step` (or `interval`'s fallback, Loki's default: the range over 250, at least 1 s), in
+    /// nanoseconds.
+    pub fn step(&self, range: TimeRange) -> Result<i64, LokiError> {
+        let Some(text) = self.get("step") else {
+            let seconds = ((range.to - range.from).num_seconds() / 250).max(1);
+            return Ok(seconds * 1_000_000_000);
+        };
+        let step = parse_step(text).ok_or_else(|| {
+            bad(format!(
+                "invalid step {text:?}: expected a duration such as 1m or a number of seconds"
+            ))
+        })?;
+        i64::try_from(step.as_nanos())
+            .ok()
+            .filter(|nanos| *nanos > 0)
+            .ok_or_else(|| bad("zero or negative query resolution step widths are not accepted. Try a positive integer".into()))
+    }
+}
+
+/// A time as Loki takes it: with a `.`, Unix seconds; an integer of at most 10 digits, Unix
+/// seconds; a longer one, Unix nanoseconds; else RFC 3339.
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    if text.contains('.') {
+        if let Ok(seconds) = text.parse::<f64>() {
+            if !seconds.is_finite() || seconds.abs() > 1e11 {
+                return None;
+            }
+            let nanos = (seconds * 1e9).round() as i64;
+            return Some(DateTime::from_timestamp_nanos(nanos));
+        }
+    }
+    match text.parse::<i64>() {
+        Ok(number) if text.trim_start_matches('-').len() <= 10 => {
+            DateTime::from_timestamp(number, 0)
+        }
+        Ok(nanos) => Some(DateTime::from_timestamp_nanos(nanos)),
+        Err(_) => DateTime::parse_from_rfc3339(text)
+            .ok()
+            .map(|ts| ts.with_timezone(&Utc)),
+    }
+}
+
+/// A step: a duration (`30s`, `1m`) or a number of seconds (`15`, `0.5`).
+pub fn parse_step(text: &str) -> Option<Duration> {
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).ok();
+    }
+    lexer::duration(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_read_as_loki_reads_them() {
+        let at = |text| parse_time(text).unwrap().timestamp_nanos_opt().unwrap();
+        assert_eq!(at("1700000000"), 1_700_000_000_000_000_000);
+        assert_eq!(at("1700000000.5"), 1_700_000_000_500_000_000);
+        assert_eq!(at("1700000000123456789"), 1_700_000_000_123_456_789);
+        assert_eq!(at("2023-11-14T22:13:20Z"), 1_700_000_000_000_000_000);
+        assert_eq!(parse_time("yesterday"), None);
+        assert_eq!(parse_time("1e400.0"), None);
+    }
+
+    #[test]
+    fn ranges_limits_directions_and_steps() {
+        let now = parse_time("1700000000").unwrap();
+        let params = Params::parse(Some(
+            "start=1699990000&end=1700000000&limit=20&direction=FORWARD&step=1m",
+        ));
+        let range = params.range(now).unwrap();
+        assert_eq!((range.to - range.from).num_seconds(), 10_000);
+        assert_eq!(params.limit().unwrap(), 20);
+        assert_eq!(params.direction().unwrap(), Order::Oldest);
+        assert_eq!(params.step(range).unwrap(), 60_000_000_000);
+        let defaults = Params::parse(None);
+        let range = defaults.range(now).unwrap();
+        assert_eq!((range.to - range.from).num_hours(), 1);
+        assert_eq!(
+            defaults.step(range).unwrap(),
+            14_000_000_000,
+            "3600 s / 250"
+        );
+        assert_eq!(defaults.limit().unwrap(), DEFAULT_LIMIT);
+        for refused in [
+            "limit=5001",
+            "limit=0",
+            "direction=sideways",
+            "step=0",
+            "step=-5",
+            "start=1700000001&end=1700000000",
+            "start=1600000000&end=1700000000",
+            "since=forever",
+        ] {
+            let params = Params::parse(Some(refused));
+            let outcome = params
+                .range(now)
+                .and_then(|range| params.step(range))
+                .and_then(|_| params.limit())
+                .and_then(|_| params.direction());
+            assert!(outcome.is_err(), "{refused}");
+        }
+        assert_eq!(
+            Params::parse(Some("match[]=a&match[]=b")).all("match[]"),
+            ["a", "b"]
+        );
+    }
+}

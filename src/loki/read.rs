@@ -1,0 +1,832 @@
+//! Loki's query API over the stores, for Grafana's Loki data source, `logcli` and scripts: LogQL
+//! log queries (streams of lines), metric queries (series), labels, series and volume, each read
+//! scoped to the caller's tenant and held to the limits of every read (admission per tenant, the
+//! read timeout, the answer's bytes).
+//!
+//! A query runs in two parts: the database narrows the rows by the selection SQL can check
+//! ([`super::logql::plan`]), and the engine ([`super::logql::pipeline`]) checks each row that
+//! comes back, runs its stages and, for a metric query, adds it to the series
+//! ([`super::logql::eval`]). A metric query that only sums lines by service and level over whole
+//! minutes reads the per-minute `log_volume` rollup instead of the rows.
+//!
+//! The endpoints themselves, their parameters and Loki's JSON shapes are the HTTP listener's, in
+//! [`super::api`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::QueryError;
+use crate::loki::logql::ast::{
+    AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction, RangeQuery,
+};
+use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
+use crate::loki::logql::labels::{self, Labels};
+use crate::loki::logql::pipeline::{CompileError, Output, Pipeline};
+use crate::loki::logql::plan::{self, Placement, VolumePlan};
+use crate::loki::logql::ParseError;
+use crate::model::selection::{Order, VolumeRow};
+use crate::observability::metrics::metrics;
+use crate::query::memory::ReadCharge;
+use crate::query::Reads;
+use crate::storage::StoredRow;
+
+/// The most lines a log query may ask for, as Loki's default `max_entries_limit_per_query`.
+pub const MAX_ENTRIES: usize = 5000;
+/// The most (minute, service, severity) rollup rows one query may read.
+pub const MAX_VOLUME_ROWS: usize = 500_000;
+/// Rows looked at, newest first, to list the attribute labels and their values of a range:
+/// attributes have no index, so their names and values are sampled, not counted.
+pub const LABEL_SAMPLE_ROWS: usize = 2000;
+
+/// Why a Loki API request was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum LokiError {
+    /// The request or its query cannot be served as written.
+    #[error("{0}")]
+    BadRequest(String),
+    /// What every read can end with: too many reads, the deadline, the database.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+impl LokiError {
+    /// The HTTP status of the error: 400 for the request, else the read's own.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            LokiError::BadRequest(_) => 400,
+            LokiError::Query(err) => err.http_status(),
+        }
+    }
+
+    /// When to try again, for the errors that waiting cures.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            LokiError::BadRequest(_) => None,
+            LokiError::Query(err) => err.retry_after(),
+        }
+    }
+
+    /// The `outcome` label of `loghaul_loki_queries_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LokiError::BadRequest(_) => "bad_request",
+            LokiError::Query(err) => err.kind(),
+        }
+    }
+}
+
+impl From<ParseError> for LokiError {
+    fn from(err: ParseError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+impl From<CompileError> for LokiError {
+    fn from(err: CompileError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+impl From<EvalError> for LokiError {
+    fn from(err: EvalError) -> Self {
+        LokiError::BadRequest(err.to_string())
+    }
+}
+
+/// For reads of the rollup outside Loki's API (the console's histogram): a request the rollup
+/// cannot serve as asked is an invalid argument there.
+impl From<LokiError> for QueryError {
+    fn from(err: LokiError) -> Self {
+        match err {
+            LokiError::BadRequest(message) => QueryError::InvalidArgument(message),
+            LokiError::Query(err) => err,
+        }
+    }
+}
+
+impl From<crate::storage::StoreError> for LokiError {
+    fn from(err: crate::storage::StoreError) -> Self {
+        LokiError::Query(QueryError::Store(err))
+    }
+}
+
+/// What a query read, for Loki's `stats`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Rows the database sent.
+    pub lines_scanned: u64,
+    /// Bytes of their messages.
+    pub bytes_scanned: u64,
+    /// Rollup rows read instead of rows.
+    pub volume_rows: u64,
+    /// Entries or points in the answer.
+    pub returned: u64,
+    /// Seconds spent.
+    pub seconds: f64,
+}
+
+/// A time range `[from, to)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    /// Inclusive start.
+    pub from: DateTime<Utc>,
+    /// Exclusive end.
+    pub to: DateTime<Utc>,
+}
+
+/// One line of a log query's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// Nanoseconds since the epoch.
+    pub ts: i64,
+    /// The line, after the query's stages.
+    pub line: String,
+}
+
+/// A log query's answer: lines grouped by their labels, each stream in the query's direction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Streams {
+    /// Streams, by labels.
+    pub streams: BTreeMap<Labels, Vec<Entry>>,
+}
+
+/// Nanoseconds since the epoch of a stored time (microsecond precision, so it always fits).
+pub fn nanos(ts: DateTime<Utc>) -> i64 {
+    ts.timestamp_micros().saturating_mul(1000)
+}
+
+impl Reads {
+    /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout.
+    pub(crate) async fn admitted<T>(
+        &self,
+        tenant: &Arc<str>,
+        work: impl Future<Output = Result<T, LokiError>>,
+    ) -> Result<T, LokiError> {
+        let _slot = self.admission.tenant(tenant).admit().await?;
+        self.limits.bounded(work).await
+    }
+
+    /// Streams the rows of `query` in `scan` through its pipeline to `each`, which returns false
+    /// to stop.
+    async fn each_output(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        Scan {
+            range,
+            order,
+            limit,
+        }: Scan,
+        stats: &mut Stats,
+        each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
+    ) -> Result<(), LokiError> {
+        let pipeline = Pipeline::compile(query)?;
+        let selection = plan::selection(query, range.from, range.to);
+        let limit = limit.filter(|_| plan::is_exact(query));
+        let (mut lines, mut bytes) = (0u64, 0u64);
+        let mut sink = |row: StoredRow| {
+            lines += 1;
+            bytes += row.message.len() as u64;
+            match pipeline.process(&row) {
+                Some(output) => each(&row, output),
+                None => true,
+            }
+        };
+        let read = self
+            .reader
+            .select(tenant, &selection, order, limit, &mut sink)
+            .await;
+        stats.lines_scanned += lines;
+        stats.bytes_scanned += bytes;
+        Ok(read?)
+    }
+
+    /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes;
+    /// each line kept is charged to `charge`.
+    pub async fn loki_logs(
+        &self,
+        tenant: &Arc<str>,
+        query: &LogQuery,
+        range: TimeRange,
+        limit: usize,
+        order: Order,
+        charge: &mut ReadCharge,
+    ) -> Result<(Streams, Stats), LokiError> {
+        let started = Instant::now();
+        let budget = self.limits.page_size(limit).bytes;
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let mut streams = Streams::default();
+            let (mut taken, mut size) = (0usize, 0usize);
+            let mut refused = None;
+            let mut each = |row: &StoredRow, output: Output| {
+                // Labels and framing count as well as the line: an answer of tiny lines with
+                // many labels is still bounded.
+                let cost = output.line.len()
+                    + 48
+                    + output
+                        .labels
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len() + 6)
+                        .sum::<usize>();
+                if taken > 0 && size + cost > budget {
+                    return false;
+                }
+                if let Err(err) = charge.charge(cost) {
+                    refused = Some(err);
+                    return false;
+                }
+                size += cost;
+                taken += 1;
+                let entry = Entry {
+                    ts: nanos(row.ts),
+                    line: output.line,
+                };
+                streams
+                    .streams
+                    .entry(output.labels)
+                    .or_default()
+                    .push(entry);
+                taken < limit
+            };
+            self.each_output(
+                tenant,
+                query,
+                Scan {
+                    range,
+                    order,
+                    limit: Some(limit),
+                },
+                &mut stats,
+                &mut each,
+            )
+            .await?;
+            if let Some(err) = refused {
+                return Err(err.into());
+            }
+            stats.returned = taken as u64;
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((streams, stats))
+        })
+        .await
+    }
+}
+
+/// What a volume request asks of the rollup besides its selector and range.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeAsk {
+    /// The labels to sum by (by default the labels the selector names).
+    pub targets: Vec<String>,
+    /// `None`: one sum over the whole range; else a sum at each step over the step before it.
+    pub steps: Option<Steps>,
+    /// The most series, largest first.
+    pub limit: usize,
+}
+
+/// A read of the rollup into series: the rows of `query` over `range`, each in the series of
+/// its stream's labels that `keep` names.
+struct RollupRead<'a> {
+    tenant: &'a str,
+    query: &'a LogQuery,
+    range: TimeRange,
+    keep: &'a [String],
+}
+
+/// Which rows of a query a read goes through, in what order, and how many it wants at most
+/// (passed to the database only when [`plan::is_exact`] says it can count them).
+#[derive(Clone, Copy, Debug)]
+struct Scan {
+    range: TimeRange,
+    order: Order,
+    limit: Option<usize>,
+}
+
+/// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
+/// step's range holds the minutes that end within it; the minute still going at the last step at
+/// that step, so that the newest lines are counted.
+fn minute_at(minute: i64, steps: Steps) -> i64 {
+    (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
+}
+
+/// What every part of one metric query shares: whose it is, its steps, where the rollup may
+/// count a line, and what it read and holds so far.
+struct Metric<'a> {
+    tenant: &'a str,
+    steps: Steps,
+    placement: Placement,
+    stats: &'a mut Stats,
+    charge: &'a mut ReadCharge,
+}
+
+/// Runs `make`, which builds a value of at most `most` bytes from values of `inputs` bytes
+/// that it consumes: `most` is charged before it builds, and once it has, the inputs and what
+/// the value did not need are given back.
+fn transform(
+    charge: &mut ReadCharge,
+    inputs: usize,
+    most: usize,
+    make: impl FnOnce() -> Result<Value, LokiError>,
+) -> Result<Value, LokiError> {
+    charge.charge(most)?;
+    let value = make()?;
+    charge.release(inputs + most.saturating_sub(value.bytes()));
+    Ok(value)
+}
+
+/// Total points of a value, for `stats`.
+fn points(value: &Value) -> u64 {
+    match value {
+        Value::Scalar(_) => 1,
+        Value::Matrix(series) => series
+            .iter()
+            .map(|s| s.points.iter().flatten().count() as u64)
+            .sum(),
+    }
+}
+
+/// The labels of `stream` that `keep` names.
+fn only(stream: Labels, keep: &[String]) -> Labels {
+    stream
+        .into_iter()
+        .filter(|(name, _)| keep.contains(name))
+        .collect()
+}
+
+impl Reads {
+    /// A metric query at `steps` (one step for an instant query), counting each line where
+    /// `placement` allows; its series are charged to `charge` as they are made, and the value
+    /// still holds its charge ([`Value::bytes`]) when it is given.
+    pub async fn loki_metric(
+        &self,
+        tenant: &Arc<str>,
+        expr: &MetricExpr,
+        steps: Steps,
+        placement: Placement,
+        charge: &mut ReadCharge,
+    ) -> Result<(Value, Stats), LokiError> {
+        let started = Instant::now();
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let mut metric = Metric {
+                tenant,
+                steps,
+                placement,
+                stats: &mut stats,
+                charge,
+            };
+            let value = self.evaluate(expr, &mut metric).await?;
+            stats.returned = points(&value);
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((value, stats))
+        })
+        .await
+    }
+
+    fn evaluate<'a>(
+        &'a self,
+        expr: &'a MetricExpr,
+        metric: &'a mut Metric<'_>,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
+        Box::pin(async move {
+            let steps = metric.steps;
+            if let Some(plan) = plan::volume_plan(expr, steps, metric.placement) {
+                metrics()
+                    .loki_metric_sources
+                    .increment_static(["rollup"], 1);
+                return Ok(Value::Matrix(self.rollup(&plan, metric).await?));
+            }
+            // A sum's groups are made as the lines are counted: summing each line's series
+            // afterwards would first make one series per distinct label set, which lines with an
+            // attribute of many values (a request id) take past MAX_SERIES.
+            if let Some((grouping, inner)) = expr.sum_of_range() {
+                let series = self.range_series(inner, Some(grouping), metric).await?;
+                let held = series.iter().map(Series::bytes).sum();
+                return transform(metric.charge, held, held, || {
+                    Ok(Value::Matrix(eval::aggregate(
+                        AggregateOp::Sum,
+                        grouping,
+                        None,
+                        series,
+                        steps.count,
+                    )?))
+                });
+            }
+            match expr {
+                MetricExpr::Range {
+                    function,
+                    query,
+                    range,
+                } => {
+                    let inner = RangeQuery {
+                        function: *function,
+                        query,
+                        range: *range,
+                    };
+                    Ok(Value::Matrix(self.range_series(inner, None, metric).await?))
+                }
+                MetricExpr::Aggregate {
+                    op,
+                    grouping,
+                    parameter,
+                    inner,
+                } => match self.evaluate(inner, metric).await? {
+                    Value::Matrix(series) => {
+                        let held: usize = series.iter().map(Series::bytes).sum();
+                        transform(metric.charge, held, held, || {
+                            Ok(Value::Matrix(eval::aggregate(
+                                *op,
+                                grouping,
+                                *parameter,
+                                series,
+                                steps.count,
+                            )?))
+                        })
+                    }
+                    Value::Scalar(_) => Err(LokiError::BadRequest(
+                        "an aggregation takes series (such as count_over_time(…)), not a number"
+                            .into(),
+                    )),
+                },
+                MetricExpr::Binary { op, left, right } => {
+                    let left = self.evaluate(left, metric).await?;
+                    let right = self.evaluate(right, metric).await?;
+                    let (left_bytes, right_bytes) = (left.bytes(), right.bytes());
+                    // Its series are at most those of the larger side.
+                    let most = left_bytes.max(right_bytes);
+                    transform(metric.charge, left_bytes + right_bytes, most, || {
+                        Ok(eval::binary(*op, left, right))
+                    })
+                }
+                MetricExpr::Number(value) => Ok(Value::Scalar(*value)),
+                MetricExpr::Vector(value) => {
+                    metric
+                        .charge
+                        .charge(eval::series_bytes(&Labels::new(), steps.count))?;
+                    Ok(eval::vector(*value, steps.count))
+                }
+            }
+        })
+    }
+
+    /// The series of a range function at the query's steps, read by a scan, each charged as it
+    /// is made; with `sum_by`, each line is counted in its group of that `sum`'s grouping instead
+    /// of its own series.
+    async fn range_series(
+        &self,
+        RangeQuery {
+            function,
+            query,
+            range,
+        }: RangeQuery<'_>,
+        sum_by: Option<&Option<Grouping>>,
+        metric: &mut Metric<'_>,
+    ) -> Result<Vec<Series>, LokiError> {
+        metrics().loki_metric_sources.increment_static(["scan"], 1);
+        let steps = metric.steps;
+        let range = range.as_nanos() as i64;
+        let mut accumulator = RangeAccumulator::new(function, range, steps);
+        let span = TimeRange {
+            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+        };
+        let mut failed = None;
+        {
+            let charge = &mut *metric.charge;
+            let mut each = |row: &StoredRow, output: Output| {
+                let labels = match sum_by {
+                    Some(grouping) => eval::group_key(grouping, &output.labels),
+                    None => output.labels,
+                };
+                let made = accumulator
+                    .add(labels, nanos(row.ts), output.line.len())
+                    .map_err(LokiError::from)
+                    .and_then(|made| Ok(charge.charge(made)?));
+                match made {
+                    Ok(()) => true,
+                    Err(err) => {
+                        failed = Some(err);
+                        false
+                    }
+                }
+            };
+            self.each_output(
+                metric.tenant,
+                query,
+                Scan {
+                    range: span,
+                    order: Order::Any,
+                    limit: None,
+                },
+                metric.stats,
+                &mut each,
+            )
+            .await?;
+        }
+        match failed {
+            Some(err) => Err(err),
+            None => Ok(accumulator.finish()),
+        }
+    }
+
+    /// Gives `each` the rollup's rows over `range` whose stream `query` (a selector of indexed
+    /// labels) selects, with the stream's labels, as the database sends them: none is kept, so a
+    /// read holds what `each` makes of them. Refused past [`MAX_VOLUME_ROWS`]. The one reader of
+    /// the rollup: Loki's endpoints and the console's histogram ([`crate::console::histogram`])
+    /// all read here.
+    pub(crate) async fn selected_streams(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        range: TimeRange,
+        stats: &mut Stats,
+        each: &mut (dyn FnMut(Labels, VolumeRow) -> Result<(), LokiError> + Send),
+    ) -> Result<(), LokiError> {
+        let selection = plan::selection(query, range.from, range.to);
+        // The selector again, for what the database left out (a regular expression).
+        let pipeline = Pipeline::compile(query)?;
+        let mut read = 0usize;
+        let mut failed = None;
+        let mut sink = |row: VolumeRow| {
+            read += 1;
+            if read > MAX_VOLUME_ROWS {
+                failed = Some(LokiError::BadRequest(format!(
+                    "the range holds more than {MAX_VOLUME_ROWS} (minute, service, level) volume rows; narrow the time range or the selector"
+                )));
+                return false;
+            }
+            let stream = labels::stream_labels(&row.service, row.severity);
+            if !pipeline.selects(&stream) {
+                return true;
+            }
+            match each(stream, row) {
+                Ok(()) => true,
+                Err(err) => {
+                    failed = Some(err);
+                    false
+                }
+            }
+        };
+        self.reader
+            .volume(tenant, &selection, MAX_VOLUME_ROWS + 1, &mut sink)
+            .await?;
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        stats.volume_rows += read as u64;
+        Ok(())
+    }
+
+    /// Adds the rows of `read` to `accumulator`, each counted at [`minute_at`] its steps; each
+    /// series charged as it is made.
+    async fn rollup_series(
+        &self,
+        read: RollupRead<'_>,
+        accumulator: &mut RangeAccumulator,
+        stats: &mut Stats,
+        charge: &mut ReadCharge,
+    ) -> Result<(), LokiError> {
+        let steps = accumulator.steps();
+        let RollupRead {
+            tenant,
+            query,
+            range,
+            keep,
+        } = read;
+        self.selected_streams(tenant, query, range, stats, &mut |stream, row| {
+            let made = accumulator.add_many(
+                only(stream, keep),
+                minute_at(row.minute, steps),
+                row.count as u64,
+                row.bytes as u64,
+            )?;
+            Ok(charge.charge(made)?)
+        })
+        .await
+    }
+
+    /// A volume plan's series from the rollup, at the minute's resolution.
+    async fn rollup(
+        &self,
+        plan: &VolumePlan,
+        metric: &mut Metric<'_>,
+    ) -> Result<Vec<Series>, LokiError> {
+        let steps = metric.steps;
+        let range = plan.range.as_nanos() as i64;
+        let span = TimeRange {
+            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+        };
+        let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
+        let read = RollupRead {
+            tenant: metric.tenant,
+            query: &plan.query,
+            range: span,
+            keep: &plan.by,
+        };
+        self.rollup_series(read, &mut accumulator, metric.stats, metric.charge)
+            .await?;
+        Ok(accumulator.finish())
+    }
+
+    /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,
+    /// as `ask` says; each series charged to `charge` as it is made.
+    pub async fn loki_volume(
+        &self,
+        tenant: &Arc<str>,
+        query: &LogQuery,
+        range: TimeRange,
+        ask: VolumeAsk,
+        charge: &mut ReadCharge,
+    ) -> Result<(Vec<Series>, Stats), LokiError> {
+        let VolumeAsk {
+            targets,
+            steps,
+            limit,
+        } = ask;
+        let started = Instant::now();
+        if let Some(other) = query
+            .selector
+            .iter()
+            .map(|m| &m.label)
+            .chain(&targets)
+            .find(|label| !labels::is_indexed(label))
+        {
+            return Err(LokiError::BadRequest(format!(
+                "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
+            )));
+        }
+        if !query.pipeline.is_empty() {
+            return Err(LokiError::BadRequest(
+                "the volume endpoints take a stream selector alone, without a pipeline".into(),
+            ));
+        }
+        let targets = if targets.is_empty() {
+            query.selector.iter().map(|m| m.label.clone()).collect()
+        } else {
+            targets
+        };
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let steps = match steps {
+                Some(steps) => steps,
+                None => Steps::new(nanos(range.to), nanos(range.to), 1)?,
+            };
+            // One step over the whole range, or each step over the one before it.
+            let window = match steps.count {
+                1 => nanos(range.to) - nanos(range.from) + plan::MINUTE_NANOS,
+                _ => steps.step,
+            };
+            let mut accumulator =
+                RangeAccumulator::new(RangeFunction::BytesOverTime, window, steps);
+            let read = RollupRead {
+                tenant,
+                query,
+                range,
+                keep: &targets,
+            };
+            self.rollup_series(read, &mut accumulator, &mut stats, charge)
+                .await?;
+            let mut series = accumulator.finish();
+            let total = |s: &Series| s.points.iter().flatten().sum::<f64>();
+            series.sort_by(|a, b| total(b).total_cmp(&total(a)));
+            let cut: usize = series.iter().skip(limit).map(Series::bytes).sum();
+            series.truncate(limit);
+            charge.release(cut);
+            stats.returned = series.len() as u64;
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((series, stats))
+        })
+        .await
+    }
+
+    /// Rows of `query` over `range`, newest first, until [`LABEL_SAMPLE_ROWS`] were read, through
+    /// its selector and stages: what attribute labels are sampled from.
+    async fn sample(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        range: TimeRange,
+        each: &mut (dyn FnMut(Labels) + Send),
+    ) -> Result<(), LokiError> {
+        let mut stats = Stats::default();
+        let mut read = 0;
+        let mut sink = |_: &StoredRow, output: Output| {
+            each(output.labels);
+            read += 1;
+            read < LABEL_SAMPLE_ROWS
+        };
+        self.each_output(
+            tenant,
+            query,
+            Scan {
+                range,
+                order: Order::Newest,
+                limit: None,
+            },
+            &mut stats,
+            &mut sink,
+        )
+        .await
+    }
+
+    /// The label names of `range`: the indexed ones, and the attribute labels of the newest rows.
+    pub async fn loki_label_names(
+        &self,
+        tenant: &Arc<str>,
+        range: TimeRange,
+    ) -> Result<Vec<String>, LokiError> {
+        self.admitted(tenant, async {
+            let mut names = BTreeSet::from([
+                labels::DETECTED_LEVEL_LABEL.to_owned(),
+                labels::LEVEL_LABEL.to_owned(),
+                labels::SERVICE_LABEL.to_owned(),
+            ]);
+            self.sample(tenant, &LogQuery::default(), range, &mut |labels| {
+                names.extend(labels.into_keys());
+            })
+            .await?;
+            Ok(names.into_iter().collect())
+        })
+        .await
+    }
+
+    /// The values of label `name` over `range` among the rows `query` selects (all rows when
+    /// `None`): from the rollup for indexed labels, else sampled from the newest rows.
+    pub async fn loki_label_values(
+        &self,
+        tenant: &Arc<str>,
+        name: &str,
+        range: TimeRange,
+        query: Option<&LogQuery>,
+    ) -> Result<Vec<String>, LokiError> {
+        let everything = LogQuery::default();
+        let query = query.unwrap_or(&everything);
+        self.admitted(tenant, async {
+            let mut values = BTreeSet::new();
+            if labels::is_indexed(name) && plan::is_indexed_selector(query) {
+                self.selected_streams(
+                    tenant,
+                    query,
+                    range,
+                    &mut Stats::default(),
+                    &mut |mut stream, _| {
+                        values.extend(stream.remove(name));
+                        Ok(())
+                    },
+                )
+                .await?;
+            } else {
+                self.sample(tenant, query, range, &mut |mut labels| {
+                    values.extend(labels.remove(name));
+                })
+                .await?;
+            }
+            Ok(values.into_iter().filter(|v| !v.is_empty()).collect())
+        })
+        .await
+    }
+
+    /// The streams (service and level label sets) over `range` that any of `selectors` selects.
+    pub async fn loki_series(
+        &self,
+        tenant: &Arc<str>,
+        selectors: &[LogQuery],
+        range: TimeRange,
+    ) -> Result<Vec<Labels>, LokiError> {
+        self.admitted(tenant, async {
+            let mut series = BTreeSet::new();
+            for query in selectors {
+                if plan::is_indexed_selector(query) {
+                    self.selected_streams(
+                        tenant,
+                        query,
+                        range,
+                        &mut Stats::default(),
+                        &mut |stream, _| {
+                            series.insert(stream);
+                            Ok(())
+                        },
+                    )
+                    .await?;
+                } else {
+                    let stream_names = [
+                        labels::SERVICE_LABEL,
+                        labels::LEVEL_LABEL,
+                        labels::DETECTED_LEVEL_LABEL,
+                    ]
+                    .map(String::from);
+                    self.sample(tenant, query, range, &mut |labels| {
+                        series.insert(only(labels, &stream_names));
+                    })
+                    .await?;
+                }
+            }
+            Ok(series.into_iter().collect())
+        })
+        .await
+    }
+}
