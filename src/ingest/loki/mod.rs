@@ -36,7 +36,7 @@ pub mod proto {
                 let descriptors =
                     include_bytes!(concat!(env!("OUT_DIR"), "/logproto_descriptor.bin"));
                 let number = |message: &str, field| {
-                    crate::server::fields::field_number(
+                    crate::wire::fields::field_number(
                         descriptors,
                         &format!("logproto.{message}"),
                         field,

@@ -129,7 +129,7 @@ pub(crate) mod field {
         #[test]
         fn the_walked_field_numbers_are_otlps() {
             let number = |message: &str, field| {
-                crate::server::fields::field_number(
+                crate::wire::fields::field_number(
                     opentelemetry_proto::DESCRIPTORS,
                     &format!("opentelemetry.proto.{message}"),
                     field,

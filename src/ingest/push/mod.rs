@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn the_walked_field_numbers_are_the_contracts() {
         let number = |field| {
-            crate::server::fields::field_number(
+            crate::wire::fields::field_number(
                 crate::proto::FILE_DESCRIPTOR_SET,
                 "loghaul.v1.PushRequest",
                 field,
