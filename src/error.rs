@@ -1,4 +1,7 @@
-//! The errors a stream can end with, and the one place they become gRPC statuses.
+//! The errors a call can end with, and the one place they become gRPC statuses, HTTP statuses,
+//! retry delays and metric labels. How each surface writes the answer's body (a gRPC status with
+//! details, OTLP's `google.rpc.Status`, the console's JSON, Loki's text) is that surface's; what
+//! the answer says is decided here.
 
 use std::time::Duration;
 
@@ -111,6 +114,11 @@ impl IngestError {
     }
 
     /// Classifies an error the transport returned while reading the stream.
+    ///
+    /// tonic gives these errors no type of their own, only a code and a text, so they are told
+    /// apart by their text: `tests/it/hostile.rs`, `ingest.rs` and `otlp.rs` send the oversized,
+    /// compressed and malformed messages over a real connection, so a tonic or prost upgrade
+    /// that rewords them fails there, not in production.
     pub fn from_stream(status: Status, max_request_bytes: u64) -> Self {
         // tonic reports an oversized message as OUT_OF_RANGE ("... too large"), and a compressed
         // one that inflates past the limit as RESOURCE_EXHAUSTED ("size limit ... exceeded while
@@ -453,9 +461,10 @@ impl QueryError {
     }
 }
 
-impl From<QueryError> for Status {
-    fn from(err: QueryError) -> Self {
-        let code = match err {
+impl QueryError {
+    /// The gRPC code of the error.
+    pub fn code(&self) -> Code {
+        match self {
             QueryError::InvalidArgument(_) => Code::InvalidArgument,
             QueryError::Store(_) | QueryError::ShuttingDown => Code::Unavailable,
             QueryError::SubscriberTooSlow(_)
@@ -465,12 +474,105 @@ impl From<QueryError> for Status {
             | QueryError::ReadTooLarge { .. }
             | QueryError::ReadMemoryFull { .. } => Code::ResourceExhausted,
             QueryError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-        };
+        }
+    }
+}
+
+impl From<QueryError> for Status {
+    fn from(err: QueryError) -> Self {
+        let code = err.code();
         let message = err.to_string();
         match err.retry_after() {
             Some(delay) => retry_later(code, message, delay),
             None => Status::new(code, message),
         }
+    }
+}
+
+/// Why an HTTP request (to the console's API, Loki's API or the HTTP ingest listener) was not
+/// served: whatever the caller, the ingest path or a read refused, and what the request itself
+/// got wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// No key, a wrong key, or a caller the configuration does not serve.
+    #[error(transparent)]
+    Auth(#[from] AuthFailure),
+    /// What the ingest path refused or could not do.
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
+    /// What a read refused or could not do.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// A `Content-Type` or `Content-Encoding` the endpoint does not take.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// A request that cannot be served as written: a parameter, a header, a query.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+impl HttpError {
+    /// The HTTP status.
+    pub fn status(&self) -> axum::http::StatusCode {
+        let code = match self {
+            HttpError::Auth(failure) => failure.http_status(),
+            HttpError::Ingest(err) => err.http_status(),
+            HttpError::Query(err) => err.http_status(),
+            HttpError::UnsupportedMediaType(_) => 415,
+            HttpError::BadRequest(_) => 400,
+        };
+        axum::http::StatusCode::from_u16(code)
+            .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    /// The gRPC code of the same failure, for the `google.rpc.Status` OTLP/HTTP answers with.
+    pub fn grpc_code(&self) -> Code {
+        match self {
+            HttpError::Auth(failure) => failure.code(),
+            HttpError::Ingest(err) => err.code(),
+            HttpError::Query(err) => err.code(),
+            HttpError::UnsupportedMediaType(_) | HttpError::BadRequest(_) => Code::InvalidArgument,
+        }
+    }
+
+    /// When the client should send again, for `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            HttpError::Ingest(err) => err.retry_after(),
+            HttpError::Query(err) => err.retry_after(),
+            HttpError::Auth(_) | HttpError::UnsupportedMediaType(_) | HttpError::BadRequest(_) => {
+                None
+            }
+        }
+    }
+
+    /// The `outcome` label of the metric that counts the endpoint's requests.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HttpError::Auth(failure) if failure.code() == Code::PermissionDenied => "forbidden",
+            HttpError::Auth(_) => "unauthenticated",
+            HttpError::Ingest(err) => err.kind(),
+            HttpError::Query(err) => err.kind(),
+            HttpError::UnsupportedMediaType(_) => "unsupported_media_type",
+            HttpError::BadRequest(_) => "bad_request",
+        }
+    }
+}
+
+/// For reads outside Loki's API that share its code (the console's histogram reads the rollup as
+/// Loki's API does): a request that cannot be served as asked is an invalid argument there.
+impl From<HttpError> for QueryError {
+    fn from(err: HttpError) -> Self {
+        match err {
+            HttpError::Query(err) => err,
+            other => QueryError::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for HttpError {
+    fn from(err: StoreError) -> Self {
+        HttpError::Query(QueryError::Store(err))
     }
 }
 

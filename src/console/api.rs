@@ -34,6 +34,7 @@ use super::ConsoleState;
 use crate::auth::http::{check_host, presented_key};
 use crate::auth::Tenant;
 use crate::console::histogram::Histogram;
+use crate::error::HttpError;
 use crate::proto::v1::StoredRecord;
 use crate::query;
 
@@ -84,7 +85,7 @@ pub async fn logs(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
-    let params = Params::parse(raw.as_deref(), Endpoint::Logs).map_err(ApiError::BadRequest)?;
+    let params = Params::parse(raw.as_deref(), Endpoint::Logs).map_err(HttpError::BadRequest)?;
     let page = query::search(&state.reads, tenant.name(), params.query_request()).await?;
     let records: Vec<Value> = page.records.iter().map(record_json).collect();
     let mut body = json!({"records": records, "next_cursor": page.next_cursor});
@@ -105,7 +106,8 @@ pub async fn tail(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
-    let mut params = Params::parse(raw.as_deref(), Endpoint::Tail).map_err(ApiError::BadRequest)?;
+    let mut params =
+        Params::parse(raw.as_deref(), Endpoint::Tail).map_err(HttpError::BadRequest)?;
     if params.cursor.is_empty() {
         if let Some(last) = headers.get("last-event-id") {
             params.cursor = last.to_str().unwrap_or_default().to_owned();
@@ -156,7 +158,7 @@ pub async fn volume(
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let tenant = state.authenticate(&headers, peer)?;
-    let params = Params::parse(raw.as_deref(), Endpoint::Volume).map_err(ApiError::BadRequest)?;
+    let params = Params::parse(raw.as_deref(), Endpoint::Volume).map_err(HttpError::BadRequest)?;
     let histogram = state.reads.histogram(tenant.name(), params.filter).await?;
     Ok(json_response(StatusCode::OK, &histogram_json(&histogram)))
 }

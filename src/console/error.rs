@@ -4,51 +4,26 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::AuthFailure;
-use crate::error::{with_retry_after, QueryError};
+use crate::error::{with_retry_after, HttpError};
 
-/// Why an API call was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// Missing or unknown key, or a caller or a `Host` a keyless service does not serve.
-    #[error(transparent)]
-    Unauthorized(#[from] AuthFailure),
-    /// A parameter that cannot be parsed.
-    #[error("{0}")]
-    BadRequest(String),
-    /// What the query code refused or could not do.
-    #[error(transparent)]
-    Query(#[from] QueryError),
-}
+/// A refused API call, answered as `{"error": "…"}` with the status, `Retry-After` and reason
+/// of its [`HttpError`].
+#[derive(Debug)]
+pub struct ApiError(HttpError);
 
-impl ApiError {
-    /// The HTTP status of the error.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::Unauthorized(failure) => StatusCode::from_u16(failure.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Query(err) => {
-                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
-            }
-        }
-    }
-
-    /// When to try again, for the errors that waiting cures.
-    fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            ApiError::Query(err) => err.retry_after(),
-            _ => None,
-        }
+impl<E: Into<HttpError>> From<E> for ApiError {
+    fn from(err: E) -> Self {
+        ApiError(err.into())
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status();
+        let ApiError(err) = self;
+        let status = err.status();
         let mut response = with_retry_after(
-            json_response(status, &serde_json::json!({"error": self.to_string()})),
-            self.retry_after(),
+            json_response(status, &serde_json::json!({"error": err.to_string()})),
+            err.retry_after(),
         );
         if status == StatusCode::UNAUTHORIZED {
             // Not `Basic`: browsers would pop up their own password dialog.

@@ -37,6 +37,9 @@ impl Invalid {
     /// A record whose bytes did not decode, with the decoder's explanation: the record's field
     /// where it went wrong and why. prost lists every nesting level on the way, which for a
     /// deeply nested value is thousands of characters of one repeated name.
+    ///
+    /// prost's `DecodeError` exposes only its text, which is split here into the field path and
+    /// the cause; `tests/it/hostile.rs` pins that text against the prost in use.
     pub fn malformed(err: prost::DecodeError) -> Self {
         let text = err.to_string();
         let text = text

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::QueryError;
+use crate::error::HttpError;
 use crate::loki::logql::ast::{
     AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction, RangeQuery,
 };
@@ -42,75 +42,22 @@ pub const MAX_VOLUME_ROWS: usize = 500_000;
 /// attributes have no index, so their names and values are sampled, not counted.
 pub const LABEL_SAMPLE_ROWS: usize = 2000;
 
-/// Why a Loki API request was not answered.
-#[derive(Debug, thiserror::Error)]
-pub enum LokiError {
-    /// The request or its query cannot be served as written.
-    #[error("{0}")]
-    BadRequest(String),
-    /// What every read can end with: too many reads, the deadline, the database.
-    #[error(transparent)]
-    Query(#[from] QueryError),
-}
-
-impl LokiError {
-    /// The HTTP status of the error: 400 for the request, else the read's own.
-    pub fn http_status(&self) -> u16 {
-        match self {
-            LokiError::BadRequest(_) => 400,
-            LokiError::Query(err) => err.http_status(),
-        }
-    }
-
-    /// When to try again, for the errors that waiting cures.
-    pub fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            LokiError::BadRequest(_) => None,
-            LokiError::Query(err) => err.retry_after(),
-        }
-    }
-
-    /// The `outcome` label of `loghaul_loki_queries_total`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            LokiError::BadRequest(_) => "bad_request",
-            LokiError::Query(err) => err.kind(),
-        }
-    }
-}
-
-impl From<ParseError> for LokiError {
+// A request Loki's API cannot serve as written is the caller's: 400, with the reason.
+impl From<ParseError> for HttpError {
     fn from(err: ParseError) -> Self {
-        LokiError::BadRequest(err.to_string())
+        HttpError::BadRequest(err.to_string())
     }
 }
 
-impl From<CompileError> for LokiError {
+impl From<CompileError> for HttpError {
     fn from(err: CompileError) -> Self {
-        LokiError::BadRequest(err.to_string())
+        HttpError::BadRequest(err.to_string())
     }
 }
 
-impl From<EvalError> for LokiError {
+impl From<EvalError> for HttpError {
     fn from(err: EvalError) -> Self {
-        LokiError::BadRequest(err.to_string())
-    }
-}
-
-/// For reads of the rollup outside Loki's API (the console's histogram): a request the rollup
-/// cannot serve as asked is an invalid argument there.
-impl From<LokiError> for QueryError {
-    fn from(err: LokiError) -> Self {
-        match err {
-            LokiError::BadRequest(message) => QueryError::InvalidArgument(message),
-            LokiError::Query(err) => err,
-        }
-    }
-}
-
-impl From<crate::storage::StoreError> for LokiError {
-    fn from(err: crate::storage::StoreError) -> Self {
-        LokiError::Query(QueryError::Store(err))
+        HttpError::BadRequest(err.to_string())
     }
 }
 
@@ -164,8 +111,8 @@ impl Reads {
     pub(crate) async fn admitted<T>(
         &self,
         tenant: &Arc<str>,
-        work: impl Future<Output = Result<T, LokiError>>,
-    ) -> Result<T, LokiError> {
+        work: impl Future<Output = Result<T, HttpError>>,
+    ) -> Result<T, HttpError> {
         let _slot = self.admission.tenant(tenant).admit().await?;
         self.limits.bounded(work).await
     }
@@ -183,7 +130,7 @@ impl Reads {
         }: Scan,
         stats: &mut Stats,
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
-    ) -> Result<(), LokiError> {
+    ) -> Result<(), HttpError> {
         let pipeline = Pipeline::compile(query)?;
         let selection = plan::selection(query, range.from, range.to);
         let limit = limit.filter(|_| plan::is_exact(query));
@@ -215,7 +162,7 @@ impl Reads {
         limit: usize,
         order: Order,
         charge: &mut ReadCharge,
-    ) -> Result<(Streams, Stats), LokiError> {
+    ) -> Result<(Streams, Stats), HttpError> {
         let started = Instant::now();
         let budget = self.limits.page_size(limit).bytes;
         self.admitted(tenant, async {
@@ -329,8 +276,8 @@ fn transform(
     charge: &mut ReadCharge,
     inputs: usize,
     most: usize,
-    make: impl FnOnce() -> Result<Value, LokiError>,
-) -> Result<Value, LokiError> {
+    make: impl FnOnce() -> Result<Value, HttpError>,
+) -> Result<Value, HttpError> {
     charge.charge(most)?;
     let value = make()?;
     charge.release(inputs + most.saturating_sub(value.bytes()));
@@ -367,7 +314,7 @@ impl Reads {
         steps: Steps,
         placement: Placement,
         charge: &mut ReadCharge,
-    ) -> Result<(Value, Stats), LokiError> {
+    ) -> Result<(Value, Stats), HttpError> {
         let started = Instant::now();
         self.admitted(tenant, async {
             let mut stats = Stats::default();
@@ -390,7 +337,7 @@ impl Reads {
         &'a self,
         expr: &'a MetricExpr,
         metric: &'a mut Metric<'_>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, LokiError>> + Send + 'a>> {
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, HttpError>> + Send + 'a>> {
         Box::pin(async move {
             let steps = metric.steps;
             if let Some(plan) = plan::volume_plan(expr, steps, metric.placement) {
@@ -446,7 +393,7 @@ impl Reads {
                             )?))
                         })
                     }
-                    Value::Scalar(_) => Err(LokiError::BadRequest(
+                    Value::Scalar(_) => Err(HttpError::BadRequest(
                         "an aggregation takes series (such as count_over_time(…)), not a number"
                             .into(),
                     )),
@@ -484,7 +431,7 @@ impl Reads {
         }: RangeQuery<'_>,
         sum_by: Option<&Option<Grouping>>,
         metric: &mut Metric<'_>,
-    ) -> Result<Vec<Series>, LokiError> {
+    ) -> Result<Vec<Series>, HttpError> {
         metrics().loki_metric_sources.increment_static(["scan"], 1);
         let steps = metric.steps;
         let range = range.as_nanos() as i64;
@@ -503,7 +450,7 @@ impl Reads {
                 };
                 let made = accumulator
                     .add(labels, nanos(row.ts), output.line.len())
-                    .map_err(LokiError::from)
+                    .map_err(HttpError::from)
                     .and_then(|made| Ok(charge.charge(made)?));
                 match made {
                     Ok(()) => true,
@@ -543,8 +490,8 @@ impl Reads {
         query: &LogQuery,
         range: TimeRange,
         stats: &mut Stats,
-        each: &mut (dyn FnMut(Labels, VolumeRow) -> Result<(), LokiError> + Send),
-    ) -> Result<(), LokiError> {
+        each: &mut (dyn FnMut(Labels, VolumeRow) -> Result<(), HttpError> + Send),
+    ) -> Result<(), HttpError> {
         let selection = plan::selection(query, range.from, range.to);
         // The selector again, for what the database left out (a regular expression).
         let pipeline = Pipeline::compile(query)?;
@@ -553,7 +500,7 @@ impl Reads {
         let mut sink = |row: VolumeRow| {
             read += 1;
             if read > MAX_VOLUME_ROWS {
-                failed = Some(LokiError::BadRequest(format!(
+                failed = Some(HttpError::BadRequest(format!(
                     "the range holds more than {MAX_VOLUME_ROWS} (minute, service, level) volume rows; narrow the time range or the selector"
                 )));
                 return false;
@@ -588,7 +535,7 @@ impl Reads {
         accumulator: &mut RangeAccumulator,
         stats: &mut Stats,
         charge: &mut ReadCharge,
-    ) -> Result<(), LokiError> {
+    ) -> Result<(), HttpError> {
         let steps = accumulator.steps();
         let RollupRead {
             tenant,
@@ -613,7 +560,7 @@ impl Reads {
         &self,
         plan: &VolumePlan,
         metric: &mut Metric<'_>,
-    ) -> Result<Vec<Series>, LokiError> {
+    ) -> Result<Vec<Series>, HttpError> {
         let steps = metric.steps;
         let range = plan.range.as_nanos() as i64;
         let span = TimeRange {
@@ -641,7 +588,7 @@ impl Reads {
         range: TimeRange,
         ask: VolumeAsk,
         charge: &mut ReadCharge,
-    ) -> Result<(Vec<Series>, Stats), LokiError> {
+    ) -> Result<(Vec<Series>, Stats), HttpError> {
         let VolumeAsk {
             targets,
             steps,
@@ -655,12 +602,12 @@ impl Reads {
             .chain(&targets)
             .find(|label| !labels::is_indexed(label))
         {
-            return Err(LokiError::BadRequest(format!(
+            return Err(HttpError::BadRequest(format!(
                 "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
             )));
         }
         if !query.pipeline.is_empty() {
-            return Err(LokiError::BadRequest(
+            return Err(HttpError::BadRequest(
                 "the volume endpoints take a stream selector alone, without a pipeline".into(),
             ));
         }
@@ -711,7 +658,7 @@ impl Reads {
         query: &LogQuery,
         range: TimeRange,
         each: &mut (dyn FnMut(Labels) + Send),
-    ) -> Result<(), LokiError> {
+    ) -> Result<(), HttpError> {
         let mut stats = Stats::default();
         let mut read = 0;
         let mut sink = |_: &StoredRow, output: Output| {
@@ -738,7 +685,7 @@ impl Reads {
         &self,
         tenant: &Arc<str>,
         range: TimeRange,
-    ) -> Result<Vec<String>, LokiError> {
+    ) -> Result<Vec<String>, HttpError> {
         self.admitted(tenant, async {
             let mut names = BTreeSet::from([
                 labels::DETECTED_LEVEL_LABEL.to_owned(),
@@ -762,7 +709,7 @@ impl Reads {
         name: &str,
         range: TimeRange,
         query: Option<&LogQuery>,
-    ) -> Result<Vec<String>, LokiError> {
+    ) -> Result<Vec<String>, HttpError> {
         let everything = LogQuery::default();
         let query = query.unwrap_or(&everything);
         self.admitted(tenant, async {
@@ -796,7 +743,7 @@ impl Reads {
         tenant: &Arc<str>,
         selectors: &[LogQuery],
         range: TimeRange,
-    ) -> Result<Vec<Labels>, LokiError> {
+    ) -> Result<Vec<Labels>, HttpError> {
         self.admitted(tenant, async {
             let mut series = BTreeSet::new();
             for query in selectors {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio_stream::StreamExt;
 
-use super::read::{nanos, Entry, LokiError, Streams, TimeRange};
+use super::read::{nanos, Entry, Streams, TimeRange};
+use crate::error::HttpError;
 use crate::loki::logql::ast::LogQuery;
 use crate::loki::logql::labels::Labels;
 use crate::loki::logql::pipeline::Pipeline;
@@ -45,7 +46,7 @@ impl Reads {
         query: &LogQuery,
         start: DateTime<Utc>,
         limit: usize,
-    ) -> Result<LokiTail, LokiError> {
+    ) -> Result<LokiTail, HttpError> {
         let pipeline = Pipeline::compile(query)?;
         // Live first: what is committed during the backfill is then not missed.
         let live = tail::open(self, tenant, plan::tail_filter(query), None).await?;
@@ -97,7 +98,7 @@ impl LokiTail {
 
     /// The next lines committed that the query matches, grouped by their labels in commit
     /// order; an error says why the tail ended, `None` that it ended without one.
-    pub async fn next(&mut self) -> Option<Result<Streams, LokiError>> {
+    pub async fn next(&mut self) -> Option<Result<Streams, HttpError>> {
         while let Some(polled) = self.live.next().await {
             let rows = match polled {
                 Ok(rows) => rows,

@@ -75,7 +75,7 @@ impl Background {
         ));
         let console = match console_listener {
             Some(listener) => Some((
-                listener.local_addr()?,
+                local_addr(&listener, "console")?,
                 serve_console(core, config, listener),
             )),
             None => None,
@@ -83,7 +83,7 @@ impl Background {
         let http_ingest_done = CancellationToken::new();
         let http_ingest = match ingest_listener {
             Some(listener) => Some((
-                listener.local_addr()?,
+                local_addr(&listener, "HTTP ingest")?,
                 serve_http_ingest(core, config, listener, http_ingest_done.clone()),
             )),
             None => {
@@ -91,7 +91,7 @@ impl Background {
                 None
             }
         };
-        let http_addr = http_listener.local_addr()?;
+        let http_addr = local_addr(&http_listener, "metrics")?;
         let ingress = core.pipeline.ingress();
         let http = tokio::spawn(probes::serve(
             http_listener,
@@ -161,6 +161,16 @@ impl Background {
             Ok(Ok(())) => {}
         }
     }
+}
+
+/// The address `listener` is bound to.
+pub(super) fn local_addr(
+    listener: &TcpListener,
+    what: &'static str,
+) -> Result<SocketAddr, ServeError> {
+    listener
+        .local_addr()
+        .map_err(|source| ServeError::Listener { what, source })
 }
 
 /// Serves the console until the drain starts, or until the rest stops when the gRPC server failed

@@ -125,7 +125,7 @@ fn announce(
         (Some(_), true) => "tls+client-certificates",
     };
     tracing::info!(
-        grpc = %listener.local_addr()?,
+        grpc = %super::background::local_addr(listener, "gRPC")?,
         http = %background.http_addr,
         console = %background.console_addr(),
         http_ingest = %background.http_ingest_addr(),

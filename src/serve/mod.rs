@@ -42,9 +42,14 @@ pub enum ServeError {
     /// The TLS certificate, key or client CA could not be loaded.
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
-    /// The HTTP listener failed.
-    #[error("metrics listener failed: {0}")]
-    Http(#[from] std::io::Error),
+    /// A bound listener's socket failed.
+    #[error("the {what} listener failed: {source}")]
+    Listener {
+        /// Which listener.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A listener could not be bound.
     #[error("cannot listen for {what} on {addr}: {source}{hint}")]
     Bind {

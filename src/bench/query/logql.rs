@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 use super::load::SERVICES;
 use super::report::{Agreement, Report, Samples};
 use super::{BenchQueryArgs, QueryBenchError};
+use crate::error::HttpError;
 use crate::loki::logql::eval::{Series, Steps, Value};
 use crate::loki::logql::plan::Placement;
 use crate::loki::logql::Query;
-use crate::loki::read::{nanos, LokiError, Stats, TimeRange};
+use crate::loki::read::{nanos, Stats, TimeRange};
 use crate::model::selection::Order;
 use crate::query::admission::{Admission, AdmissionLimits};
 use crate::query::limits::ReadLimits;
@@ -191,7 +192,7 @@ impl Scenario {
         newest: DateTime<Utc>,
     ) -> Result<Outcome, QueryBenchError> {
         let text = self.query.replace(ANY_SERVICE, service);
-        let failed = |source: LokiError| QueryBenchError::Loki {
+        let failed = |source: HttpError| QueryBenchError::Loki {
             query: text.clone(),
             source,
         };

@@ -73,7 +73,7 @@ pub enum QueryBenchError {
         /// The query.
         query: String,
         /// Why.
-        source: crate::loki::read::LokiError,
+        source: crate::error::HttpError,
     },
     /// A metric query was answered other than the way it is timed as.
     #[error("{query} was answered by {got}, not by the {want} it is timed as")]

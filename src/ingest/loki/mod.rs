@@ -61,6 +61,7 @@ use chrono::Utc;
 use prost::Message;
 
 use crate::auth::Tenant;
+use crate::error::HttpError;
 use crate::error::IngestError;
 use crate::ingest::charge::Collected;
 use crate::ingest::rejections::RequestTally;
@@ -71,7 +72,7 @@ use crate::pipeline::{Ingress, Meter};
 use crate::proto::v1::LogRecord;
 use crate::wire::fields::{last, repeated};
 use crate::wire::http::body::content_encoding;
-use crate::wire::http::reply::{self, HttpError};
+use crate::wire::http::reply;
 use crate::wire::http::Reception;
 use crate::wire::inflate::{inflate, Compression};
 use labels::StreamFields;

@@ -7,17 +7,18 @@ use std::net::IpAddr;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, Response, StatusCode};
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use prost::Message;
 
 use super::export::Exporter;
 use super::json;
+use crate::error::{retry_info_detail, with_retry_after, HttpError};
 use crate::ingest::transcode::Refused;
 use crate::observability::metrics::Protocol;
 use crate::wire::http::body::content_encoding;
-use crate::wire::http::reply::{self, BodyFormat, HttpError};
+use crate::wire::http::reply;
 use crate::wire::http::Reception;
 
 /// Serves one request; returns the answer and the outcome to count.
@@ -47,7 +48,7 @@ pub async fn export(
         }
         Err(err) => {
             tracing::debug!(error = %err, "OTLP/HTTP request refused");
-            (reply::otlp_error(&err, format), err.kind())
+            (otlp_error(&err, format), err.kind())
         }
     }
 }
@@ -81,4 +82,115 @@ async fn store(
     Ok(exporter
         .export(&tenant, Protocol::OtlpHttp, message, upfront, meter)
         .await?)
+}
+
+/// The body encodings OTLP/HTTP answers in: the request's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// `application/x-protobuf`.
+    Protobuf,
+    /// `application/json`.
+    Json,
+}
+
+impl BodyFormat {
+    /// The format a `Content-Type` names, parameters (`; charset=utf-8`) ignored.
+    pub fn of(content_type: Option<&HeaderValue>) -> Option<BodyFormat> {
+        let value = content_type?.to_str().ok()?;
+        let essence = value.split(';').next()?.trim();
+        if essence.eq_ignore_ascii_case("application/x-protobuf")
+            || essence.eq_ignore_ascii_case("application/protobuf")
+        {
+            Some(BodyFormat::Protobuf)
+        } else if essence.eq_ignore_ascii_case("application/json") {
+            Some(BodyFormat::Json)
+        } else {
+            None
+        }
+    }
+
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            BodyFormat::Protobuf => "application/x-protobuf",
+            BodyFormat::Json => "application/json",
+        }
+    }
+}
+
+/// The failure as OTLP/HTTP answers it: a `google.rpc.Status` in the request's encoding (JSON
+/// when the request's own was not understood), with the retry delay in `Retry-After` and, for
+/// protobuf, in a `google.rpc.RetryInfo` detail.
+pub fn otlp_error(err: &HttpError, format: Option<BodyFormat>) -> Response<Body> {
+    let delay = err.retry_after();
+    let code = err.grpc_code() as i32;
+    let message = err.to_string();
+    let format = format.unwrap_or(BodyFormat::Json);
+    let body = match format {
+        BodyFormat::Protobuf => {
+            let details = delay.map(retry_info_detail).into_iter().collect();
+            tonic_types::pb::Status {
+                code,
+                message,
+                details,
+            }
+            .encode_to_vec()
+        }
+        BodyFormat::Json => {
+            let details: Vec<serde_json::Value> = delay
+                .map(|delay| {
+                    serde_json::json!({
+                        "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                        "retryDelay": format!("{:.3}s", delay.as_secs_f64()),
+                    })
+                })
+                .into_iter()
+                .collect();
+            serde_json::json!({"code": code, "message": message, "details": details})
+                .to_string()
+                .into_bytes()
+        }
+    };
+    with_retry_after(
+        reply::response(err.status(), format.content_type(), body),
+        delay,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::auth::AuthFailure;
+    use crate::error::IngestError;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn content_types_are_matched_by_their_essence() {
+        let of = |value: &str| BodyFormat::of(Some(&HeaderValue::from_str(value).unwrap()));
+        assert_eq!(of("application/x-protobuf"), Some(BodyFormat::Protobuf));
+        assert_eq!(
+            of("Application/JSON; charset=utf-8"),
+            Some(BodyFormat::Json)
+        );
+        assert_eq!(of("text/plain"), None);
+        assert_eq!(BodyFormat::of(None), None);
+    }
+
+    #[test]
+    fn a_retryable_failure_says_when_in_the_header_and_the_status() {
+        let err = HttpError::Ingest(IngestError::Backpressure {
+            resource: "shard queue",
+            waited: Duration::from_secs(5),
+            retry_after: Duration::from_millis(1500),
+        });
+        let answer = otlp_error(&err, Some(BodyFormat::Protobuf));
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(answer.headers()[header::RETRY_AFTER], "2");
+        let answer = otlp_error(&HttpError::Auth(AuthFailure::MissingKey), None);
+        assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+        assert!(answer.headers().get(header::RETRY_AFTER).is_none());
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/json");
+    }
 }

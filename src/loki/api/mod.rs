@@ -29,15 +29,16 @@ use axum::Router;
 use chrono::Utc;
 use serde_json::json;
 
+use crate::error::HttpError;
 use crate::loki::logql::ast::{LogQuery, Query};
 use crate::loki::logql::eval::{Steps, Value};
 use crate::loki::logql::plan::Placement;
-use crate::loki::read::{nanos, LokiError, VolumeAsk};
+use crate::loki::read::{nanos, VolumeAsk};
 use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::query::Reads;
 use crate::wire::http::auth::HttpAuth;
-use crate::wire::http::reply::{self, HttpError};
+use crate::wire::http::reply;
 use charged::Answer;
 use params::Params;
 
@@ -76,58 +77,6 @@ pub fn routes(api: LokiApi) -> Router {
         .route("/loki/api/v1/status/buildinfo", get(buildinfo))
         .route("/ready", get(ready))
         .with_state(api)
-}
-
-/// Why a request was not answered: who is asking, or what was asked.
-#[derive(Debug, thiserror::Error)]
-enum Refusal {
-    #[error(transparent)]
-    Auth(#[from] HttpError),
-    #[error(transparent)]
-    Read(#[from] LokiError),
-}
-
-impl From<crate::loki::logql::ParseError> for Refusal {
-    fn from(err: crate::loki::logql::ParseError) -> Self {
-        Refusal::Read(err.into())
-    }
-}
-
-impl From<crate::loki::logql::eval::EvalError> for Refusal {
-    fn from(err: crate::loki::logql::eval::EvalError) -> Self {
-        Refusal::Read(err.into())
-    }
-}
-
-impl From<crate::error::QueryError> for Refusal {
-    fn from(err: crate::error::QueryError) -> Self {
-        Refusal::Read(err.into())
-    }
-}
-
-impl Refusal {
-    fn status(&self) -> StatusCode {
-        match self {
-            Refusal::Auth(err) => err.status(),
-            Refusal::Read(err) => {
-                StatusCode::from_u16(err.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            }
-        }
-    }
-
-    fn retry_after(&self) -> Option<std::time::Duration> {
-        match self {
-            Refusal::Auth(err) => err.retry_after(),
-            Refusal::Read(err) => err.retry_after(),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            Refusal::Auth(err) => err.kind(),
-            Refusal::Read(err) => err.kind(),
-        }
-    }
 }
 
 /// One request as every endpoint takes it: the reads, the tenant its key gives (or why it gives
@@ -191,7 +140,7 @@ impl Call {
     async fn answer<F, Fut>(self, endpoint: &'static str, work: F) -> Response<Body>
     where
         F: FnOnce(Reads, Arc<str>, Params, Answer) -> Fut,
-        Fut: std::future::Future<Output = Result<Answer, Refusal>>,
+        Fut: std::future::Future<Output = Result<Answer, HttpError>>,
     {
         let started = Instant::now();
         let outcome = match self.tenant {
@@ -199,7 +148,7 @@ impl Call {
                 let answer = Answer::new(self.reads.charge(&tenant));
                 work(self.reads, tenant, self.params, answer).await
             }
-            Err(refused) => Err(refused.into()),
+            Err(refused) => Err(refused),
         };
         metrics()
             .loki_query_duration
@@ -235,25 +184,24 @@ impl Call {
 }
 
 /// The `query=` parameter, which every endpoint that has one needs.
-fn query_text(params: &Params) -> Result<&str, Refusal> {
-    Ok(params
+fn query_text(params: &Params) -> Result<&str, HttpError> {
+    params
         .get("query")
-        .ok_or_else(|| LokiError::BadRequest("the query parameter is missing".into()))?)
+        .ok_or_else(|| HttpError::BadRequest("the query parameter is missing".into()))
 }
 
 /// The query of `query=`, parsed.
-fn logql(params: &Params) -> Result<Query, Refusal> {
+fn logql(params: &Params) -> Result<Query, HttpError> {
     Ok(crate::loki::logql::parse(query_text(params)?)?)
 }
 
 /// A selector parameter (`query=` of the label and volume endpoints, `match[]=` of series).
-fn selector(text: &str) -> Result<LogQuery, Refusal> {
+fn selector(text: &str) -> Result<LogQuery, HttpError> {
     match crate::loki::logql::parse(text)? {
         Query::Log(query) => Ok(query),
-        Query::Metric(_) => Err(LokiError::BadRequest(format!(
+        Query::Metric(_) => Err(HttpError::BadRequest(format!(
             "{text:?} is a metric query; this parameter takes a stream selector such as {{service_name=\"api\"}}"
-        ))
-        .into()),
+        ))),
     }
 }
 
@@ -265,7 +213,7 @@ async fn log_answer(
     range: crate::loki::read::TimeRange,
     params: &Params,
     mut answer: Answer,
-) -> Result<Answer, Refusal> {
+) -> Result<Answer, HttpError> {
     let (limit, order) = (params.limit()?, params.direction()?);
     let (streams, stats) = reads
         .loki_logs(tenant, query, range, limit, order, answer.charge())
@@ -358,9 +306,9 @@ async fn series(call: Call) -> Response<Body> {
         let mut texts = params.all("match[]");
         texts.extend(params.all("match"));
         if texts.is_empty() {
-            return Err(
-                LokiError::BadRequest("series needs at least one match[] selector".into()).into(),
-            );
+            return Err(HttpError::BadRequest(
+                "series needs at least one match[] selector".into(),
+            ));
         }
         let selectors = texts
             .into_iter()
@@ -375,7 +323,7 @@ async fn series(call: Call) -> Response<Body> {
 
 /// The volume endpoints' common parameters: the selector, and the labels to sum by and the
 /// limit (one sum over the range: `/index/volume_range` sets its steps).
-fn volume_params(params: &Params) -> Result<(LogQuery, VolumeAsk), Refusal> {
+fn volume_params(params: &Params) -> Result<(LogQuery, VolumeAsk), HttpError> {
     let query = selector(query_text(params)?)?;
     let targets = params
         .get("targetLabels")

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
+use crate::error::HttpError;
 use crate::loki::logql::lexer;
-use crate::loki::read::{LokiError, TimeRange, MAX_ENTRIES};
+use crate::loki::read::{TimeRange, MAX_ENTRIES};
 use crate::model::selection::Order;
 
 /// Lines a log query returns when it does not say.
@@ -19,8 +20,8 @@ pub const MAX_QUERY_LENGTH: TimeDelta = TimeDelta::hours(30 * 24 + 1);
 #[derive(Clone, Debug, Default)]
 pub struct Params(Vec<(String, String)>);
 
-fn bad(message: String) -> LokiError {
-    LokiError::BadRequest(message)
+fn bad(message: String) -> HttpError {
+    HttpError::BadRequest(message)
 }
 
 impl Params {
@@ -52,7 +53,7 @@ impl Params {
     }
 
     /// `name` as a time, or `default`.
-    pub fn time(&self, name: &str, default: DateTime<Utc>) -> Result<DateTime<Utc>, LokiError> {
+    pub fn time(&self, name: &str, default: DateTime<Utc>) -> Result<DateTime<Utc>, HttpError> {
         match self.get(name) {
             None => Ok(default),
             Some(text) => parse_time(text)
@@ -62,7 +63,7 @@ impl Params {
 
     /// `start`/`end` (or `since` before `end`), by default the hour before now; `end` is
     /// exclusive, so an entry at `start` is in and one at `end` is not.
-    pub fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, LokiError> {
+    pub fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, HttpError> {
         let to = self.time("end", now)?;
         let since = match self.get("since") {
             None => TimeDelta::hours(1),
@@ -90,7 +91,7 @@ impl Params {
     }
 
     /// `limit`, at most [`MAX_ENTRIES`].
-    pub fn limit(&self) -> Result<usize, LokiError> {
+    pub fn limit(&self) -> Result<usize, HttpError> {
         let Some(text) = self.get("limit") else {
             return Ok(DEFAULT_LIMIT);
         };
@@ -109,7 +110,7 @@ impl Params {
     }
 
     /// `direction`: `backward` (newest first, the default) or `forward`.
-    pub fn direction(&self) -> Result<Order, LokiError> {
+    pub fn direction(&self) -> Result<Order, HttpError> {
         match self
             .get("direction")
             .map(str::to_ascii_lowercase)
@@ -125,7 +126,7 @@ impl Params {
 
     /// `step` (or `interval`'s fallback, Loki's default: the range over 250, at least 1 s), in
     /// nanoseconds.
-    pub fn step(&self, range: TimeRange) -> Result<i64, LokiError> {
+    pub fn step(&self, range: TimeRange) -> Result<i64, HttpError> {
         let Some(text) = self.get("step") else {
             let seconds = ((range.to - range.from).num_seconds() / 250).max(1);
             return Ok(seconds * 1_000_000_000);

@@ -16,10 +16,10 @@ use chrono::{TimeDelta, Utc};
 use futures::{SinkExt, StreamExt};
 
 use super::answer;
-use super::{logql, Call, Refusal};
+use super::{logql, Call};
+use crate::error::HttpError;
 use crate::error::QueryError;
 use crate::loki::logql::ast::Query;
-use crate::loki::read::LokiError;
 use crate::loki::tail::LokiTail;
 
 /// The longest `delay_for` Loki accepts, in seconds.
@@ -41,18 +41,17 @@ pub(super) async fn tail(
     let response = call
         .answer("tail", |reads, tenant, params, answer| async move {
             let Query::Log(query) = logql(&params)? else {
-                return Err(LokiError::BadRequest(
+                return Err(HttpError::BadRequest(
                     "tail takes a log query, such as {service_name=\"api\"}, not a metric query"
                         .into(),
-                )
-                .into());
+                ));
             };
             let limit = params.limit()?;
             let now = Utc::now();
             let start = params.time("start", now - TimeDelta::hours(1))?;
             delay_for(params.get("delay_for"))?;
             let upgrade = upgrade.map_err(|rejection| {
-                LokiError::BadRequest(format!(
+                HttpError::BadRequest(format!(
                     "the tail is a WebSocket: connect with ws:// or wss:// ({rejection})"
                 ))
             })?;
@@ -72,18 +71,16 @@ pub(super) async fn tail(
 
 /// Checks `delay_for`, which Loki uses to wait for lines that arrive out of order. Lines here
 /// are delivered as they are committed, so the wait is accepted and not needed.
-fn delay_for(text: Option<&str>) -> Result<(), Refusal> {
+fn delay_for(text: Option<&str>) -> Result<(), HttpError> {
     let Some(text) = text else { return Ok(()) };
     match text.parse::<u64>() {
         Ok(seconds) if seconds <= MAX_DELAY_FOR => Ok(()),
-        Ok(_) => Err(LokiError::BadRequest(format!(
+        Ok(_) => Err(HttpError::BadRequest(format!(
             "delay_for can't be greater than {MAX_DELAY_FOR}"
-        ))
-        .into()),
-        Err(_) => Err(LokiError::BadRequest(format!(
+        ))),
+        Err(_) => Err(HttpError::BadRequest(format!(
             "invalid delay_for {text:?}: expected a whole number of seconds"
-        ))
-        .into()),
+        ))),
     }
 }
 
@@ -133,10 +130,10 @@ fn text(json: serde_json::Value) -> Message {
 
 /// The close code that tells a client whether to come back: 1001 when the service is going
 /// away (reconnect elsewhere), 1008 when the client could not keep up, 1011 otherwise.
-fn close_code_of(err: &LokiError) -> u16 {
+fn close_code_of(err: &HttpError) -> u16 {
     match err {
-        LokiError::Query(QueryError::ShuttingDown) => close_code::AWAY,
-        LokiError::Query(QueryError::SubscriberTooSlow(_)) => close_code::POLICY,
+        HttpError::Query(QueryError::ShuttingDown) => close_code::AWAY,
+        HttpError::Query(QueryError::SubscriberTooSlow(_)) => close_code::POLICY,
         _ => close_code::ERROR,
     }
 }

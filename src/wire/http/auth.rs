@@ -24,9 +24,9 @@ use std::sync::Arc;
 use axum::http::{header, HeaderMap};
 
 use super::cors::Cors;
-use super::reply::HttpError;
 use crate::auth::http::{check_host, presented_key};
 use crate::auth::{AuthFailure, KeyStore, OpenAccess, Tenant};
+use crate::error::HttpError;
 
 /// Loki's tenant header.
 pub const ORG_ID_HEADER: &str = "x-scope-orgid";

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 
-use super::reply::HttpError;
+use crate::error::HttpError;
 use crate::error::IngestError;
 use crate::pipeline::Meter;
 use crate::wire::body_rate::BodyPace;

@@ -16,11 +16,11 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 
 use crate::auth::Tenant;
+use crate::error::HttpError;
 use crate::pipeline::{Ingress, Meter};
 use crate::wire::inflate::Compression;
 use auth::HttpAuth;
 use body::BodyLimits;
-use reply::HttpError;
 
 /// The steps every HTTP ingest request takes before its protocol's decoder: who it is from, and
 /// its body under the limits and the budget.
