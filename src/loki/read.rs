@@ -1,13 +1,12 @@
 //! Loki's query API over the stores, for Grafana's Loki data source, `logcli` and scripts: LogQL
-//! log queries (streams of lines), metric queries (series), labels, series and volume, each read
-//! scoped to the caller's tenant and held to the limits of every read (admission per tenant, the
-//! read timeout, the answer's bytes).
+//! log queries (streams of lines), labels, series and volume, each read scoped to the caller's
+//! tenant and held to the limits of every read (admission per tenant, the read timeout, the
+//! answer's bytes); metric queries are [`super::metric`]'s, on the reads here.
 //!
-//! A query runs in two parts: the database narrows the rows by the selection SQL can check
+//! A read runs in two parts: the database narrows the rows by the selection SQL can check
 //! ([`super::logql::plan`]), and the engine ([`super::logql::pipeline`]) checks each row that
-//! comes back, runs its stages and, for a metric query, adds it to the series
-//! ([`super::logql::eval`]). A metric query that only sums lines by service and level over whole
-//! minutes reads the per-minute `log_volume` rollup instead of the rows.
+//! comes back and runs its stages. Volume, and a metric query that only sums lines by service and
+//! level over whole minutes, read the per-minute `log_volume` rollup instead of the rows.
 //!
 //! The endpoints themselves, their parameters and Loki's JSON shapes are the HTTP listener's, in
 //! [`super::api`].
@@ -20,16 +19,13 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 
 use crate::error::HttpError;
-use crate::loki::logql::ast::{
-    AggregateOp, Grouping, LogQuery, MetricExpr, RangeFunction, RangeQuery,
-};
-use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps, Value};
+use crate::loki::logql::ast::{LogQuery, RangeFunction};
+use crate::loki::logql::eval::{EvalError, RangeAccumulator, Series, Steps};
 use crate::loki::logql::labels::{self, Labels};
 use crate::loki::logql::pipeline::{CompileError, Output, Pipeline};
-use crate::loki::logql::plan::{self, Placement, VolumePlan};
+use crate::loki::logql::plan;
 use crate::loki::logql::ParseError;
 use crate::model::selection::{Order, VolumeRow};
-use crate::observability::metrics::metrics;
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
 use crate::storage::StoredRow;
@@ -119,7 +115,7 @@ impl Reads {
 
     /// Streams the rows of `query` in `scan` through its pipeline to `each`, which returns false
     /// to stop.
-    async fn each_output(
+    pub(super) async fn each_output(
         &self,
         tenant: &str,
         query: &LogQuery,
@@ -236,20 +232,20 @@ pub struct VolumeAsk {
 
 /// A read of the rollup into series: the rows of `query` over `range`, each in the series of
 /// its stream's labels that `keep` names.
-struct RollupRead<'a> {
-    tenant: &'a str,
-    query: &'a LogQuery,
-    range: TimeRange,
-    keep: &'a [String],
+pub(super) struct RollupRead<'a> {
+    pub tenant: &'a str,
+    pub query: &'a LogQuery,
+    pub range: TimeRange,
+    pub keep: &'a [String],
 }
 
 /// Which rows of a query a read goes through, in what order, and how many it wants at most
 /// (passed to the database only when [`plan::is_exact`] says it can count them).
 #[derive(Clone, Copy, Debug)]
-struct Scan {
-    range: TimeRange,
-    order: Order,
-    limit: Option<usize>,
+pub(super) struct Scan {
+    pub range: TimeRange,
+    pub order: Order,
+    pub limit: Option<usize>,
 }
 
 /// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
@@ -257,42 +253,6 @@ struct Scan {
 /// that step, so that the newest lines are counted.
 fn minute_at(minute: i64, steps: Steps) -> i64 {
     (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
-}
-
-/// What every part of one metric query shares: whose it is, its steps, where the rollup may
-/// count a line, and what it read and holds so far.
-struct Metric<'a> {
-    tenant: &'a str,
-    steps: Steps,
-    placement: Placement,
-    stats: &'a mut Stats,
-    charge: &'a mut ReadCharge,
-}
-
-/// Runs `make`, which builds a value of at most `most` bytes from values of `inputs` bytes
-/// that it consumes: `most` is charged before it builds, and once it has, the inputs and what
-/// the value did not need are given back.
-fn transform(
-    charge: &mut ReadCharge,
-    inputs: usize,
-    most: usize,
-    make: impl FnOnce() -> Result<Value, HttpError>,
-) -> Result<Value, HttpError> {
-    charge.charge(most)?;
-    let value = make()?;
-    charge.release(inputs + most.saturating_sub(value.bytes()));
-    Ok(value)
-}
-
-/// Total points of a value, for `stats`.
-fn points(value: &Value) -> u64 {
-    match value {
-        Value::Scalar(_) => 1,
-        Value::Matrix(series) => series
-            .iter()
-            .map(|s| s.points.iter().flatten().count() as u64)
-            .sum(),
-    }
 }
 
 /// The labels of `stream` that `keep` names.
@@ -304,181 +264,6 @@ fn only(stream: Labels, keep: &[String]) -> Labels {
 }
 
 impl Reads {
-    /// A metric query at `steps` (one step for an instant query), counting each line where
-    /// `placement` allows; its series are charged to `charge` as they are made, and the value
-    /// still holds its charge ([`Value::bytes`]) when it is given.
-    pub async fn loki_metric(
-        &self,
-        tenant: &Arc<str>,
-        expr: &MetricExpr,
-        steps: Steps,
-        placement: Placement,
-        charge: &mut ReadCharge,
-    ) -> Result<(Value, Stats), HttpError> {
-        let started = Instant::now();
-        self.admitted(tenant, async {
-            let mut stats = Stats::default();
-            let mut metric = Metric {
-                tenant,
-                steps,
-                placement,
-                stats: &mut stats,
-                charge,
-            };
-            let value = self.evaluate(expr, &mut metric).await?;
-            stats.returned = points(&value);
-            stats.seconds = started.elapsed().as_secs_f64();
-            Ok((value, stats))
-        })
-        .await
-    }
-
-    fn evaluate<'a>(
-        &'a self,
-        expr: &'a MetricExpr,
-        metric: &'a mut Metric<'_>,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, HttpError>> + Send + 'a>> {
-        Box::pin(async move {
-            let steps = metric.steps;
-            if let Some(plan) = plan::volume_plan(expr, steps, metric.placement) {
-                metrics()
-                    .loki_metric_sources
-                    .increment_static(["rollup"], 1);
-                return Ok(Value::Matrix(self.rollup(&plan, metric).await?));
-            }
-            // A sum's groups are made as the lines are counted: summing each line's series
-            // afterwards would first make one series per distinct label set, which lines with an
-            // attribute of many values (a request id) take past MAX_SERIES.
-            if let Some((grouping, inner)) = expr.sum_of_range() {
-                let series = self.range_series(inner, Some(grouping), metric).await?;
-                let held = series.iter().map(Series::bytes).sum();
-                return transform(metric.charge, held, held, || {
-                    Ok(Value::Matrix(eval::aggregate(
-                        AggregateOp::Sum,
-                        grouping,
-                        None,
-                        series,
-                        steps.count,
-                    )?))
-                });
-            }
-            match expr {
-                MetricExpr::Range {
-                    function,
-                    query,
-                    range,
-                } => {
-                    let inner = RangeQuery {
-                        function: *function,
-                        query,
-                        range: *range,
-                    };
-                    Ok(Value::Matrix(self.range_series(inner, None, metric).await?))
-                }
-                MetricExpr::Aggregate {
-                    op,
-                    grouping,
-                    parameter,
-                    inner,
-                } => match self.evaluate(inner, metric).await? {
-                    Value::Matrix(series) => {
-                        let held: usize = series.iter().map(Series::bytes).sum();
-                        transform(metric.charge, held, held, || {
-                            Ok(Value::Matrix(eval::aggregate(
-                                *op,
-                                grouping,
-                                *parameter,
-                                series,
-                                steps.count,
-                            )?))
-                        })
-                    }
-                    Value::Scalar(_) => Err(HttpError::BadRequest(
-                        "an aggregation takes series (such as count_over_time(…)), not a number"
-                            .into(),
-                    )),
-                },
-                MetricExpr::Binary { op, left, right } => {
-                    let left = self.evaluate(left, metric).await?;
-                    let right = self.evaluate(right, metric).await?;
-                    let (left_bytes, right_bytes) = (left.bytes(), right.bytes());
-                    // Its series are at most those of the larger side.
-                    let most = left_bytes.max(right_bytes);
-                    transform(metric.charge, left_bytes + right_bytes, most, || {
-                        Ok(eval::binary(*op, left, right))
-                    })
-                }
-                MetricExpr::Number(value) => Ok(Value::Scalar(*value)),
-                MetricExpr::Vector(value) => {
-                    metric
-                        .charge
-                        .charge(eval::series_bytes(&Labels::new(), steps.count))?;
-                    Ok(eval::vector(*value, steps.count))
-                }
-            }
-        })
-    }
-
-    /// The series of a range function at the query's steps, read by a scan, each charged as it
-    /// is made; with `sum_by`, each line is counted in its group of that `sum`'s grouping instead
-    /// of its own series.
-    async fn range_series(
-        &self,
-        RangeQuery {
-            function,
-            query,
-            range,
-        }: RangeQuery<'_>,
-        sum_by: Option<&Option<Grouping>>,
-        metric: &mut Metric<'_>,
-    ) -> Result<Vec<Series>, HttpError> {
-        metrics().loki_metric_sources.increment_static(["scan"], 1);
-        let steps = metric.steps;
-        let range = range.as_nanos() as i64;
-        let mut accumulator = RangeAccumulator::new(function, range, steps);
-        let span = TimeRange {
-            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
-            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
-        };
-        let mut failed = None;
-        {
-            let charge = &mut *metric.charge;
-            let mut each = |row: &StoredRow, output: Output| {
-                let labels = match sum_by {
-                    Some(grouping) => eval::group_key(grouping, &output.labels),
-                    None => output.labels,
-                };
-                let made = accumulator
-                    .add(labels, nanos(row.ts), output.line.len())
-                    .map_err(HttpError::from)
-                    .and_then(|made| Ok(charge.charge(made)?));
-                match made {
-                    Ok(()) => true,
-                    Err(err) => {
-                        failed = Some(err);
-                        false
-                    }
-                }
-            };
-            self.each_output(
-                metric.tenant,
-                query,
-                Scan {
-                    range: span,
-                    order: Order::Any,
-                    limit: None,
-                },
-                metric.stats,
-                &mut each,
-            )
-            .await?;
-        }
-        match failed {
-            Some(err) => Err(err),
-            None => Ok(accumulator.finish()),
-        }
-    }
-
     /// Gives `each` the rollup's rows over `range` whose stream `query` (a selector of indexed
     /// labels) selects, with the stream's labels, as the database sends them: none is kept, so a
     /// read holds what `each` makes of them. Refused past [`MAX_VOLUME_ROWS`]. The one reader of
@@ -529,7 +314,7 @@ impl Reads {
 
     /// Adds the rows of `read` to `accumulator`, each counted at [`minute_at`] its steps; each
     /// series charged as it is made.
-    async fn rollup_series(
+    pub(super) async fn rollup_series(
         &self,
         read: RollupRead<'_>,
         accumulator: &mut RangeAccumulator,
@@ -553,30 +338,6 @@ impl Reads {
             Ok(charge.charge(made)?)
         })
         .await
-    }
-
-    /// A volume plan's series from the rollup, at the minute's resolution.
-    async fn rollup(
-        &self,
-        plan: &VolumePlan,
-        metric: &mut Metric<'_>,
-    ) -> Result<Vec<Series>, HttpError> {
-        let steps = metric.steps;
-        let range = plan.range.as_nanos() as i64;
-        let span = TimeRange {
-            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
-            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
-        };
-        let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
-        let read = RollupRead {
-            tenant: metric.tenant,
-            query: &plan.query,
-            range: span,
-            keep: &plan.by,
-        };
-        self.rollup_series(read, &mut accumulator, metric.stats, metric.charge)
-            .await?;
-        Ok(accumulator.finish())
     }
 
     /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,

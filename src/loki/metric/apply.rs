@@ -1,0 +1,82 @@
+//! The operations of a metric query on the values its reads made: aggregations, arithmetic,
+//! numbers. Nothing here reads; each result is charged before it is built and its inputs given
+//! back once it is.
+
+use super::program::Operation;
+use crate::error::HttpError;
+use crate::loki::logql::eval::{self, Series, Steps, Value};
+use crate::loki::logql::labels::Labels;
+use crate::query::memory::ReadCharge;
+
+/// Replaces the operands of `operation` on top of `values` with its result.
+pub(super) fn apply(
+    operation: &Operation<'_>,
+    values: &mut Vec<Value>,
+    steps: Steps,
+    charge: &mut ReadCharge,
+) -> Result<(), HttpError> {
+    let value = match operation {
+        Operation::Aggregate {
+            op,
+            grouping,
+            parameter,
+        } => match pop(values) {
+            Value::Matrix(series) => {
+                let held: usize = series.iter().map(Series::bytes).sum();
+                transform(charge, held, held, || {
+                    Ok(Value::Matrix(eval::aggregate(
+                        *op,
+                        grouping,
+                        *parameter,
+                        series,
+                        steps.count,
+                    )?))
+                })?
+            }
+            Value::Scalar(_) => {
+                return Err(HttpError::BadRequest(
+                    "an aggregation takes series (such as count_over_time(…)), not a number".into(),
+                ))
+            }
+        },
+        Operation::Binary(op) => {
+            let right = pop(values);
+            let left = pop(values);
+            let (left_bytes, right_bytes) = (left.bytes(), right.bytes());
+            // Its series are at most those of the larger side.
+            let most = left_bytes.max(right_bytes);
+            transform(charge, left_bytes + right_bytes, most, || {
+                Ok(eval::binary(*op, left, right))
+            })?
+        }
+        Operation::Number(value) => Value::Scalar(*value),
+        Operation::Vector(value) => {
+            charge.charge(eval::series_bytes(&Labels::new(), steps.count))?;
+            eval::vector(*value, steps.count)
+        }
+    };
+    values.push(value);
+    Ok(())
+}
+
+/// The value on top of the stack, which the plan put there before the operation that takes it.
+fn pop(values: &mut Vec<Value>) -> Value {
+    values
+        .pop()
+        .expect("a planned program puts an operation after its operands")
+}
+
+/// Runs `make`, which builds a value of at most `most` bytes from values of `inputs` bytes
+/// that it consumes: `most` is charged before it builds, and once it has, the inputs and what
+/// the value did not need are given back.
+fn transform(
+    charge: &mut ReadCharge,
+    inputs: usize,
+    most: usize,
+    make: impl FnOnce() -> Result<Value, HttpError>,
+) -> Result<Value, HttpError> {
+    charge.charge(most)?;
+    let value = make()?;
+    charge.release(inputs + most.saturating_sub(value.bytes()));
+    Ok(value)
+}
