@@ -160,7 +160,7 @@ impl Reads {
         filter: v1::Filter,
     ) -> Result<Histogram, QueryError> {
         let filter = Filter::from_proto(Some(filter))?;
-        let default_from = self.limits.default_from(&filter);
+        let default_from = self.limits().default_from(&filter);
         let from = filter.from.or(default_from);
         let to = filter
             .to

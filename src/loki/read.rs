@@ -12,7 +12,6 @@
 //! [`super::api`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -103,16 +102,6 @@ pub fn nanos(ts: DateTime<Utc>) -> i64 {
 }
 
 impl Reads {
-    /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout.
-    pub(crate) async fn admitted<T>(
-        &self,
-        tenant: &Arc<str>,
-        work: impl Future<Output = Result<T, HttpError>>,
-    ) -> Result<T, HttpError> {
-        let _slot = self.admission.tenant(tenant).admit().await?;
-        self.limits.bounded(work).await
-    }
-
     /// Streams the rows of `query` in `scan` through its pipeline to `each`, which returns false
     /// to stop.
     pub(super) async fn each_output(
@@ -140,7 +129,7 @@ impl Reads {
             }
         };
         let read = self
-            .reader
+            .reader()
             .select(tenant, &selection, order, limit, &mut sink)
             .await;
         stats.lines_scanned += lines;
@@ -160,7 +149,7 @@ impl Reads {
         charge: &mut ReadCharge,
     ) -> Result<(Streams, Stats), HttpError> {
         let started = Instant::now();
-        let budget = self.limits.page_size(limit).bytes;
+        let budget = self.limits().page_size(limit).bytes;
         self.admitted(tenant, async {
             let mut stats = Stats::default();
             let mut streams = Streams::default();
@@ -302,7 +291,7 @@ impl Reads {
                 }
             }
         };
-        self.reader
+        self.reader()
             .volume(tenant, &selection, MAX_VOLUME_ROWS + 1, &mut sink)
             .await?;
         if let Some(err) = failed {

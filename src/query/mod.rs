@@ -25,6 +25,7 @@ pub mod tail;
 pub mod tail_queue;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -46,9 +47,9 @@ use tail::TailConfig;
 /// reads holds across them.
 #[derive(Clone, Debug)]
 pub struct Reads {
-    pub(crate) reader: Reader,
-    pub(crate) limits: ReadLimits,
-    pub(crate) admission: Arc<Admission>,
+    reader: Reader,
+    limits: ReadLimits,
+    admission: Arc<Admission>,
     memory: Arc<ReadMemory>,
     tail: TailConfig,
     draining: CancellationToken,
@@ -96,6 +97,27 @@ impl Reads {
     /// An empty memory charge for one read of `tenant`, against the limits every read shares.
     pub fn charge(&self, tenant: &Arc<str>) -> ReadCharge {
         self.memory.read(tenant)
+    }
+
+    /// Runs `work` as one admitted read of `tenant`, stopped at the read timeout: how every
+    /// read outside this module (Loki's API, the console's histogram) is held to the same limits.
+    pub(crate) async fn admitted<T, E: From<QueryError>>(
+        &self,
+        tenant: &Arc<str>,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let _slot = self.admission.tenant(tenant).admit().await?;
+        self.limits.bounded(work).await
+    }
+
+    /// The store's read side, for reads made within [`Reads::admitted`].
+    pub(crate) fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// The limits every read is held to.
+    pub(crate) fn limits(&self) -> &ReadLimits {
+        &self.limits
     }
 }
 
