@@ -137,6 +137,9 @@ impl Pipeline {
                 .map(|shard| metrics().shard(shard))
                 .collect(),
             queues: queues.into(),
+            pins: (0..config.shards)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
             dequeued: dequeued.into(),
             budget,
             enqueue_timeout: config.enqueue_timeout,
@@ -169,6 +172,8 @@ impl Pipeline {
 #[derive(Clone, Debug)]
 pub struct Ingress {
     queues: Arc<[mpsc::Sender<Chunk>]>,
+    /// Streams pinned to each shard.
+    pins: router::PinCounts,
     shard_series: Arc<[Arc<ShardMetrics>]>,
     /// Moves when each shard's batcher takes a chunk off its queue.
     dequeued: Arc<[Arc<Progress>]>,
@@ -200,9 +205,14 @@ impl Ingress {
         &self.shard_series
     }
 
-    /// The shard a new stream is pinned to.
+    /// The shard a request's records go to.
     pub fn assign_shard(&self) -> usize {
         router::pick_shard(&self.queues)
+    }
+
+    /// The shard a new stream is pinned to, for as long as the pin is held.
+    pub fn pin_stream(&self) -> router::ShardPin {
+        router::pin_stream(&self.pins)
     }
 
     /// A meter for one message of `tenant`'s, which claims its place in the budget on first use.

@@ -29,6 +29,7 @@ use crate::ingest::validate::{validate, Invalid, Limits};
 use crate::model::reject::RejectionCounts;
 use crate::observability::metrics::{metrics, Protocol};
 use crate::pipeline::ack::{AckReceiver, AckResult};
+use crate::pipeline::router::ShardPin;
 use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
 use crate::proto::v1::{LogRecord, PushResponse};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
@@ -122,7 +123,7 @@ impl IngestService {
         mut reader: MessageReader,
     ) -> Result<PushResponse, StreamFailure> {
         let mut run = StreamRun {
-            shard: self.ingress.assign_shard(),
+            shard: self.ingress.pin_stream(),
             tally: Tally::default(),
             in_flight: FuturesUnordered::new(),
             next_message: 0,
@@ -300,7 +301,7 @@ impl IngestService {
         let ack = self
             .ingress
             .enqueue(
-                run.shard,
+                run.shard.shard(),
                 ChunkSource {
                     tenant: Arc::clone(tenant.name()),
                     counts: Arc::clone(tenant.metrics()),
@@ -321,7 +322,7 @@ serve_raw_grpc!(IngestService, "loghaul.v1.LogIngest");
 
 /// A stream being read: its shard, what it has settled, what it has in flight, and where it is.
 struct StreamRun {
-    shard: usize,
+    shard: ShardPin,
     tally: Tally,
     in_flight: FuturesUnordered<Settling>,
     /// The next message's position in the stream.
