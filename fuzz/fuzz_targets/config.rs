@@ -35,6 +35,6 @@ fuzz_target!(|data: &[u8]| {
     let defaults = Wrapper::parse_from(["loghaul"]).serve;
     if let Ok(config) = defaults.merge_toml(Path::new("fuzz.toml"), text, |_| false) {
         let _ = config.validate();
-        let _ = config.shard_count();
+        let _ = config.pipeline.shard_count();
     }
 });

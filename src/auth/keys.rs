@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{AuthFailure, Tenant, DEFAULT_TENANT};
-use crate::config::{ByteSize, HumanDuration};
+use crate::config::{AuthOptions, ByteSize, HumanDuration};
 use crate::ratelimit::{RateLimiter, TenantLimits};
 
 /// Longest tenant name: it is stored with every record and used as a metric label.
@@ -78,9 +78,8 @@ pub struct KeySources {
     pub defaults: TenantLimits,
 }
 
-impl KeySources {
-    /// The sources `loghaul serve` was configured with.
-    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+impl From<&AuthOptions> for KeySources {
+    fn from(config: &AuthOptions) -> Self {
         KeySources {
             file: config.api_keys_file.clone(),
             inline: config

@@ -5,6 +5,8 @@
 
 use std::net::IpAddr;
 
+use crate::config::AuthOptions;
+
 /// Whom a service without API keys serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenAccess {
@@ -14,16 +16,17 @@ pub enum OpenAccess {
     Anyone,
 }
 
-impl OpenAccess {
-    /// The access `loghaul serve` was configured with.
-    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+impl From<&AuthOptions> for OpenAccess {
+    fn from(config: &AuthOptions) -> Self {
         if config.allow_unauthenticated {
             OpenAccess::Anyone
         } else {
             OpenAccess::LoopbackOnly
         }
     }
+}
 
+impl OpenAccess {
     /// True when a service without keys serves a call from `peer`. A call whose peer is unknown
     /// is not served unless everyone is.
     pub fn admits(self, peer: Option<IpAddr>) -> bool {

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::PipelineOptions;
 use crate::error::IngestError;
 use crate::observability::metrics::{metrics, ShardMetrics, TenantMetrics};
 use crate::observability::readiness::Readiness;
@@ -89,6 +90,24 @@ pub struct PipelineConfig {
     pub tenant_buffer_share: usize,
     /// How long a batch is retried against an unavailable store.
     pub store_retry_timeout: Duration,
+}
+
+impl From<&PipelineOptions> for PipelineConfig {
+    fn from(options: &PipelineOptions) -> Self {
+        PipelineConfig {
+            shards: options.shard_count(),
+            queue_capacity: options.queue_capacity,
+            limits: BatchLimits {
+                max_rows: options.batch_max_rows,
+                max_bytes: options.batch_max_bytes.as_usize(),
+                linger: options.batch_linger.0,
+            },
+            enqueue_timeout: options.enqueue_timeout.0,
+            max_buffered_bytes: options.max_buffered_bytes.as_usize(),
+            tenant_buffer_share: options.tenant_buffer_bytes(),
+            store_retry_timeout: options.store_retry_timeout.0,
+        }
+    }
 }
 
 /// The running shards.

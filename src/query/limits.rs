@@ -7,6 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::filter::Filter;
 use super::memory::MemoryLimits;
+use crate::config::QueryOptions;
 use crate::error::QueryError;
 use crate::storage::{PageSize, StoreError};
 
@@ -39,9 +40,8 @@ impl Default for ReadLimits {
     }
 }
 
-impl ReadLimits {
-    /// The read limits of `loghaul serve`.
-    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+impl From<&QueryOptions> for ReadLimits {
+    fn from(config: &QueryOptions) -> Self {
         ReadLimits {
             timeout: config.query_timeout.0,
             default_range: Some(config.query_default_range.0)
@@ -54,7 +54,9 @@ impl ReadLimits {
             },
         }
     }
+}
 
+impl ReadLimits {
     /// The lower bound of a page whose filter has no `from`: the default range before `to`, or
     /// before now when `to` is later or absent. `None` when the filter has `from`, or there is no
     /// default range.

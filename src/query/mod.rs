@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::QueryOptions;
 use crate::error::QueryError;
 use crate::model::time;
 use crate::observability::metrics::metrics;
@@ -76,20 +77,20 @@ impl Reads {
     }
 
     /// The read settings of `loghaul serve`.
-    pub fn from_config(
+    pub fn from_options(
         reader: Reader,
-        config: &crate::config::ServeConfig,
+        config: &QueryOptions,
         draining: CancellationToken,
     ) -> Self {
         Reads::new(
             reader,
-            ReadLimits::from_config(config),
+            ReadLimits::from(config),
             Admission::new(AdmissionLimits {
                 reads_per_tenant: config.max_concurrent_reads_per_tenant,
                 tails: config.max_tails,
                 tails_per_tenant: config.max_tails_per_tenant,
             }),
-            TailConfig::from_config(config),
+            TailConfig::from(config),
             draining,
         )
     }

@@ -21,6 +21,7 @@ use super::cursor::Cursor;
 use super::filter::Filter;
 use super::tail_queue::{queue, QueueReceiver, QueueSender, Room};
 use super::{to_wire, Reads};
+use crate::config::QueryOptions;
 use crate::error::QueryError;
 use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
@@ -56,9 +57,8 @@ impl Default for TailConfig {
     }
 }
 
-impl TailConfig {
-    /// The tail settings of `loghaul serve`.
-    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+impl From<&QueryOptions> for TailConfig {
+    fn from(config: &QueryOptions) -> Self {
         TailConfig {
             poll_interval: config.tail_poll_interval.0,
             queue_bytes: config.tail_queue_bytes.as_usize(),

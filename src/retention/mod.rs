@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::RetentionOptions;
 use crate::observability::metrics::metrics;
 use crate::storage::{RetentionSession, Store, StoreError};
 use window::needed_days;
@@ -70,9 +71,8 @@ pub enum RetentionError {
     Store(#[from] StoreError),
 }
 
-impl RetentionConfig {
-    /// The retention options of `loghaul serve`.
-    pub fn from_config(config: &crate::config::ServeConfig) -> Self {
+impl From<&RetentionOptions> for RetentionConfig {
+    fn from(config: &RetentionOptions) -> Self {
         RetentionConfig {
             keep: (!config.retention.0.is_zero())
                 .then(|| TimeDelta::from_std(config.retention.0).unwrap_or(TimeDelta::MAX)),
@@ -80,7 +80,9 @@ impl RetentionConfig {
             dedup_window: config.dedup_window.0,
         }
     }
+}
 
+impl RetentionConfig {
     /// The oldest timestamp kept, now.
     pub fn horizon(&self) -> Option<chrono::DateTime<Utc>> {
         self.keep.map(|keep| Utc::now() - keep)

@@ -59,7 +59,7 @@ impl Background {
         let stopping = &core.stopping;
         let reload = tokio::spawn(crate::auth::store::reload_keys(
             Arc::clone(&core.keys),
-            config.api_keys_reload_interval.0,
+            config.auth.api_keys_reload_interval.0,
             stopping.clone(),
         ));
         let retention = tokio::spawn(crate::retention::run(
@@ -99,7 +99,7 @@ impl Background {
             Arc::clone(&core.readiness),
             Arc::new(move || ingress.sample_gauges()),
             core.store.backend(),
-            HttpLimits::from_config(config),
+            HttpLimits::from(&config.listeners),
             stopping.clone().cancelled_owned(),
         ));
         Ok(Background {
@@ -195,7 +195,7 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
     tokio::spawn(crate::console::serve(
         listener,
         state,
-        HttpLimits::from_config(config),
+        HttpLimits::from(&config.listeners),
         shutdown,
     ))
 }
@@ -225,8 +225,8 @@ fn serve_http_ingest(
         }
     };
     let limits = HttpLimits {
-        max_connections: config.http_ingest_max_connections,
-        ..HttpLimits::from_config(config)
+        max_connections: config.listeners.http_ingest_max_connections,
+        ..HttpLimits::from(&config.listeners)
     };
     let tls = core.http_tls.clone();
     tokio::spawn(async move {

@@ -15,7 +15,6 @@ use crate::auth::{KeyStore, OpenAccess};
 use crate::config::ServeConfig;
 use crate::ingest::validate::Limits;
 use crate::observability::readiness::Readiness;
-use crate::pipeline::batcher::BatchLimits;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::query::Reads;
 use crate::retention::RetentionConfig;
@@ -54,9 +53,9 @@ pub(super) struct Core {
 impl Core {
     /// Loads the keys and TLS files, opens and migrates the store, and starts the pipeline.
     pub async fn build(config: &ServeConfig) -> Result<Core, ServeError> {
-        let (tls, http_tls) = match (&config.tls_cert, &config.tls_key) {
+        let (tls, http_tls) = match (&config.tls.tls_cert, &config.tls.tls_key) {
             (Some(cert), Some(key)) => {
-                let ca = config.tls_client_ca.as_deref();
+                let ca = config.tls.tls_client_ca.as_deref();
                 (
                     Some(crate::tls::server_config(cert, key, ca)?),
                     Some(crate::tls::http_acceptor(cert, key, ca)?),
@@ -65,25 +64,26 @@ impl Core {
             _ => (None, None),
         };
         let keys = Arc::new(KeyStore::load(
-            KeySources::from_config(config),
-            OpenAccess::from_config(config),
+            KeySources::from(&config.auth),
+            OpenAccess::from(&config.auth),
         )?);
-        let shards = config.shard_count();
+        let pipeline_config = PipelineConfig::from(&config.pipeline);
+        let shards = pipeline_config.shards;
         let pool = PoolOptions {
-            max_connections: if config.db_max_connections > 0 {
-                config.db_max_connections
+            max_connections: if config.storage.db_max_connections > 0 {
+                config.storage.db_max_connections
             } else {
                 shards as u32 + 2
             },
             // A writer must give up within --store-retry-timeout even while it waits for a
             // connection to a store that refuses them.
-            acquire_timeout: POOL_ACQUIRE_TIMEOUT.min(config.store_retry_timeout.0),
+            acquire_timeout: POOL_ACQUIRE_TIMEOUT.min(config.pipeline.store_retry_timeout.0),
         };
-        let store = Store::connect(&config.database_url, pool).await?;
+        let store = Store::connect(&config.storage.database_url, pool).await?;
         store.migrate().await?;
-        tracing::info!(backend = store.backend(), url = %redact_url(&config.database_url), "store ready");
+        tracing::info!(backend = store.backend(), url = %redact_url(&config.storage.database_url), "store ready");
         log_access(&keys);
-        let retention = RetentionConfig::from_config(config);
+        let retention = RetentionConfig::from(&config.retention);
         // Not fatal: replicas starting together may race on the same CREATE (one of them errors),
         // and until a partition exists its rows go to the default partition. The first retention
         // run, right after start-up and under the advisory lock, creates whatever is missing.
@@ -95,32 +95,19 @@ impl Core {
             }
         }
         let reader = store
-            .reader(config.read_max_connections, config.query_timeout.0)
+            .reader(
+                config.query.read_max_connections,
+                config.query.query_timeout.0,
+            )
             .await?;
         let readiness = Arc::new(Readiness::default());
-        let pipeline = Pipeline::start(
-            PipelineConfig {
-                shards,
-                queue_capacity: config.queue_capacity,
-                limits: BatchLimits {
-                    max_rows: config.batch_max_rows,
-                    max_bytes: config.batch_max_bytes.as_usize(),
-                    linger: config.batch_linger.0,
-                },
-                enqueue_timeout: config.enqueue_timeout.0,
-                max_buffered_bytes: config.max_buffered_bytes.as_usize(),
-                tenant_buffer_share: config.tenant_buffer_bytes(),
-                store_retry_timeout: config.store_retry_timeout.0,
-            },
-            store.clone(),
-            Arc::clone(&readiness),
-        );
+        let pipeline = Pipeline::start(pipeline_config, store.clone(), Arc::clone(&readiness));
         let health = HealthReporter::new();
         set_health(&health, ServingStatus::Serving).await;
         let draining = CancellationToken::new();
-        let reads = Reads::from_config(reader.clone(), config, draining.clone());
+        let reads = Reads::from_options(reader.clone(), &config.query, draining.clone());
         let limits = Limits {
-            max_message_bytes: config.max_message_bytes.as_usize(),
+            max_message_bytes: config.ingest.max_message_bytes.as_usize(),
             max_age: retention.keep,
         };
         Ok(Core {

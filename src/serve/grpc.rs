@@ -53,9 +53,14 @@ pub(super) async fn serve(
 ) -> Result<(), ServeError> {
     let limits = core.limits;
     let ingress = core.pipeline.ingress();
-    let pace = BodyPace::from_config(config);
-    let ingest = IngestService::new(ingress.clone(), limits, config.max_request_bytes.0, pace);
-    let otlp_logs = otlp::logs_server(ingress, limits, config.max_request_bytes.0, pace);
+    let pace = BodyPace::from(&config.ingest);
+    let ingest = IngestService::new(
+        ingress.clone(),
+        limits,
+        config.ingest.max_request_bytes.0,
+        pace,
+    );
+    let otlp_logs = otlp::logs_server(ingress, limits, config.ingest.max_request_bytes.0, pace);
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -67,10 +72,10 @@ pub(super) async fn serve(
     if let Some(tls) = core.tls.clone() {
         builder = builder.tls_config(tls)?;
     }
-    if !config.max_connection_age.0.is_zero() {
+    if !config.ingest.max_connection_age.0.is_zero() {
         builder = builder
-            .max_connection_age(config.max_connection_age.0)
-            .max_connection_age_grace(config.max_connection_age_grace.0);
+            .max_connection_age(config.ingest.max_connection_age.0)
+            .max_connection_age_grace(config.ingest.max_connection_age_grace.0);
     }
     announce(core, config, &listener, background)?;
     let grpc = builder
@@ -119,7 +124,7 @@ fn announce(
     listener: &TcpListener,
     background: &Background,
 ) -> Result<(), ServeError> {
-    let transport = match (&core.tls, config.tls_client_ca.is_some()) {
+    let transport = match (&core.tls, config.tls.tls_client_ca.is_some()) {
         (None, _) => "plaintext",
         (Some(_), false) => "tls",
         (Some(_), true) => "tls+client-certificates",
@@ -129,7 +134,7 @@ fn announce(
         http = %background.http_addr,
         console = %background.console_addr(),
         http_ingest = %background.http_ingest_addr(),
-        shards = config.shard_count(),
+        shards = config.pipeline.shard_count(),
         transport,
         "loghaul is serving"
     );
@@ -161,10 +166,14 @@ fn query_server(
     config: &ServeConfig,
 ) -> ExplainRefusal<LogQueryServer<QueryService>> {
     let server = LogQueryServer::new(QueryService::new(reads))
-        .max_decoding_message_size(config.max_request_bytes.as_usize())
+        .max_decoding_message_size(config.ingest.max_request_bytes.as_usize())
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Zstd);
-    ExplainRefusal::new(server, config.max_request_bytes.0, &metrics().queries)
+    ExplainRefusal::new(
+        server,
+        config.ingest.max_request_bytes.0,
+        &metrics().queries,
+    )
 }

@@ -95,15 +95,15 @@ impl Listeners {
                     source,
                 })
         };
-        let grpc = bind("gRPC", "", config.listen).await?;
-        let http = bind("metrics", "", config.metrics_listen).await?;
+        let grpc = bind("gRPC", "", config.listeners.listen).await?;
+        let http = bind("metrics", "", config.listeners.metrics_listen).await?;
         let console_hint = " (choose another --console-listen address, or --console-listen off)";
-        let console = match config.console_listen.0 {
+        let console = match config.listeners.console_listen.0 {
             Some(addr) => Some(bind("the console", console_hint, addr).await?),
             None => None,
         };
         let ingest_hint = " (choose another --http-listen address, or --http-listen off)";
-        let http_ingest = match config.http_listen.0 {
+        let http_ingest = match config.listeners.http_listen.0 {
             Some(addr) => Some(bind("HTTP ingest", ingest_hint, addr).await?),
             None => None,
         };

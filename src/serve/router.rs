@@ -73,11 +73,11 @@ impl HttpIngest {
         readiness: Arc<Readiness>,
         config: &ServeConfig,
     ) -> Self {
-        let cors = Arc::new(Cors::new(config.http_cors_origins.clone()));
+        let cors = Arc::new(Cors::new(config.listeners.http_cors_origins.clone()));
         let auth = Arc::new(HttpAuth::new(
             keys,
             Arc::clone(&cors),
-            config.allow_org_id_tenants,
+            config.auth.allow_org_id_tenants,
         ));
         HttpIngest {
             loki_api: LokiApi::new(reads, Arc::clone(&auth), readiness),
@@ -85,8 +85,8 @@ impl HttpIngest {
                 ingress.clone(),
                 auth,
                 BodyLimits {
-                    max_bytes: config.max_request_bytes.as_usize(),
-                    pace: BodyPace::from_config(config),
+                    max_bytes: config.ingest.max_request_bytes.as_usize(),
+                    pace: BodyPace::from(&config.ingest),
                 },
             ),
             exporter: Exporter::new(ingress.clone(), limits),

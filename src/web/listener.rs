@@ -28,7 +28,7 @@ use tower::ServiceExt;
 
 use super::slots::{Busy, Slot, Slots};
 
-use crate::config::ServeConfig;
+use crate::config::ListenOptions;
 use crate::observability::metrics::metrics;
 
 /// What one HTTP listener tolerates from its clients.
@@ -42,9 +42,8 @@ pub struct HttpLimits {
     pub max_connections: u32,
 }
 
-impl HttpLimits {
-    /// The limits `loghaul serve` was configured with.
-    pub fn from_config(config: &ServeConfig) -> Self {
+impl From<&ListenOptions> for HttpLimits {
+    fn from(config: &ListenOptions) -> Self {
         HttpLimits {
             header_read_timeout: config.http_header_read_timeout.0,
             max_connections: config.http_max_connections,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::ServeConfig;
+use crate::config::IngestOptions;
 use crate::error::IngestError;
 
 /// The minimum body rate (`--min-body-rate`, `--min-body-rate-grace`).
@@ -40,9 +40,8 @@ pub struct BodyPace {
     pub min_rate: MinBodyRate,
 }
 
-impl BodyPace {
-    /// The pace `loghaul serve` was given.
-    pub fn from_config(config: &ServeConfig) -> Self {
+impl From<&IngestOptions> for BodyPace {
+    fn from(config: &IngestOptions) -> Self {
         let idle = config.stream_idle_timeout.0;
         BodyPace {
             idle: (!idle.is_zero()).then_some(idle),
@@ -52,7 +51,9 @@ impl BodyPace {
             },
         }
     }
+}
 
+impl BodyPace {
     /// Starts timing a body whose first byte is about to be read.
     pub fn start(self) -> BodyClock {
         BodyClock {

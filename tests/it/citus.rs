@@ -51,7 +51,7 @@ async fn tables_are_distributed_by_tenant_and_reads_go_to_one_shard() {
         return;
     };
     let mut settings = config(&db);
-    settings.api_keys = Some(keys().parse().unwrap());
+    settings.auth.api_keys = Some(keys().parse().unwrap());
     let server = TestServer::start(settings).await;
     let mut ingest = server.client().await;
     for tenant in 0..TENANTS {

@@ -109,11 +109,11 @@ on_both_backends!(
 async fn backpressure_then_recovery(db: &TestDb) {
     const TOTAL: usize = 4_000;
     let mut settings = common::config(db);
-    settings.shards = 1;
-    settings.queue_capacity = 1;
-    settings.batch_max_rows = 100;
-    settings.enqueue_timeout = "300ms".parse().unwrap();
-    settings.store_retry_timeout = "120s".parse().unwrap();
+    settings.pipeline.shards = 1;
+    settings.pipeline.queue_capacity = 1;
+    settings.pipeline.batch_max_rows = 100;
+    settings.pipeline.enqueue_timeout = "300ms".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "120s".parse().unwrap();
     let server = TestServer::start(settings).await;
     // Nothing commits while the table is locked: queues fill, streams are refused with
     // RESOURCE_EXHAUSTED and RetryInfo once what they queued before the refusal is written, after
@@ -592,7 +592,7 @@ on_both_backends!(
 
 async fn concurrent_duplicates(db: &TestDb) {
     let mut config = common::config(db);
-    config.shards = 4;
+    config.pipeline.shards = 4;
     let server = TestServer::start(config).await;
     let producer = [3u8; 16];
     let chunks = || -> Vec<PushRequest> {

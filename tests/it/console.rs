@@ -16,8 +16,8 @@ pub const KEY_B: &str = "console-key-beta";
 /// A server with two tenants' keys, alpha's `KEY_A` and beta's `KEY_B`.
 pub async fn server_with_keys(db: &TestDb) -> TestServer {
     let mut settings = config(db);
-    settings.api_keys = Some(format!("{KEY_A}=alpha,{KEY_B}=beta").parse().unwrap());
-    settings.tail_poll_interval = "100ms".parse().unwrap();
+    settings.auth.api_keys = Some(format!("{KEY_A}=alpha,{KEY_B}=beta").parse().unwrap());
+    settings.query.tail_poll_interval = "100ms".parse().unwrap();
     TestServer::start(settings).await
 }
 

@@ -71,7 +71,7 @@ on_both_backends!(
 
 async fn the_response_waits_for_the_commit(db: &TestDb) {
     let mut settings = config(db);
-    settings.store_retry_timeout = "60s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(db).await;
     let mut client = server.client().await;
@@ -107,7 +107,7 @@ on_both_backends!(ack_waits_for_commit, the_response_waits_for_the_commit);
 
 async fn invalid_records_are_reported_by_index_and_the_rest_is_stored(db: &TestDb) {
     let mut settings = config(db);
-    settings.max_message_bytes = "1KiB".parse().unwrap();
+    settings.ingest.max_message_bytes = "1KiB".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut client = server.client().await;
     let far_future = chrono::Utc::now() + chrono::TimeDelta::hours(1);
@@ -196,7 +196,7 @@ on_both_backends!(
 
 async fn a_commit_that_fails_for_good_ends_the_stream_unavailable(db: &TestDb) {
     let mut settings = config(db);
-    settings.store_retry_timeout = "1s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "1s".parse().unwrap();
     let server = TestServer::start(settings).await;
     // Take the table away so every insert fails the way a broken database does.
     db.execute("ALTER TABLE logs RENAME TO logs_elsewhere")
@@ -225,7 +225,7 @@ on_both_backends!(
 
 async fn an_oversized_message_gets_resource_exhausted(db: &TestDb) {
     let mut settings = config(db);
-    settings.max_request_bytes = "64KiB".parse().unwrap();
+    settings.ingest.max_request_bytes = "64KiB".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut client = server.client().await;
     let huge: Vec<LogRecord> = (0..100)

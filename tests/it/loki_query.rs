@@ -393,7 +393,7 @@ const KEYS: &str = "key-a=team-a,key-b=team-b";
 
 async fn log_queries_select_filter_parse_and_order_the_known_set(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let a = [("x-api-key", "key-a")];
@@ -1353,7 +1353,7 @@ on_both_backends!(
 
 async fn reads_need_a_key_in_any_header_grafana_sends(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let base = base_minute();

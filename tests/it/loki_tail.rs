@@ -120,8 +120,8 @@ async fn read_lines(socket: &mut Socket, count: usize) -> Vec<(Json, i64, String
 
 async fn a_tail_sends_the_stored_lines_then_the_new_ones_through_the_query(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
-    settings.tail_poll_interval = "50ms".parse().unwrap();
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    settings.query.tail_poll_interval = "50ms".parse().unwrap();
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let earlier = now_ns() - 120 * 1_000_000_000;
@@ -219,7 +219,7 @@ on_both_backends!(
 
 async fn bad_tails_are_refused_before_the_upgrade(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let refused = async |params: &[(&str, &str)], headers: &[(&str, &str)]| {

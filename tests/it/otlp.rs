@@ -280,7 +280,7 @@ on_both_backends!(mapping, every_otlp_shape_is_stored_as_documented);
 
 async fn bad_records_are_a_partial_success_and_the_rest_is_stored(db: &TestDb) {
     let mut settings = config(db);
-    settings.max_message_bytes = "1KiB".parse().unwrap();
+    settings.ingest.max_message_bytes = "1KiB".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut client = otlp_client(server.grpc).await;
 
@@ -417,7 +417,7 @@ async fn oversized_requests_get_resource_exhausted_before_and_after_decompressio
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.max_request_bytes = "64KiB".parse().unwrap();
+    settings.ingest.max_request_bytes = "64KiB".parse().unwrap();
     let server = TestServer::start(settings).await;
     let big = || {
         let records = (0..100)
@@ -475,7 +475,7 @@ async fn oversized_requests_get_resource_exhausted_before_and_after_decompressio
 
 async fn the_export_answer_waits_for_the_commit(db: &TestDb) {
     let mut settings = config(db);
-    settings.store_retry_timeout = "60s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(db).await;
     let mut client = otlp_client(server.grpc).await;

@@ -237,10 +237,10 @@ async fn a_stream_that_fails_part_way_reports_exactly_what_was_committed(db: &Te
     const MESSAGES: usize = 8;
     const PER_MESSAGE: usize = 50;
     let mut settings = config(db);
-    settings.queue_capacity = 4;
-    settings.batch_max_rows = PER_MESSAGE;
-    settings.enqueue_timeout = "1s".parse().unwrap();
-    settings.store_retry_timeout = "120s".parse().unwrap();
+    settings.pipeline.queue_capacity = 4;
+    settings.pipeline.batch_max_rows = PER_MESSAGE;
+    settings.pipeline.enqueue_timeout = "1s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "120s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(db).await;
 

@@ -153,7 +153,7 @@ async fn http_listeners_close_connections_that_never_finish_their_headers() {
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.http_header_read_timeout = "300ms".parse().unwrap();
+    settings.listeners.http_header_read_timeout = "300ms".parse().unwrap();
     let server = TestServer::start(settings).await;
     for (listener, addr) in [("metrics", server.http), ("console", server.console)] {
         let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -188,8 +188,8 @@ async fn connections_past_the_limit_are_closed_and_the_listener_recovers() {
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.http_max_connections = 2;
-    settings.http_header_read_timeout = "60s".parse().unwrap();
+    settings.listeners.http_max_connections = 2;
+    settings.listeners.http_header_read_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut held = Vec::new();
     for _ in 0..2 {
@@ -281,7 +281,7 @@ async fn readiness_stays_on_while_the_sqlite_writer_is_busy() {
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.store_retry_timeout = "60s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "60s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let lock = HeldLock::take(&db).await;
     let mut client = server.client().await;

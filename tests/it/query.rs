@@ -304,7 +304,7 @@ on_both_backends!(slow_tail, a_tail_that_does_not_read_is_dropped_as_too_slow);
 
 async fn a_tail_resumes_after_a_cursor(db: &TestDb) {
     let mut settings = config(db);
-    settings.tail_poll_interval = "20ms".parse().unwrap();
+    settings.query.tail_poll_interval = "20ms".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut ingest = server.client().await;
     push(&mut ingest, vec![vec![record("first")]])
@@ -348,8 +348,8 @@ async fn a_tail_sees_records_committed_by_another_replica() {
         return;
     };
     let mut settings = config(&db);
-    settings.api_keys = Some("key-a=team-a".parse().unwrap());
-    settings.tail_poll_interval = "100ms".parse().unwrap();
+    settings.auth.api_keys = Some("key-a=team-a".parse().unwrap());
+    settings.query.tail_poll_interval = "100ms".parse().unwrap();
     let first = TestServer::start(settings.clone()).await;
     let second = TestServer::start(settings).await;
     let mut query = first.query_client().await;

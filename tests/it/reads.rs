@@ -100,7 +100,7 @@ on_both_backends!(
 
 async fn tail_messages_are_bounded_in_bytes(db: &TestDb) {
     let mut settings = config(db);
-    settings.tail_poll_interval = "20ms".parse().unwrap();
+    settings.query.tail_poll_interval = "20ms".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut tail = server.tail_everything().await;
     let mut ingest = server.client().await;
@@ -151,9 +151,9 @@ async fn checkpoint_blocked(db: &TestDb) -> bool {
 
 async fn a_read_past_its_deadline_is_stopped_in_the_database_and_says_what_to_do(db: &TestDb) {
     let mut settings = config(db);
-    settings.query_timeout = "300ms".parse().unwrap();
+    settings.query.query_timeout = "300ms".parse().unwrap();
     // One connection: a read still running on it would hold up every other.
-    settings.read_max_connections = 1;
+    settings.query.read_max_connections = 1;
     let server = TestServer::start(settings).await;
     let mut ingest = server.client().await;
     push(&mut ingest, vec![vec![record("quick")]])
@@ -311,8 +311,8 @@ const KEYS: &str = "key-a=team-a,key-b=team-b";
 
 async fn a_tenants_reads_past_its_limit_are_refused_and_the_others_go_on(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
-    settings.max_concurrent_reads_per_tenant = 1;
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    settings.query.max_concurrent_reads_per_tenant = 1;
     let server = TestServer::start(settings).await;
     let mut ingest = server.client().await;
     push_as(&mut ingest, "key-a", vec![vec![record("a-quick")]])
@@ -418,9 +418,9 @@ on_both_backends!(
 
 async fn tails_past_the_caps_are_refused_and_a_closed_one_frees_its_place(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
-    settings.max_tails = 3;
-    settings.max_tails_per_tenant = 2;
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    settings.query.max_tails = 3;
+    settings.query.max_tails_per_tenant = 2;
     let server = TestServer::start(settings).await;
     let query = server.query_client().await;
     let open = |key: &'static str| {

@@ -16,7 +16,7 @@ const KEYS: &str = "key-a=team-a,key-b=team-b";
 
 async fn unauthenticated_calls_are_refused_on_every_service(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let mut ingest = server.client().await;
     let mut query = server.query_client().await;
@@ -93,8 +93,8 @@ on_both_backends!(
 
 async fn a_key_never_sees_another_tenants_records(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
-    settings.tail_poll_interval = "50ms".parse().unwrap();
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    settings.query.tail_poll_interval = "50ms".parse().unwrap();
     let server = TestServer::start(settings).await;
     let mut query = server.query_client().await;
     let mut tail_a = query
@@ -165,7 +165,7 @@ async fn one_noisy_tenant_does_not_slow_the_others(db: &TestDb) {
     )
     .unwrap();
     let mut settings = config(db);
-    settings.api_keys_file = Some(keys);
+    settings.auth.api_keys_file = Some(keys);
     let server = TestServer::start(settings).await;
 
     // The noisy tenant sends as fast as it can, on four streams, retrying when refused.

@@ -65,9 +65,9 @@ impl Pki {
 async fn tls_server(db: &TestDb, pki: &Pki, client_ca: Option<&Path>) -> TestServer {
     let (cert, key) = pki.issue("localhost", ExtendedKeyUsagePurpose::ServerAuth);
     let mut config = config(db);
-    config.tls_cert = Some(cert);
-    config.tls_key = Some(key);
-    config.tls_client_ca = client_ca.map(Path::to_owned);
+    config.tls.tls_cert = Some(cert);
+    config.tls.tls_key = Some(key);
+    config.tls.tls_client_ca = client_ca.map(Path::to_owned);
     TestServer::start(config).await
 }
 

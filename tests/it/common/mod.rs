@@ -416,9 +416,9 @@ pub fn push_paced(shipper: &loghaul::client::Shipper, total: usize) -> std::thre
 /// Options with test-friendly defaults: loopback listeners, two shards, short linger.
 pub fn config(db: &TestDb) -> ServeConfig {
     let mut config = ServeArgs::parse_from(["serve"]).serve;
-    config.database_url = db.url.clone();
-    config.shards = 2;
-    config.batch_linger = "20ms".parse().unwrap();
+    config.storage.database_url = db.url.clone();
+    config.pipeline.shards = 2;
+    config.pipeline.batch_linger = "20ms".parse().unwrap();
     config.shutdown_grace = "5s".parse().unwrap();
     config
 }

@@ -22,7 +22,7 @@ fn basic(user: &str, password: &str) -> String {
 
 async fn keys_are_read_from_every_header_and_refused_when_missing_or_wrong(db: &TestDb) {
     let mut settings = config(db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let export = otlp_request("checkout", &["never stored"]).encode_to_vec();
@@ -111,7 +111,7 @@ async fn an_org_id_naming_another_tenant_is_forbidden() {
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.api_keys = Some(KEYS.parse().unwrap());
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let own = [("x-api-key", "key-a"), ("x-scope-orgid", "team-a")];
@@ -167,7 +167,7 @@ async fn a_keyless_server_takes_the_tenant_from_the_org_id(db: &TestDb) {
     server.stop().await;
 
     let mut settings = config(db);
-    settings.allow_org_id_tenants = true;
+    settings.auth.allow_org_id_tenants = true;
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let answer = send_loki(

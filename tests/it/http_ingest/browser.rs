@@ -105,7 +105,7 @@ fn lines(answer: &HttpAnswer) -> Vec<String> {
 /// and Grafana's server send no `Origin`, and a listed origin is a page the operator trusts.
 async fn a_cross_site_websocket_cannot_tail_a_keyless_service(db: &TestDb) {
     let mut settings = config(db);
-    settings.http_cors_origins = "https://app.example".parse().unwrap();
+    settings.listeners.http_cors_origins = "https://app.example".parse().unwrap();
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     push_private(addr, &[], "private line").await;
@@ -193,7 +193,7 @@ async fn names_keep_working_with_keys_or_allow_unauthenticated() {
         .unwrap();
     let service = ("host", "loghaul.logging.svc.cluster.local:4318");
     let mut settings = config(&db);
-    settings.api_keys = Some("key-a=team-a".parse().unwrap());
+    settings.auth.api_keys = Some("key-a=team-a".parse().unwrap());
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let key = ("x-api-key", "key-a");
@@ -209,7 +209,7 @@ async fn names_keep_working_with_keys_or_allow_unauthenticated() {
     server.stop().await;
 
     let mut settings = config(&db);
-    settings.allow_unauthenticated = true;
+    settings.auth.allow_unauthenticated = true;
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     push_private(addr, &[service], "open line").await;

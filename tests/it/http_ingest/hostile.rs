@@ -26,7 +26,7 @@ const RESOURCE_EXHAUSTED: i32 = 8;
 async fn server(name: &str, max_request_bytes: &str) -> (TestDb, TestServer) {
     let db = TestDb::create(Backend::Sqlite, name).await.unwrap();
     let mut settings = config(&db);
-    settings.max_request_bytes = max_request_bytes.parse().unwrap();
+    settings.ingest.max_request_bytes = max_request_bytes.parse().unwrap();
     let server = TestServer::start(settings).await;
     (db, server)
 }
@@ -484,8 +484,8 @@ async fn a_hundred_thousand_streams_are_stored_or_refused_as_the_budget_says() {
             .await
             .unwrap();
         let mut settings = config(&db);
-        settings.max_request_bytes = "16MiB".parse().unwrap();
-        settings.max_buffered_bytes = format!("{}MiB", budget / MIB).parse().unwrap();
+        settings.ingest.max_request_bytes = "16MiB".parse().unwrap();
+        settings.pipeline.max_buffered_bytes = format!("{}MiB", budget / MIB).parse().unwrap();
         let server = TestServer::start(settings).await;
         let addr = server.http_ingest;
         for (name, content_type, body) in [

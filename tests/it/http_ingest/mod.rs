@@ -209,7 +209,7 @@ async fn cors_is_off_unless_the_origin_is_listed() {
         return;
     };
     let mut config = config(&db);
-    config.http_cors_origins = "https://app.example".parse().unwrap();
+    config.listeners.http_cors_origins = "https://app.example".parse().unwrap();
     let server = TestServer::start(config).await;
     let preflight = |origin: &'static str| {
         let addr = server.http_ingest;

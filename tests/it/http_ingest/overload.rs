@@ -57,8 +57,8 @@ async fn a_tenant_over_its_rate_limit_gets_429_with_retry_after() {
         .await
         .unwrap();
     let mut settings = config(&db);
-    settings.tenant_records_per_second = 0.1;
-    settings.tenant_burst = "10s".parse().unwrap();
+    settings.auth.tenant_records_per_second = 0.1;
+    settings.auth.tenant_burst = "10s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     let first = send_otlp(addr, &[], &["within the limit"]).await;
@@ -179,7 +179,7 @@ async fn a_full_pipeline_gets_503_with_retry_after() {
 /// once the table is back, the server stores again without a restart.
 async fn a_store_that_cannot_commit_gets_503_with_retry_after(db: &TestDb) {
     let mut settings = config(db);
-    settings.store_retry_timeout = "1s".parse().unwrap();
+    settings.pipeline.store_retry_timeout = "1s".parse().unwrap();
     let server = TestServer::start(settings).await;
     let addr = server.http_ingest;
     db.execute("ALTER TABLE logs RENAME TO logs_elsewhere")
