@@ -68,6 +68,9 @@
 //! # }
 //! ```
 
+// `pub` only where the binary, the tests or the fuzz targets need it, so that rustc reports
+// what nothing calls.
+#![warn(unreachable_pub)]
 #![warn(missing_docs)]
 
 pub use loghaul_client as client;

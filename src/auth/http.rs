@@ -15,7 +15,7 @@ use base64::Engine;
 use super::{AuthFailure, API_KEY_HEADER};
 
 /// The key the request presents, in the first of the places clients put it.
-pub fn presented_key(headers: &HeaderMap) -> Option<Vec<u8>> {
+pub(crate) fn presented_key(headers: &HeaderMap) -> Option<Vec<u8>> {
     if let Some(key) = headers.get(API_KEY_HEADER) {
         return Some(key.as_bytes().to_vec());
     }
@@ -46,7 +46,7 @@ fn split_scheme(value: &[u8]) -> Option<(&[u8], &[u8])> {
 /// machine (DNS rebinding) and make its reader's browser send requests there, under that name;
 /// a name cannot be rebound to an IP address, and the loopback names never leave the machine. A
 /// request without `Host` (HTTP/1.0) comes from no browser and passes.
-pub fn check_host(headers: &HeaderMap) -> Result<(), AuthFailure> {
+pub(crate) fn check_host(headers: &HeaderMap) -> Result<(), AuthFailure> {
     let Some(host) = headers.get(header::HOST) else {
         return Ok(());
     };

@@ -16,7 +16,7 @@ use crate::config::{AuthOptions, ByteSize, HumanDuration};
 use crate::ratelimit::{RateLimiter, TenantLimits};
 
 /// Longest tenant name: it is stored with every record and used as a metric label.
-pub const MAX_TENANT_NAME: usize = 64;
+pub(crate) const MAX_TENANT_NAME: usize = 64;
 
 /// Why keys could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +69,7 @@ struct TenantEntry {
 
 /// Where keys come from, kept so that a reload reads the same places.
 #[derive(Clone, Debug, Default)]
-pub struct KeySources {
+pub(crate) struct KeySources {
     /// The TOML keys file, re-read on reload.
     pub file: Option<std::path::PathBuf>,
     /// The inline `key=tenant,…` list (fixed for the life of the process).
@@ -97,7 +97,7 @@ impl From<&AuthOptions> for KeySources {
 
 /// An immutable snapshot of the keys and tenants. Replaced whole on reload.
 #[derive(Debug)]
-pub struct KeyRing {
+pub(crate) struct KeyRing {
     /// (SHA-256 of a key, its tenant).
     digests: Vec<([u8; 32], Tenant)>,
     /// Every tenant by name, so a reload can keep the rate-limit state of unchanged tenants.
@@ -110,7 +110,10 @@ pub struct KeyRing {
 
 impl KeyRing {
     /// Builds the ring from its sources, reusing limiters of `previous` whose limits are unchanged.
-    pub fn load(sources: &KeySources, previous: Option<&KeyRing>) -> Result<KeyRing, KeysError> {
+    pub(crate) fn load(
+        sources: &KeySources,
+        previous: Option<&KeyRing>,
+    ) -> Result<KeyRing, KeysError> {
         let mut file = KeysFile::default();
         let mut file_digest = None;
         if let Some(path) = &sources.file {
@@ -231,29 +234,29 @@ impl KeyRing {
     }
 
     /// True when no key is configured and every call is tenant `default`.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open.is_some()
     }
 
     /// SHA-256 of the keys file as this ring read it; `None` without a file.
-    pub fn file_digest(&self) -> Option<[u8; 32]> {
+    pub(crate) fn file_digest(&self) -> Option<[u8; 32]> {
         self.file_digest
     }
 
     /// Number of distinct keys.
-    pub fn key_count(&self) -> usize {
+    pub(crate) fn key_count(&self) -> usize {
         self.digests.len()
     }
 
     /// Names of the configured tenants.
-    pub fn tenant_names(&self) -> Vec<Arc<str>> {
+    pub(crate) fn tenant_names(&self) -> Vec<Arc<str>> {
         let mut names: Vec<_> = self.tenants.keys().cloned().collect();
         names.sort();
         names
     }
 
     /// The tenant a presented key belongs to.
-    pub fn authenticate(&self, presented: Option<&[u8]>) -> Result<Tenant, AuthFailure> {
+    pub(crate) fn authenticate(&self, presented: Option<&[u8]>) -> Result<Tenant, AuthFailure> {
         if let Some(open) = &self.open {
             return Ok(open.clone());
         }
@@ -272,7 +275,7 @@ impl KeyRing {
 }
 
 /// SHA-256 of a key, or of a keys file's content.
-pub fn digest(key: &[u8]) -> [u8; 32] {
+pub(crate) fn digest(key: &[u8]) -> [u8; 32] {
     Sha256::digest(key).into()
 }
 
@@ -350,7 +353,7 @@ fn enclosing_table(earlier_lines: &str) -> Option<&str> {
 
 /// Splits `key1=tenant_a,key2=tenant_b`. A key may itself contain `=` (base64 padding), so each
 /// item is split at its last `=`; tenant names cannot contain one.
-pub fn parse_inline(text: &str) -> Result<Vec<(String, String)>, KeysError> {
+pub(crate) fn parse_inline(text: &str) -> Result<Vec<(String, String)>, KeysError> {
     let mut pairs = Vec::new();
     for (position, item) in text.split(',').enumerate() {
         let item = item.trim();

@@ -26,7 +26,7 @@ const EXEMPT_PREFIXES: [&str; 3] = [
 ];
 
 /// True when `path` (`/package.Service/Method`) is served without a key.
-pub fn is_exempt(path: &str) -> bool {
+pub(crate) fn is_exempt(path: &str) -> bool {
     EXEMPT_PREFIXES
         .iter()
         .any(|prefix| path.starts_with(prefix))
@@ -48,13 +48,13 @@ fn peer_ip(extensions: &http::Extensions) -> Option<IpAddr> {
 
 /// Adds authentication to a gRPC server: `Server::builder().layer(AuthLayer::new(keys))`.
 #[derive(Clone, Debug)]
-pub struct AuthLayer {
+pub(crate) struct AuthLayer {
     keys: Arc<KeyStore>,
 }
 
 impl AuthLayer {
     /// A layer checking calls against `keys`.
-    pub fn new(keys: Arc<KeyStore>) -> Self {
+    pub(crate) fn new(keys: Arc<KeyStore>) -> Self {
         AuthLayer { keys }
     }
 }
@@ -72,7 +72,7 @@ impl<S> Layer<S> for AuthLayer {
 
 /// The service the layer wraps around the router.
 #[derive(Clone, Debug)]
-pub struct Authenticate<S> {
+pub(crate) struct Authenticate<S> {
     inner: S,
     keys: Arc<KeyStore>,
 }

@@ -12,11 +12,11 @@
 //! - [`http`]: the same over HTTP, for every HTTP listener: where the key is read from, and which
 //!   `Host` names a keyless service answers to.
 
-pub mod http;
-pub mod keys;
-pub mod layer;
-pub mod protected;
-pub mod store;
+pub(crate) mod http;
+pub(crate) mod keys;
+pub(crate) mod layer;
+pub(crate) mod protected;
+pub(crate) mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,14 +24,14 @@ use std::time::Duration;
 use crate::observability::metrics::{metrics, TenantMetrics};
 use crate::ratelimit::RateLimiter;
 
-pub use layer::AuthLayer;
-pub use protected::OpenAccess;
-pub use store::KeyStore;
+pub(crate) use layer::AuthLayer;
+pub(crate) use protected::OpenAccess;
+pub(crate) use store::KeyStore;
 
 /// The tenant of calls when no API keys are configured.
-pub const DEFAULT_TENANT: &str = "default";
+pub(crate) const DEFAULT_TENANT: &str = "default";
 
-pub use crate::proto::api_key::{request_with_key, API_KEY_HEADER};
+pub(crate) use crate::proto::api_key::{request_with_key, API_KEY_HEADER};
 
 /// The authenticated caller: its name and, when it has limits, its ingest rate limiter.
 #[derive(Clone, Debug)]
@@ -134,7 +134,7 @@ impl AuthFailure {
 
 /// The tenant the auth layer attached to a request. Every service (ingest, OTLP, query) calls this
 /// first; a request that somehow skipped the layer is refused rather than served as anyone.
-pub fn tenant_of<T>(request: &tonic::Request<T>) -> Result<Tenant, tonic::Status> {
+pub(crate) fn tenant_of<T>(request: &tonic::Request<T>) -> Result<Tenant, tonic::Status> {
     request
         .extensions()
         .get::<Tenant>()

@@ -9,7 +9,7 @@ use crate::config::AuthOptions;
 
 /// Whom a service without API keys serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenAccess {
+pub(crate) enum OpenAccess {
     /// Loopback clients only: the default.
     LoopbackOnly,
     /// Every client that can reach the port (`--allow-unauthenticated`).
@@ -29,7 +29,7 @@ impl From<&AuthOptions> for OpenAccess {
 impl OpenAccess {
     /// True when a service without keys serves a call from `peer`. A call whose peer is unknown
     /// is not served unless everyone is.
-    pub fn admits(self, peer: Option<IpAddr>) -> bool {
+    pub(crate) fn admits(self, peer: Option<IpAddr>) -> bool {
         match self {
             OpenAccess::Anyone => true,
             OpenAccess::LoopbackOnly => peer.is_some_and(is_loopback),
@@ -39,7 +39,7 @@ impl OpenAccess {
 
 /// 127.0.0.0/8, `::1`, and IPv4-mapped loopback (`::ffff:127.0.0.1`, how a dual-stack listener
 /// sees an IPv4 loopback client).
-pub fn is_loopback(ip: IpAddr) -> bool {
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The keys in force, where they come from, and whom the service serves while there are none.
 #[derive(Debug)]
-pub struct KeyStore {
+pub(crate) struct KeyStore {
     current: ArcSwap<KeyRing>,
     sources: KeySources,
     open_access: OpenAccess,
@@ -27,11 +27,14 @@ pub struct KeyStore {
 
 /// Distinct `X-Scope-OrgID` tenants a keyless service takes: each has its own metric series, so
 /// their number must be bounded.
-pub const MAX_ORG_TENANTS: usize = 64;
+pub(crate) const MAX_ORG_TENANTS: usize = 64;
 
 impl KeyStore {
     /// Loads the keys for the first time.
-    pub fn load(sources: KeySources, open_access: OpenAccess) -> Result<KeyStore, KeysError> {
+    pub(crate) fn load(
+        sources: KeySources,
+        open_access: OpenAccess,
+    ) -> Result<KeyStore, KeysError> {
         let ring = KeyRing::load(&sources, None)?;
         metrics().api_keys.set(ring.key_count() as f64);
         Ok(KeyStore {
@@ -45,7 +48,7 @@ impl KeyStore {
     /// Re-reads the sources and swaps the new ring in. On error the current keys stay in force;
     /// a reload that would leave no key at all is refused, so an emptied file never opens the
     /// service.
-    pub fn reload(&self) -> Result<Arc<KeyRing>, KeysError> {
+    pub(crate) fn reload(&self) -> Result<Arc<KeyRing>, KeysError> {
         let outcome = self.try_reload();
         let label = if outcome.is_ok() { "ok" } else { "failed" };
         metrics().api_keys_reloads.increment_static([label], 1);
@@ -65,19 +68,19 @@ impl KeyStore {
     }
 
     /// The ring in force now.
-    pub fn ring(&self) -> Arc<KeyRing> {
+    pub(crate) fn ring(&self) -> Arc<KeyRing> {
         self.current.load_full()
     }
 
     /// True when no key is configured.
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.current.load().is_open()
     }
 
     /// The tenant that a caller of a keyless service names with Loki's `X-Scope-OrgID`, with the
     /// default limits; refused when the name is not a valid tenant name, or when
     /// [`MAX_ORG_TENANTS`] others exist already. Looked up without a lock; made once per name.
-    pub fn org_tenant(&self, org: &str) -> Result<Tenant, String> {
+    pub(crate) fn org_tenant(&self, org: &str) -> Result<Tenant, String> {
         if let Some(tenant) = self.org_tenants.load().get(org) {
             return Ok(tenant.clone());
         }
@@ -112,13 +115,13 @@ impl KeyStore {
     }
 
     /// Whom the service serves while no key is configured.
-    pub fn open_access(&self) -> OpenAccess {
+    pub(crate) fn open_access(&self) -> OpenAccess {
         self.open_access
     }
 
     /// The tenant of a presented key, from a caller at `peer` (which only matters while no key is
     /// configured), counting failures in `loghaul_auth_failures_total{reason}`.
-    pub fn authenticate(
+    pub(crate) fn authenticate(
         &self,
         presented: Option<&[u8]>,
         peer: Option<std::net::IpAddr>,
@@ -139,7 +142,7 @@ impl KeyStore {
 /// a symlink, which leaves the path's own inode and events alone. A failed reload is logged
 /// (without any key) and counted, and the keys in force stay; a content that failed is not tried
 /// again until it changes.
-pub async fn reload_keys(keys: Arc<KeyStore>, poll: Duration, stopping: CancellationToken) {
+pub(crate) async fn reload_keys(keys: Arc<KeyStore>, poll: Duration, stopping: CancellationToken) {
     let mut hangups = Hangups::listen();
     let path = keys.sources.file.clone();
     let mut ticks = (path.is_some() && !poll.is_zero()).then(|| {

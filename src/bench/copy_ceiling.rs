@@ -14,7 +14,7 @@ use crate::proto::v1::LogRecord;
 const ROWS_PER_SEND: usize = 5000;
 
 /// Loads `rows` rows cycling over `records` and returns how long the COPY took.
-pub async fn copy_rows(
+pub(crate) async fn copy_rows(
     database_url: &str,
     records: &[LogRecord],
     rows: u64,
@@ -51,7 +51,7 @@ pub async fn copy_rows(
 /// statement stepped per row in one transaction, straight through SQLite's C API (no driver, no
 /// async hop per row), with the server's settings (WAL, `synchronous=FULL`, its page cache).
 /// Returns how long it took, commit included.
-pub async fn sqlite_insert_rows(
+pub(crate) async fn sqlite_insert_rows(
     path: std::path::PathBuf,
     records: &[LogRecord],
     rows: u64,
@@ -147,7 +147,7 @@ mod sqlite_ffi {
         }
     }
 
-    pub fn insert(
+    pub(super) fn insert(
         path: &std::path::Path,
         rows: &[SqliteRow],
         count: u64,

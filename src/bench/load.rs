@@ -32,7 +32,7 @@ const LOKI_PATH: &str = crate::serve::router::LOKI_PUSH_PATH;
 
 /// When a run stops.
 #[derive(Clone, Copy, Debug)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// After this long (streams in flight finish).
     After(Duration),
     /// After this many records have been sent.
@@ -41,7 +41,7 @@ pub enum Stop {
 
 /// How to load the server.
 #[derive(Clone, Debug)]
-pub struct LoadPlan {
+pub(crate) struct LoadPlan {
     /// The servers' gRPC addresses, `http://host:port`; for OTLP/HTTP and Loki, their HTTP
     /// ingest listeners' (plaintext). Stream `i` sends to endpoint `i` modulo their number.
     pub endpoints: Vec<String>,
@@ -63,14 +63,14 @@ pub struct LoadPlan {
 
 /// Live counters, read by the progress line.
 #[derive(Debug, Default)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// Records acknowledged so far.
     pub acked: AtomicU64,
 }
 
 /// One acknowledgement: when it came and how long it took.
 #[derive(Clone, Copy, Debug)]
-pub struct AckSample {
+pub(crate) struct AckSample {
     /// From the start of the run to the response.
     pub at: Duration,
     /// To the response from the stream's half-close (OTLP: the call; HTTP: the request). Paced,
@@ -81,7 +81,7 @@ pub struct AckSample {
 
 /// What a run measured.
 #[derive(Debug, Default)]
-pub struct LoadOutcome {
+pub(crate) struct LoadOutcome {
     /// Records acknowledged as committed.
     pub acked: u64,
     /// Records rejected by the server.
@@ -96,7 +96,7 @@ pub struct LoadOutcome {
 }
 
 /// Runs the plan and returns what it measured.
-pub async fn run(
+pub(crate) async fn run(
     plan: LoadPlan,
     chunks: Arc<Vec<Bytes>>,
     records_per_chunk: usize,

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A running server.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
     /// gRPC address.
     pub grpc: String,
@@ -29,13 +29,13 @@ pub enum ServerProcessError {
 
 impl ServerProcess {
     /// Starts this binary as `serve` on ephemeral loopback ports with `extra` arguments.
-    pub fn start(database_url: &str, extra: &[String]) -> Result<Self, ServerProcessError> {
+    pub(crate) fn start(database_url: &str, extra: &[String]) -> Result<Self, ServerProcessError> {
         Self::start_listening("127.0.0.1:0", database_url, extra)
     }
 
     /// Starts this binary as `serve` with gRPC on `listen` (metrics and HTTP ingest on ephemeral
     /// ports).
-    pub fn start_listening(
+    pub(crate) fn start_listening(
         listen: &str,
         database_url: &str,
         extra: &[String],
@@ -101,12 +101,12 @@ impl ServerProcess {
     }
 
     /// The most memory the process has held so far (VmHWM), where /proc exists.
-    pub fn peak_rss_bytes(&self) -> Option<u64> {
+    pub(crate) fn peak_rss_bytes(&self) -> Option<u64> {
         peak_rss_of(self.child.id())
     }
 
     /// CPU time (user and system) the process has used so far, where /proc exists.
-    pub fn cpu_seconds(&self) -> Option<f64> {
+    pub(crate) fn cpu_seconds(&self) -> Option<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
         // After the command name in parentheses (which may hold spaces): state is field 3, utime
         // and stime are fields 14 and 15.
@@ -119,7 +119,7 @@ impl ServerProcess {
     }
 
     /// SIGTERM, then waits for a clean exit.
-    pub fn stop(mut self) -> Result<(), ServerProcessError> {
+    pub(crate) fn stop(mut self) -> Result<(), ServerProcessError> {
         let pid = self.child.id() as libc::pid_t;
         // SAFETY: kill(2) with a pid this process spawned and still owns; no memory is involved.
         unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -136,7 +136,7 @@ impl ServerProcess {
 
 impl ServerProcess {
     /// SIGKILL: no drain, no goodbye; waits until the process is gone.
-    pub fn kill(mut self) -> Result<(), ServerProcessError> {
+    pub(crate) fn kill(mut self) -> Result<(), ServerProcessError> {
         self.child.kill()?;
         self.child.wait()?;
         Ok(())
@@ -151,7 +151,7 @@ impl Drop for ServerProcess {
 }
 
 /// VmHWM of a process, in bytes.
-pub fn peak_rss_of(pid: u32) -> Option<u64> {
+pub(crate) fn peak_rss_of(pid: u32) -> Option<u64> {
     proc_status_kib(pid, "VmHWM:").map(|kib| kib * 1024)
 }
 

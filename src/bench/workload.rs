@@ -64,7 +64,7 @@ const ATTRIBUTE_KEYS: [&str; 10] = [
 
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
-pub struct WorkloadShape {
+pub(crate) struct WorkloadShape {
     /// Records per PushRequest.
     pub records_per_chunk: usize,
     /// Approximate bytes per message.
@@ -111,7 +111,7 @@ impl Protocol {
 }
 
 /// Chunks ready to send, and the records they hold (for the COPY comparison).
-pub struct Workload {
+pub(crate) struct Workload {
     /// Each chunk encoded once: a `PushRequest`, an `ExportLogsServiceRequest` (OTLP over gRPC or
     /// HTTP), or a snappy-compressed Loki `PushRequest`.
     pub encoded: Vec<Bytes>,
@@ -120,7 +120,7 @@ pub struct Workload {
 }
 
 /// Builds the pool. Deterministic for a given shape, so runs are comparable.
-pub fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
+pub(crate) fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
     let mut rng = fastrand::Rng::with_seed(0x10c_4a01);
     let now = chrono::Utc::now();
     let mut records = Vec::with_capacity(shape.distinct_chunks * shape.records_per_chunk);

@@ -15,7 +15,8 @@ pub mod origins;
 mod pipeline;
 mod query;
 mod ranges;
-pub mod reference;
+#[cfg(test)]
+mod reference;
 mod retention;
 pub mod secret;
 mod storage;

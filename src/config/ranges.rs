@@ -7,15 +7,15 @@ use std::time::Duration;
 use super::{ByteSize, ConfigError, HumanDuration};
 
 /// Bytes in a KiB, MiB and GiB, for the ranges.
-pub const KIB: u64 = 1 << 10;
+pub(super) const KIB: u64 = 1 << 10;
 /// Bytes in a MiB.
-pub const MIB: u64 = 1 << 20;
+pub(super) const MIB: u64 = 1 << 20;
 /// Bytes in a GiB.
-pub const GIB: u64 = 1 << 30;
+pub(super) const GIB: u64 = 1 << 30;
 
 /// A count within `range`; `off` names the one value outside it that means something (and must
 /// then be the range's start), or is empty.
-pub fn count(
+pub(super) fn count(
     flag: &str,
     value: usize,
     range: RangeInclusive<usize>,
@@ -36,7 +36,7 @@ pub fn count(
 }
 
 /// A size within `range`, or 0 when `off` names what 0 means.
-pub fn bytes(
+pub(super) fn bytes(
     flag: &str,
     value: ByteSize,
     range: RangeInclusive<u64>,
@@ -57,7 +57,7 @@ pub fn bytes(
 }
 
 /// A duration within `range`, or 0 when `off` names what 0 means.
-pub fn duration(
+pub(super) fn duration(
     flag: &str,
     value: HumanDuration,
     range: RangeInclusive<Duration>,

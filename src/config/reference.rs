@@ -6,12 +6,12 @@ use clap::{Args, Command};
 use super::ServeConfig;
 
 /// Where the generated table starts and ends in `docs/configuration.md`.
-pub const TABLE_START: &str = "<!-- options table: generated from `loghaul serve`'s flags; `LOGHAUL_UPDATE_DOCS=1 cargo test options_table` rewrites it -->";
+pub(crate) const TABLE_START: &str = "<!-- options table: generated from `loghaul serve`'s flags; `LOGHAUL_UPDATE_DOCS=1 cargo test options_table` rewrites it -->";
 /// The line after the generated table.
-pub const TABLE_END: &str = "<!-- end of the options table -->";
+pub(crate) const TABLE_END: &str = "<!-- end of the options table -->";
 
 /// One row per option of `loghaul serve`: its flag, environment variable, default and help.
-pub fn options_table() -> String {
+pub(crate) fn options_table() -> String {
     let command = ServeConfig::augment_args(Command::new("serve"));
     let mut table = String::from("| flag | environment | default | |\n|---|---|---|---|\n");
     for arg in command.get_arguments() {

@@ -65,7 +65,7 @@ impl ConsoleState {
 }
 
 /// `GET /api/v1/session`: who the key belongs to.
-pub async fn session(
+pub(crate) async fn session(
     State(state): State<ConsoleState>,
     peer: Peer,
     headers: HeaderMap,
@@ -78,7 +78,7 @@ pub async fn session(
 }
 
 /// `GET /api/v1/logs`: one page of the tenant's records, newest first.
-pub async fn logs(
+pub(crate) async fn logs(
     State(state): State<ConsoleState>,
     peer: Peer,
     headers: HeaderMap,
@@ -99,7 +99,7 @@ pub async fn logs(
 /// once the tail is in place (records committed from then on are delivered), `records` with a
 /// JSON array (the event id is the last record's cursor, so `Last-Event-ID` resumes after it),
 /// and `error` with `{"error": …}` before the stream ends.
-pub async fn tail(
+pub(crate) async fn tail(
     State(state): State<ConsoleState>,
     peer: Peer,
     headers: HeaderMap,
@@ -151,7 +151,7 @@ pub async fn tail(
 
 /// `GET /api/v1/volume`: the histogram above the search results, read under the same admission
 /// and timeout as a page.
-pub async fn volume(
+pub(crate) async fn volume(
     State(state): State<ConsoleState>,
     peer: Peer,
     headers: HeaderMap,
@@ -164,7 +164,7 @@ pub async fn volume(
 }
 
 /// `GET /api/v1/health`: the snapshot the Health view charts.
-pub async fn health(
+pub(crate) async fn health(
     State(state): State<ConsoleState>,
     peer: Peer,
     headers: HeaderMap,
@@ -177,7 +177,7 @@ pub async fn health(
 }
 
 /// Any other `/api/` path.
-pub async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     json_response(
         StatusCode::NOT_FOUND,
         &json!({"error": "no such API endpoint; see /api/v1/logs, /api/v1/tail, /api/v1/volume, /api/v1/health, /api/v1/session"}),

@@ -29,27 +29,27 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 /// `GET /`: the single page (views are chosen by the URL fragment).
-pub async fn index() -> Response {
+pub(crate) async fn index() -> Response {
     asset("text/html; charset=utf-8", INDEX_HTML)
 }
 
 /// `GET /app.js`.
-pub async fn script() -> Response {
+pub(crate) async fn script() -> Response {
     asset("text/javascript; charset=utf-8", APP_JS)
 }
 
 /// `GET /app.css`.
-pub async fn style() -> Response {
+pub(crate) async fn style() -> Response {
     asset("text/css; charset=utf-8", APP_CSS)
 }
 
 /// `GET /favicon.svg`.
-pub async fn favicon() -> Response {
+pub(crate) async fn favicon() -> Response {
     asset("image/svg+xml", FAVICON_SVG)
 }
 
 /// Any other path: JSON under `/api`, text elsewhere.
-pub async fn not_found(uri: axum::http::Uri) -> Response {
+pub(crate) async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path().starts_with("/api") {
         return super::api::not_found().await;
     }

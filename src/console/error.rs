@@ -9,7 +9,7 @@ use crate::error::{with_retry_after, HttpError};
 /// A refused API call, answered as `{"error": "…"}` with the status, `Retry-After` and reason
 /// of its [`HttpError`].
 #[derive(Debug)]
-pub struct ApiError(HttpError);
+pub(crate) struct ApiError(HttpError);
 
 impl<E: Into<HttpError>> From<E> for ApiError {
     fn from(err: E) -> Self {
@@ -37,7 +37,7 @@ impl IntoResponse for ApiError {
 }
 
 /// A JSON body with the given status; API answers are never cached.
-pub fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
     (
         status,
         [

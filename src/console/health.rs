@@ -13,7 +13,7 @@ use crate::pipeline::Ingress;
 
 /// What the snapshot is taken from.
 #[derive(Clone)]
-pub struct HealthSource {
+pub(crate) struct HealthSource {
     /// Readiness flags.
     pub readiness: Arc<Readiness>,
     /// The pipeline, whose queue gauges are sampled on demand.
@@ -25,7 +25,7 @@ pub struct HealthSource {
 impl HealthSource {
     /// The snapshot as JSON, as `tenant` may see it: its own records' counters and the shared
     /// pipeline's health.
-    pub fn snapshot(&self, tenant: &str) -> Value {
+    pub(crate) fn snapshot(&self, tenant: &str) -> Value {
         self.ingress.sample_gauges();
         let series = metrics();
         let own = series.tenant(tenant);

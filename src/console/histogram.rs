@@ -21,7 +21,7 @@ use crate::query::filter::Filter;
 use crate::query::Reads;
 
 /// The most buckets a histogram is cut into.
-pub const MAX_BUCKETS: i64 = 120;
+pub(crate) const MAX_BUCKETS: i64 = 120;
 
 /// Bucket sizes in minutes, smallest first; past the last, whole days.
 const BUCKET_MINUTES: [i64; 12] = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440];
@@ -31,7 +31,7 @@ const DAY_MINUTES: i64 = 1440;
 
 /// Records per level in one bucket.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Where the bucket starts (whole minutes; the first bucket may start before the range).
     pub start: DateTime<Utc>,
     /// Records per level, in the order of [`Severity::ALL`].
@@ -40,12 +40,12 @@ pub struct Bucket {
 
 impl Bucket {
     /// All the bucket's records.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.counts.iter().sum()
     }
 
     /// The levels with records, by Loki's level names, and their counts.
-    pub fn levels(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn levels(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         Severity::ALL
             .into_iter()
             .zip(self.counts)
@@ -56,7 +56,7 @@ impl Bucket {
 
 /// A search's volume over its range.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// The start of the first minute counted.
     pub from: DateTime<Utc>,
     /// The end of the last minute counted.
@@ -75,7 +75,7 @@ pub struct Histogram {
 
 impl Histogram {
     /// All records counted.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.buckets.iter().map(Bucket::total).sum()
     }
 }
@@ -83,7 +83,7 @@ impl Histogram {
 /// The bucket size for a span of `minutes`: the smallest of [`BUCKET_MINUTES`], or whole days
 /// past them, that cuts it into fewer than [`MAX_BUCKETS`] pieces, so that with the buckets on
 /// multiples of their size (one more at most) there are no more than [`MAX_BUCKETS`].
-pub fn bucket_minutes(minutes: i64) -> i64 {
+pub(crate) fn bucket_minutes(minutes: i64) -> i64 {
     let fits = |size: i64| (minutes + size - 1) / size < MAX_BUCKETS;
     BUCKET_MINUTES
         .into_iter()
@@ -154,7 +154,7 @@ impl Reads {
     /// The volume histogram of `tenant`'s records that `filter` selects, checked and bounded as
     /// a search is (the default range when it has no `from`, one admitted read within the read
     /// timeout).
-    pub async fn histogram(
+    pub(crate) async fn histogram(
         &self,
         tenant: &Arc<str>,
         filter: v1::Filter,

@@ -13,12 +13,12 @@
 //! - [`error`]: JSON error answers.
 //! - [`assets`]: the page, script and style sheet, embedded in the binary.
 
-pub mod api;
-pub mod assets;
-pub mod error;
-pub mod health;
-pub mod histogram;
-pub mod params;
+pub(crate) mod api;
+pub(crate) mod assets;
+pub(crate) mod error;
+pub(crate) mod health;
+pub(crate) mod histogram;
+pub(crate) mod params;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ use health::HealthSource;
 
 /// What the console's handlers share.
 #[derive(Clone)]
-pub struct ConsoleState {
+pub(crate) struct ConsoleState {
     keys: Arc<KeyStore>,
     reads: Reads,
     health: HealthSource,
@@ -46,7 +46,7 @@ pub struct ConsoleState {
 
 impl ConsoleState {
     /// The console's view of a running service, reading through the same `reads` as gRPC.
-    pub fn new(keys: Arc<KeyStore>, reads: Reads, health: HealthSource) -> Self {
+    pub(crate) fn new(keys: Arc<KeyStore>, reads: Reads, health: HealthSource) -> Self {
         ConsoleState {
             keys,
             reads,
@@ -56,7 +56,7 @@ impl ConsoleState {
 }
 
 /// The console's routes.
-pub fn router(state: ConsoleState) -> Router {
+pub(crate) fn router(state: ConsoleState) -> Router {
     let api = Router::new()
         .route("/session", get(api::session))
         .route("/logs", get(api::logs))
@@ -96,7 +96,7 @@ async fn count(request: Request, next: Next) -> Response {
 
 /// Serves the console until `shutdown` completes (open tails end on their own when the service
 /// drains, so the graceful shutdown does not wait on them).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     state: ConsoleState,
     limits: HttpLimits,

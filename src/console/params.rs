@@ -13,12 +13,12 @@ use crate::proto::v1::{Filter, QueryRequest, TailRequest};
 const MAX_QUERY_BYTES: usize = 16 << 10;
 
 /// Parameters common to search, tail and volume, and what they mean.
-pub const FILTER_PARAMETERS: &str =
+pub(crate) const FILTER_PARAMETERS: &str =
     "since, from, to, service, min_severity, contains, attr (key=value)";
 
 /// Which endpoint the parameters are for: each takes the filter and a few of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// `/logs`: `page_size` and `cursor`.
     Logs,
     /// `/tail`: `cursor`.
@@ -43,7 +43,7 @@ impl Endpoint {
 
 /// The parsed parameters.
 #[derive(Debug, Default, PartialEq)]
-pub struct Params {
+pub(crate) struct Params {
     /// The wire filter.
     pub filter: Filter,
     /// `page_size` (`/logs` only).
@@ -54,7 +54,7 @@ pub struct Params {
 
 impl Params {
     /// Parses a raw query string (`None`: no parameters) for `endpoint`.
-    pub fn parse(query: Option<&str>, endpoint: Endpoint) -> Result<Params, String> {
+    pub(crate) fn parse(query: Option<&str>, endpoint: Endpoint) -> Result<Params, String> {
         let query = query.unwrap_or_default();
         if query.len() > MAX_QUERY_BYTES {
             return Err(format!(
@@ -113,7 +113,7 @@ impl Params {
     }
 
     /// The request of a search page.
-    pub fn query_request(self) -> QueryRequest {
+    pub(crate) fn query_request(self) -> QueryRequest {
         QueryRequest {
             filter: Some(self.filter),
             page_size: self.page_size,
@@ -122,7 +122,7 @@ impl Params {
     }
 
     /// The request of a tail.
-    pub fn tail_request(self) -> TailRequest {
+    pub(crate) fn tail_request(self) -> TailRequest {
         TailRequest {
             filter: Some(self.filter),
             cursor: self.cursor,

@@ -19,7 +19,7 @@ use crate::storage::StoreError;
 
 /// Takes the records from the tenant's rate limit; returns their size in bytes, or the refusal
 /// with the delay after which they would be admitted.
-pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> {
+pub(crate) fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> {
     let bytes: usize = records.iter().map(Record::size_bytes).sum();
     match tenant.admit(records.len() as u64, bytes as u64) {
         Ok(()) => Ok(bytes),
@@ -35,7 +35,7 @@ pub fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, IngestError> 
 
 /// Counts a message's records: all of them received (by tenant and by `protocol`), and the
 /// rejected ones by reason.
-pub fn count_received(
+pub(crate) fn count_received(
     tenant: &Tenant,
     protocol: Protocol,
     received: u64,
@@ -52,7 +52,7 @@ pub fn count_received(
 /// A unary request (an OTLP export, a Loki push) as its records are decoded one by one: the
 /// valid ones, each charged to the request's meter before the next is built, with the request
 /// index of each, and the tally of the refused.
-pub struct Collected {
+pub(crate) struct Collected {
     records: Vec<Record>,
     queued_at: Vec<u64>,
     tally: RequestTally,
@@ -61,7 +61,7 @@ pub struct Collected {
 impl Collected {
     /// An empty collection, with the records the transport refused (a JSON record that did not
     /// deserialize), which the encoding leaves out and the tally numbers in.
-    pub fn new(upfront: Refused) -> Self {
+    pub(crate) fn new(upfront: Refused) -> Self {
         Collected {
             records: Vec::new(),
             queued_at: Vec::new(),
@@ -71,7 +71,7 @@ impl Collected {
 
     /// Makes room for `count` more records, charging their fixed cost before any is built: 2
     /// bytes on the wire can be a few hundred in memory.
-    pub async fn reserve(
+    pub(crate) async fn reserve(
         &mut self,
         count: usize,
         meter: &mut Meter<'_>,
@@ -83,7 +83,7 @@ impl Collected {
 
     /// Counts the next record and keeps what `check` makes of it, charged to `meter`, or its
     /// rejection.
-    pub async fn take(
+    pub(crate) async fn take(
         &mut self,
         meter: &mut Meter<'_>,
         check: impl FnOnce() -> Result<Record, Invalid>,
@@ -105,7 +105,7 @@ impl Collected {
     /// Counts the request's records for `tenant` and `protocol`, queues the valid ones as one
     /// chunk on the least loaded shard (its rate limit charged first), and waits for their commit;
     /// returns the tally, the rows the database refused included.
-    pub async fn store(
+    pub(crate) async fn store(
         self,
         ingress: &Ingress,
         tenant: &Tenant,
@@ -145,7 +145,7 @@ impl Collected {
 }
 
 /// Counts the call in `calls` by outcome and turns the outcome into the gRPC answer.
-pub fn respond<T, E: CallFailure>(
+pub(crate) fn respond<T, E: CallFailure>(
     outcome: Result<T, E>,
     calls: &CounterVec<1>,
 ) -> Result<Response<T>, Status> {

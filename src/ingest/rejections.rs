@@ -10,13 +10,13 @@ use crate::pipeline::ack::RowRejection;
 
 /// Rejections spelled out in the summary; the count stays exact beyond it. Clients log the
 /// message, so it should stay readable in one log line.
-pub const MAX_LISTED_REJECTIONS: usize = 10;
+pub(crate) const MAX_LISTED_REJECTIONS: usize = 10;
 /// Longest reason quoted in the summary; a database's refusal can be long, and a reason that
 /// quotes the input as long as the input.
-pub const MAX_REASON_CHARS: usize = 200;
+pub(crate) const MAX_REASON_CHARS: usize = 200;
 
 /// `reason` cut to [`MAX_REASON_CHARS`], formatted no further than that.
-pub fn capped_reason(reason: impl std::fmt::Display) -> String {
+pub(crate) fn capped_reason(reason: impl std::fmt::Display) -> String {
     /// Takes characters until it is full, then refuses the rest, which ends the formatting.
     struct Capped(String, usize);
     impl Write for Capped {
@@ -160,7 +160,7 @@ impl Refused {
 
 /// The running outcome of one request.
 #[derive(Debug, Default)]
-pub struct RequestTally {
+pub(crate) struct RequestTally {
     /// Records received, valid or not.
     pub received: u64,
     rejected: u64,
@@ -175,7 +175,7 @@ pub struct RequestTally {
 impl RequestTally {
     /// A tally for a request whose transport already refused `upfront` (records of a JSON body
     /// that did not deserialize); they are counted as the numbering reaches them.
-    pub fn new(upfront: Refused) -> Self {
+    pub(crate) fn new(upfront: Refused) -> Self {
         RequestTally {
             by_reason: upfront.by_reason(),
             upfront,
@@ -185,7 +185,7 @@ impl RequestTally {
 
     /// Counts the next record; returns its index in the request. Records the transport refused
     /// are counted on the way.
-    pub fn next_index(&mut self) -> u64 {
+    pub(crate) fn next_index(&mut self) -> u64 {
         self.count_upfront();
         self.received += 1;
         self.received - 1
@@ -193,7 +193,7 @@ impl RequestTally {
 
     /// Counts the records the transport refused after the last one decoded, and lets go of
     /// their marks.
-    pub fn end_of_records(&mut self) {
+    pub(crate) fn end_of_records(&mut self) {
         self.count_upfront();
         self.upfront = Refused::default();
     }
@@ -220,13 +220,13 @@ impl RequestTally {
     }
 
     /// Counts a record that failed validation.
-    pub fn invalid(&mut self, index: u64, invalid: &Invalid) {
+    pub(crate) fn invalid(&mut self, index: u64, invalid: &Invalid) {
         self.by_reason.add(invalid.reason);
         self.reject(index, invalid.to_reason());
     }
 
     /// Counts the rows the database refused, mapped back to request indexes by `queued_at`.
-    pub fn refused(&mut self, refused: Vec<RowRejection>, queued_at: &[u64]) {
+    pub(crate) fn refused(&mut self, refused: Vec<RowRejection>, queued_at: &[u64]) {
         for row in refused {
             let reason = format!("{}: {}", RejectReason::StorageRefused.as_str(), row.reason);
             self.reject(queued_at[row.position], reason);
@@ -242,7 +242,7 @@ impl RequestTally {
 
     /// `None` when every record was stored; otherwise the number rejected and a message naming
     /// the first of them by index: "3 of 10 {records} rejected ({where}): #2 reason; …".
-    pub fn summary(mut self, records: &str, numbering: &str) -> Option<(u64, String)> {
+    pub(crate) fn summary(mut self, records: &str, numbering: &str) -> Option<(u64, String)> {
         if self.rejected == 0 {
             return None;
         }

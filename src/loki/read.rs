@@ -30,12 +30,12 @@ use crate::query::Reads;
 use crate::storage::StoredRow;
 
 /// The most lines a log query may ask for, as Loki's default `max_entries_limit_per_query`.
-pub const MAX_ENTRIES: usize = 5000;
+pub(crate) const MAX_ENTRIES: usize = 5000;
 /// The most (minute, service, severity) rollup rows one query may read.
-pub const MAX_VOLUME_ROWS: usize = 500_000;
+pub(crate) const MAX_VOLUME_ROWS: usize = 500_000;
 /// Rows looked at, newest first, to list the attribute labels and their values of a range:
 /// attributes have no index, so their names and values are sampled, not counted.
-pub const LABEL_SAMPLE_ROWS: usize = 2000;
+pub(crate) const LABEL_SAMPLE_ROWS: usize = 2000;
 
 // A request Loki's API cannot serve as written is the caller's: 400, with the reason.
 impl From<ParseError> for HttpError {
@@ -58,7 +58,7 @@ impl From<EvalError> for HttpError {
 
 /// What a query read, for Loki's `stats`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Rows the database sent.
     pub lines_scanned: u64,
     /// Bytes of their messages.
@@ -73,7 +73,7 @@ pub struct Stats {
 
 /// A time range `[from, to)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TimeRange {
+pub(crate) struct TimeRange {
     /// Inclusive start.
     pub from: DateTime<Utc>,
     /// Exclusive end.
@@ -82,7 +82,7 @@ pub struct TimeRange {
 
 /// One line of a log query's answer.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Nanoseconds since the epoch.
     pub ts: i64,
     /// The line, after the query's stages.
@@ -91,13 +91,13 @@ pub struct Entry {
 
 /// A log query's answer: lines grouped by their labels, each stream in the query's direction.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Streams {
+pub(crate) struct Streams {
     /// Streams, by labels.
     pub streams: BTreeMap<Labels, Vec<Entry>>,
 }
 
 /// Nanoseconds since the epoch of a stored time (microsecond precision, so it always fits).
-pub fn nanos(ts: DateTime<Utc>) -> i64 {
+pub(crate) fn nanos(ts: DateTime<Utc>) -> i64 {
     ts.timestamp_micros().saturating_mul(1000)
 }
 
@@ -139,7 +139,7 @@ impl Reads {
 
     /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes;
     /// each line kept is charged to `charge`.
-    pub async fn loki_logs(
+    pub(crate) async fn loki_logs(
         &self,
         tenant: &Arc<str>,
         query: &LogQuery,
@@ -210,7 +210,7 @@ impl Reads {
 
 /// What a volume request asks of the rollup besides its selector and range.
 #[derive(Clone, Debug, Default)]
-pub struct VolumeAsk {
+pub(crate) struct VolumeAsk {
     /// The labels to sum by (by default the labels the selector names).
     pub targets: Vec<String>,
     /// `None`: one sum over the whole range; else a sum at each step over the step before it.
@@ -331,7 +331,7 @@ impl Reads {
 
     /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,
     /// as `ask` says; each series charged to `charge` as it is made.
-    pub async fn loki_volume(
+    pub(crate) async fn loki_volume(
         &self,
         tenant: &Arc<str>,
         query: &LogQuery,
@@ -431,7 +431,7 @@ impl Reads {
     }
 
     /// The label names of `range`: the indexed ones, and the attribute labels of the newest rows.
-    pub async fn loki_label_names(
+    pub(crate) async fn loki_label_names(
         &self,
         tenant: &Arc<str>,
         range: TimeRange,
@@ -453,7 +453,7 @@ impl Reads {
 
     /// The values of label `name` over `range` among the rows `query` selects (all rows when
     /// `None`): from the rollup for indexed labels, else sampled from the newest rows.
-    pub async fn loki_label_values(
+    pub(crate) async fn loki_label_values(
         &self,
         tenant: &Arc<str>,
         name: &str,
@@ -488,7 +488,7 @@ impl Reads {
     }
 
     /// The streams (service and level label sets) over `range` that any of `selectors` selects.
-    pub async fn loki_series(
+    pub(crate) async fn loki_series(
         &self,
         tenant: &Arc<str>,
         selectors: &[LogQuery],

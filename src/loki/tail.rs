@@ -22,7 +22,7 @@ use crate::query::Reads;
 
 /// A running Loki tail.
 #[derive(Debug)]
-pub struct LokiTail {
+pub(crate) struct LokiTail {
     /// The newest lines since the start time when the tail opened, oldest first.
     pub backfill: Streams,
     live: Follow,
@@ -40,7 +40,7 @@ pub struct LokiTail {
 impl Reads {
     /// Opens a tail of `query` for `tenant`: the newest `limit` lines since `start`, then every
     /// line committed from now on, each once: none falls between the parts.
-    pub async fn loki_tail(
+    pub(crate) async fn loki_tail(
         &self,
         tenant: &Arc<str>,
         query: &LogQuery,
@@ -98,7 +98,7 @@ impl LokiTail {
 
     /// The next lines committed that the query matches, grouped by their labels in commit
     /// order; an error says why the tail ended, `None` that it ended without one.
-    pub async fn next(&mut self) -> Option<Result<Streams, HttpError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Streams, HttpError>> {
         while let Some(polled) = self.live.next().await {
             let rows = match polled {
                 Ok(rows) => rows,

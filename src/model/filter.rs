@@ -8,13 +8,13 @@ use super::InvalidRequest;
 use crate::proto::v1;
 
 /// Records per page when the request does not say.
-pub const DEFAULT_PAGE_SIZE: usize = 100;
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 100;
 /// Largest page a client may ask for.
-pub const MAX_PAGE_SIZE: usize = 1000;
+pub(crate) const MAX_PAGE_SIZE: usize = 1000;
 /// Most services or attributes one filter may name (each becomes a condition in SQL).
-pub const MAX_FILTER_TERMS: usize = 64;
+pub(crate) const MAX_FILTER_TERMS: usize = 64;
 /// Longest `contains` text.
-pub const MAX_CONTAINS_BYTES: usize = 1024;
+pub(crate) const MAX_CONTAINS_BYTES: usize = 1024;
 
 /// Which records match; every condition is optional.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -118,7 +118,7 @@ impl Filter {
 }
 
 /// The page size a request asks for: 0 means the default, beyond the maximum is refused.
-pub fn page_size(requested: u32) -> Result<usize, InvalidRequest> {
+pub(crate) fn page_size(requested: u32) -> Result<usize, InvalidRequest> {
     match requested as usize {
         0 => Ok(DEFAULT_PAGE_SIZE),
         size if size > MAX_PAGE_SIZE => Err(invalid(format!(

@@ -4,12 +4,12 @@
 //! pipeline, the query service and the stores all depend on this module; it depends on none of
 //! them.
 
-pub mod cursor;
-pub mod filter;
-pub mod reject;
-pub mod selection;
-pub mod severity;
-pub mod time;
+pub(crate) mod cursor;
+pub(crate) mod filter;
+pub(crate) mod reject;
+pub(crate) mod selection;
+pub(crate) mod severity;
+pub(crate) mod time;
 
 /// A read request that cannot be served as asked (a bad time range, page size or cursor); the
 /// message says which and why. Becomes `INVALID_ARGUMENT` (HTTP 400).

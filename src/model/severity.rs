@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 
 /// A level: one of OpenTelemetry's six ranges of severity numbers, or none of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
+pub(crate) enum Severity {
     /// Severity number 0 (unspecified), or one outside 1..=24.
     Unknown,
     /// 1–4.
@@ -24,7 +24,7 @@ pub enum Severity {
 
 impl Severity {
     /// Every level, unknown first, then in increasing severity.
-    pub const ALL: [Severity; 7] = [
+    pub(crate) const ALL: [Severity; 7] = [
         Severity::Unknown,
         Severity::Trace,
         Severity::Debug,
@@ -35,7 +35,7 @@ impl Severity {
     ];
 
     /// The level whose range holds a severity number.
-    pub fn of(number: i32) -> Severity {
+    pub(crate) fn of(number: i32) -> Severity {
         match number {
             1..=4 => Severity::Trace,
             5..=8 => Severity::Debug,
@@ -49,7 +49,7 @@ impl Severity {
 
     /// The level a name stands for, in any case, with the spellings loggers, shippers and Loki
     /// use (`warning`, `err`, `crit`, `emerg`…); `None` for any other text, `unknown` included.
-    pub fn from_name(name: &str) -> Option<Severity> {
+    pub(crate) fn from_name(name: &str) -> Option<Severity> {
         let level = match name.to_ascii_lowercase().as_str() {
             "trace" => Severity::Trace,
             "debug" | "dbg" => Severity::Debug,
@@ -66,7 +66,7 @@ impl Severity {
 
     /// A minimum severity as a filter takes it: a number 0..=24, or a level name (its lowest
     /// number); `None` for anything else.
-    pub fn parse_min(text: &str) -> Option<i32> {
+    pub(crate) fn parse_min(text: &str) -> Option<i32> {
         match text.parse::<i32>() {
             Ok(number) => (0..=24).contains(&number).then_some(number),
             Err(_) => Severity::from_name(text).map(Severity::number),
@@ -74,7 +74,7 @@ impl Severity {
     }
 
     /// Loki's name for it: lowercase, `unknown` for none.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Severity::Unknown => "unknown",
             Severity::Trace => "trace",
@@ -87,7 +87,7 @@ impl Severity {
     }
 
     /// Its name on a line of `loghaul query` and `tail`: uppercase, `-` for none.
-    pub fn short_name(self) -> &'static str {
+    pub(crate) fn short_name(self) -> &'static str {
         match self {
             Severity::Unknown => "-",
             Severity::Trace => "TRACE",
@@ -100,7 +100,7 @@ impl Severity {
     }
 
     /// The severity numbers it covers (just 0 for unknown).
-    pub fn range(self) -> RangeInclusive<i32> {
+    pub(crate) fn range(self) -> RangeInclusive<i32> {
         match self {
             Severity::Unknown => 0..=0,
             level => {
@@ -111,7 +111,7 @@ impl Severity {
     }
 
     /// The lowest number of its range: what a record that names only the level is stored with.
-    pub fn number(self) -> i32 {
+    pub(crate) fn number(self) -> i32 {
         *self.range().start()
     }
 }

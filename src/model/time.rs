@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use prost_types::Timestamp;
 
 /// An instant as a protobuf timestamp.
-pub fn to_proto(ts: DateTime<Utc>) -> Timestamp {
+pub(crate) fn to_proto(ts: DateTime<Utc>) -> Timestamp {
     Timestamp {
         seconds: ts.timestamp(),
         nanos: ts.timestamp_subsec_nanos() as i32,
@@ -12,20 +12,20 @@ pub fn to_proto(ts: DateTime<Utc>) -> Timestamp {
 }
 
 /// A protobuf timestamp as an instant; `None` outside chrono's range or with negative nanos.
-pub fn from_proto(ts: &Timestamp) -> Option<DateTime<Utc>> {
+pub(crate) fn from_proto(ts: &Timestamp) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(ts.seconds, u32::try_from(ts.nanos).ok()?)
 }
 
 /// RFC 3339 text (`2026-11-29T10:00:00Z`, any offset) as a protobuf timestamp; the error says
 /// what was wrong and how to write it, after `what` (the flag or parameter).
-pub fn parse_rfc3339(what: &str, text: &str) -> Result<Timestamp, String> {
+pub(crate) fn parse_rfc3339(what: &str, text: &str) -> Result<Timestamp, String> {
     DateTime::parse_from_rfc3339(text)
         .map(|ts| to_proto(ts.to_utc()))
         .map_err(|err| format!("{what} {text:?}: {err}; write it like 2026-11-29T10:00:00Z"))
 }
 
 /// Nanoseconds since the epoch as a protobuf timestamp (before 1970 too).
-pub fn from_unix_nanos(nanos: i128) -> Option<Timestamp> {
+pub(crate) fn from_unix_nanos(nanos: i128) -> Option<Timestamp> {
     Some(Timestamp {
         seconds: i64::try_from(nanos.div_euclid(1_000_000_000)).ok()?,
         nanos: nanos.rem_euclid(1_000_000_000) as i32,

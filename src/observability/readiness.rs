@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Shared readiness flags, written by the store probe, the writers and shutdown.
 #[derive(Debug)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     store_up: AtomicBool,
     draining: AtomicBool,
 }
@@ -20,7 +20,7 @@ impl Default for Readiness {
 
 impl Readiness {
     /// Records whether the last contact with the store succeeded.
-    pub fn set_store_up(&self, up: bool) {
+    pub(crate) fn set_store_up(&self, up: bool) {
         let was = self.store_up.swap(up, Ordering::Relaxed);
         if was != up {
             super::metrics::metrics()
@@ -35,22 +35,22 @@ impl Readiness {
     }
 
     /// Marks the service as shutting down; it stays not-ready from then on.
-    pub fn start_draining(&self) {
+    pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
     }
 
     /// True when the store answered last time.
-    pub fn store_up(&self) -> bool {
+    pub(crate) fn store_up(&self) -> bool {
         self.store_up.load(Ordering::Relaxed)
     }
 
     /// True when the service is shutting down.
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
 
     /// Ready for traffic: the store is up and the service is not draining.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.store_up() && !self.draining()
     }
 }

@@ -25,15 +25,15 @@ pub struct Stored {
 }
 
 /// The outcome of one chunk, or why none of its records was stored.
-pub type AckResult = Result<Stored, StoreError>;
+pub(crate) type AckResult = Result<Stored, StoreError>;
 
 /// Resolved by the batcher.
-pub type AckSender = oneshot::Sender<AckResult>;
+pub(crate) type AckSender = oneshot::Sender<AckResult>;
 
 /// Awaited by the stream handler.
-pub type AckReceiver = oneshot::Receiver<AckResult>;
+pub(crate) type AckReceiver = oneshot::Receiver<AckResult>;
 
 /// A new acknowledgement pair.
-pub fn channel() -> (AckSender, AckReceiver) {
+pub(crate) fn channel() -> (AckSender, AckReceiver) {
     oneshot::channel()
 }

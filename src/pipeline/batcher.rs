@@ -20,7 +20,7 @@ use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.
 #[derive(Clone, Copy, Debug)]
-pub struct BatchLimits {
+pub(crate) struct BatchLimits {
     /// Flush at this many rows.
     pub max_rows: usize,
     /// Flush at this many bytes.
@@ -31,7 +31,7 @@ pub struct BatchLimits {
 
 /// The pure batching policy: what is buffered and when it must go. No I/O, so it is tested alone.
 #[derive(Debug)]
-pub struct Batch<T> {
+pub(crate) struct Batch<T> {
     items: Vec<T>,
     rows: usize,
     bytes: usize,
@@ -52,7 +52,7 @@ impl<T> Default for Batch<T> {
 impl<T> Batch<T> {
     /// Adds an item holding `rows` rows and `bytes` bytes that arrived at `arrived`; true when the
     /// batch is now full and must be flushed.
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         item: T,
         rows: usize,
@@ -70,17 +70,17 @@ impl<T> Batch<T> {
     }
 
     /// When the oldest item's linger runs out, if anything is buffered.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         self.deadline
     }
 
     /// True when nothing is buffered.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// Empties the batch, returning its items and row count.
-    pub fn take(&mut self) -> (Vec<T>, usize) {
+    pub(crate) fn take(&mut self) -> (Vec<T>, usize) {
         let rows = self.rows;
         let taken = std::mem::take(self);
         (taken.items, rows)
@@ -88,7 +88,7 @@ impl<T> Batch<T> {
 }
 
 /// A shard's batching task.
-pub struct Batcher {
+pub(crate) struct Batcher {
     /// Shard number, named in its log lines.
     pub shard: usize,
     /// The shard's series.
@@ -107,7 +107,7 @@ pub struct Batcher {
 
 impl Batcher {
     /// Runs until shutdown, then flushes everything queued regardless of linger.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         let mut batch: Batch<Chunk> = Batch::default();
         let mut closed = false;
         loop {

@@ -33,7 +33,7 @@ const PUBLISH_STEP: usize = 64 * 1024;
 
 /// How the budget is sized.
 #[derive(Clone, Copy, Debug)]
-pub struct BudgetLimits {
+pub(crate) struct BudgetLimits {
     /// Bytes requests in progress and queued chunks may hold together.
     pub total: usize,
     /// Bytes one tenant's requests in progress may claim.
@@ -44,7 +44,7 @@ pub struct BudgetLimits {
 
 /// The budget, shared by every ingest handler and the shards.
 #[derive(Clone, Debug)]
-pub struct Budget {
+pub(crate) struct Budget {
     shared: Arc<Shared>,
 }
 
@@ -86,7 +86,7 @@ struct Waiter {
 
 impl Budget {
     /// A budget of `limits.total` bytes.
-    pub fn new(limits: BudgetLimits) -> Budget {
+    pub(crate) fn new(limits: BudgetLimits) -> Budget {
         // Half the budget, so that a message never waits for room only it could free and no
         // single request can take it all; and within its tenant's share, so that it can be
         // admitted at all.
@@ -103,17 +103,17 @@ impl Budget {
     }
 
     /// Most bytes one message may claim or hold while it is read and decoded.
-    pub fn message_cap(&self) -> usize {
+    pub(crate) fn message_cap(&self) -> usize {
         self.shared.message_cap
     }
 
     /// Bytes held now: requests' charges and queued chunks (within [`PUBLISH_STEP`] per request).
-    pub fn charged(&self) -> usize {
+    pub(crate) fn charged(&self) -> usize {
         self.shared.charged.load(Ordering::Relaxed)
     }
 
     /// Bytes claimed now (what admission counts), and requests waiting for a first claim.
-    pub fn reserved_and_waiting(&self) -> (usize, usize) {
+    pub(crate) fn reserved_and_waiting(&self) -> (usize, usize) {
         let books = self.books();
         (
             books.reserved,
@@ -124,7 +124,7 @@ impl Budget {
     /// Claims `bytes` (capped at the message cap) for a request of `tenant`, waiting in line,
     /// holding nothing, until the budget and the tenant's share have room; refused when the budget
     /// does not move for the stall timeout meanwhile.
-    pub async fn claim(&self, tenant: &Arc<str>, bytes: usize) -> Result<Claim, Stalled> {
+    pub(crate) async fn claim(&self, tenant: &Arc<str>, bytes: usize) -> Result<Claim, Stalled> {
         let bytes = bytes.min(self.shared.message_cap);
         let limits = &self.shared.limits;
         let (id, granted) = {
@@ -329,7 +329,7 @@ impl Drop for Pending<'_> {
 /// What one request holds while its message is read and decoded: a claim on the budget and,
 /// within it, what it has charged. Dropped, it gives everything back.
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     budget: Budget,
     id: u64,
     tenant: Arc<str>,
@@ -341,17 +341,17 @@ pub struct Claim {
 
 impl Claim {
     /// Bytes claimed.
-    pub fn claimed(&self) -> usize {
+    pub(crate) fn claimed(&self) -> usize {
         self.claimed
     }
 
     /// Bytes charged within the claim.
-    pub fn charged(&self) -> usize {
+    pub(crate) fn charged(&self) -> usize {
         self.charged
     }
 
     /// Charges `bytes` more, which the caller has made sure the claim covers ([`Claim::grow_to`]).
-    pub fn charge(&mut self, bytes: usize) {
+    pub(crate) fn charge(&mut self, bytes: usize) {
         self.charged += bytes;
         debug_assert!(self.charged <= self.claimed, "{self:?}");
         if self.charged >= self.published + PUBLISH_STEP {
@@ -360,7 +360,7 @@ impl Claim {
     }
 
     /// Gives back the charge of `bytes` no longer held; the claim stays, for what comes.
-    pub fn release(&mut self, bytes: usize) {
+    pub(crate) fn release(&mut self, bytes: usize) {
         self.charged = self.charged.saturating_sub(bytes);
         if self.charged + PUBLISH_STEP <= self.published {
             self.publish();
@@ -380,7 +380,7 @@ impl Claim {
     /// Grows the claim to at least `bytes` (at most the message cap): at once when the budget and
     /// the tenant's share have room or this claim holds the overdraft slot; through the slot when
     /// it is free; otherwise after waiting for it.
-    pub async fn grow_to(&mut self, bytes: usize) -> Result<(), Stalled> {
+    pub(crate) async fn grow_to(&mut self, bytes: usize) -> Result<(), Stalled> {
         let budget = self.budget.clone();
         let bytes = bytes.min(budget.shared.message_cap);
         if bytes <= self.claimed {
@@ -421,7 +421,7 @@ impl Claim {
 
     /// Turns the claim into what a queued chunk of `bytes` holds until its batch is written; the
     /// rest of the claim goes back, and so does the overdraft slot.
-    pub fn into_held(mut self, bytes: usize) -> Held {
+    pub(crate) fn into_held(mut self, bytes: usize) -> Held {
         debug_assert!(bytes <= self.claimed, "{self:?}");
         let bytes = bytes.min(self.claimed);
         self.charged = bytes;
@@ -459,7 +459,7 @@ impl Drop for Claim {
 
 /// The bytes a queued chunk holds until its batch is written; given back when dropped.
 #[derive(Debug)]
-pub struct Held {
+pub(crate) struct Held {
     budget: Budget,
     bytes: usize,
 }

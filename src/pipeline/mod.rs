@@ -7,13 +7,13 @@
 //! HTTP/2 flow control slows the client down; a wait is refused, and the stream told to back off,
 //! only once what it waits for has not moved for the enqueue timeout ([`stall`]).
 
-pub mod ack;
-pub mod batcher;
-pub mod budget;
-pub mod meter;
-pub mod router;
-pub mod stall;
-pub mod writer;
+pub(crate) mod ack;
+pub(crate) mod batcher;
+pub(crate) mod budget;
+pub(crate) mod meter;
+pub(crate) mod router;
+pub(crate) mod stall;
+pub(crate) mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +32,7 @@ use crate::storage::Store;
 use ack::AckReceiver;
 use batcher::{BatchLimits, Batcher};
 use budget::{Budget, BudgetLimits, Held};
-pub use meter::Meter;
+pub(crate) use meter::Meter;
 use stall::{unless_stalled, Progress, Stalled};
 use writer::Writer;
 
@@ -58,7 +58,7 @@ pub struct ChunkSource {
 
 /// Records of one stream message on their way to the database.
 #[derive(Debug)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     /// Who sent them, and the chunk's name when it is deduplicated.
     pub source: ChunkSource,
     /// The valid records of the message, in stream order.
@@ -75,7 +75,7 @@ pub struct Chunk {
 
 /// How the pipeline is sized.
 #[derive(Clone, Copy, Debug)]
-pub struct PipelineConfig {
+pub(crate) struct PipelineConfig {
     /// Number of shards.
     pub shards: usize,
     /// Chunks each shard's queue holds.
@@ -111,7 +111,7 @@ impl From<&PipelineOptions> for PipelineConfig {
 }
 
 /// The running shards.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     ingress: Ingress,
     closing: CancellationToken,
     batchers: Vec<JoinHandle<()>>,
@@ -119,7 +119,11 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// Starts one batching task per shard.
-    pub fn start(config: PipelineConfig, store: Store, readiness: Arc<Readiness>) -> Pipeline {
+    pub(crate) fn start(
+        config: PipelineConfig,
+        store: Store,
+        readiness: Arc<Readiness>,
+    ) -> Pipeline {
         let closing = CancellationToken::new();
         let writer = Writer::new(store, config.store_retry_timeout, readiness);
         let mut queues = Vec::with_capacity(config.shards);
@@ -171,13 +175,13 @@ impl Pipeline {
     }
 
     /// The handle stream handlers enqueue through.
-    pub fn ingress(&self) -> Ingress {
+    pub(crate) fn ingress(&self) -> Ingress {
         self.ingress.clone()
     }
 
     /// Stops taking chunks, flushes everything queued regardless of linger, and waits for every
     /// acknowledgement to be resolved.
-    pub async fn shutdown(self) {
+    pub(crate) async fn shutdown(self) {
         self.closing.cancel();
         for batcher in self.batchers {
             if let Err(err) = batcher.await {

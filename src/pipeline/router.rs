@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// The number of streams pinned to each shard.
-pub type PinCounts = Arc<[AtomicUsize]>;
+pub(crate) type PinCounts = Arc<[AtomicUsize]>;
 
 /// A stream's place on its shard, given back when the stream ends.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ impl Drop for ShardPin {
 }
 
 /// Pins a new stream to the one of two random shards with fewer streams pinned.
-pub fn pin_stream(counts: &PinCounts) -> ShardPin {
+pub(crate) fn pin_stream(counts: &PinCounts) -> ShardPin {
     let pinned = |shard: usize| counts[shard].load(Ordering::Relaxed);
     let shard = less_loaded(counts.len(), |first, second| pinned(second) < pinned(first));
     counts[shard].fetch_add(1, Ordering::Relaxed);
@@ -45,7 +45,7 @@ pub fn pin_stream(counts: &PinCounts) -> ShardPin {
 }
 
 /// Picks the less loaded of two random queues.
-pub fn pick_shard<T>(queues: &[mpsc::Sender<T>]) -> usize {
+pub(crate) fn pick_shard<T>(queues: &[mpsc::Sender<T>]) -> usize {
     // `capacity()` is the free room: more room means less loaded.
     less_loaded(queues.len(), |first, second| {
         queues[second].capacity() > queues[first].capacity()

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 /// When a resource last moved: bytes came back to the budget, a chunk left a queue.
 #[derive(Debug)]
-pub struct Progress {
+pub(crate) struct Progress {
     base: Instant,
     /// Microseconds from `base` to the last move.
     last: AtomicU64,
@@ -28,27 +28,27 @@ impl Default for Progress {
 
 impl Progress {
     /// Records that the resource moved now.
-    pub fn mark(&self) {
+    pub(crate) fn mark(&self) {
         let micros = u64::try_from(self.base.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.last.fetch_max(micros, Ordering::Relaxed);
     }
 
     /// When the resource last moved (its creation, if never).
-    pub fn last(&self) -> Instant {
+    pub(crate) fn last(&self) -> Instant {
         self.base + Duration::from_micros(self.last.load(Ordering::Relaxed))
     }
 }
 
 /// A wait that ended because nothing moved for the whole timeout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Stalled {
+pub(crate) struct Stalled {
     /// How long the waiter waited in all.
     pub waited: Duration,
 }
 
 /// Runs `wait` until it completes, or until `progress` has not moved for `timeout` since the later
 /// of the wait's start and its last move. Dropping `wait` on a stall must be safe (cancel-safe).
-pub async fn unless_stalled<F: Future>(
+pub(crate) async fn unless_stalled<F: Future>(
     wait: F,
     progress: &Progress,
     timeout: Duration,

@@ -23,7 +23,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// One chunk of a batch: its rows (consecutive, in batch order) and its key, if any.
 #[derive(Clone, Debug)]
-pub struct Span<'a> {
+pub(crate) struct Span<'a> {
     /// Positions of the chunk's rows in the batch.
     pub rows: Range<usize>,
     /// Set when the chunk is deduplicated.
@@ -32,7 +32,7 @@ pub struct Span<'a> {
 
 /// What a write did.
 #[derive(Debug, Default, PartialEq)]
-pub struct Written {
+pub(crate) struct Written {
     /// Positions (ascending) and reasons of rows the database refused.
     pub refused: Vec<(usize, String)>,
     /// Per chunk: its key was already stored, so nothing of it was written.
@@ -41,7 +41,7 @@ pub struct Written {
 
 /// Writes batches to the store with retry and row isolation.
 #[derive(Clone, Debug)]
-pub struct Writer {
+pub(crate) struct Writer {
     store: Store,
     retry_timeout: Duration,
     readiness: Arc<Readiness>,
@@ -54,7 +54,7 @@ enum Attempt<'c> {
 
 impl Writer {
     /// A writer that gives up on an unavailable store after `retry_timeout`.
-    pub fn new(store: Store, retry_timeout: Duration, readiness: Arc<Readiness>) -> Self {
+    pub(crate) fn new(store: Store, retry_timeout: Duration, readiness: Arc<Readiness>) -> Self {
         Writer {
             store,
             retry_timeout,
@@ -64,7 +64,11 @@ impl Writer {
 
     /// Stores `rows`, made of the chunks `spans` (in order, covering every row). An error means
     /// the store stayed unavailable past the retry timeout and nothing more is known.
-    pub async fn write(&self, rows: &[Row<'_>], spans: &[Span<'_>]) -> Result<Written, StoreError> {
+    pub(crate) async fn write(
+        &self,
+        rows: &[Row<'_>],
+        spans: &[Span<'_>],
+    ) -> Result<Written, StoreError> {
         let deadline = Instant::now() + self.retry_timeout;
         let mut written = Written {
             refused: Vec::new(),

@@ -19,11 +19,11 @@ use crate::observability::metrics::metrics;
 
 /// How long a read beyond its tenant's limit waits for one of the tenant's reads to finish before
 /// it is refused: enough to smooth a burst of quick reads, not to queue slow ones.
-pub const ADMISSION_WAIT: Duration = Duration::from_millis(250);
+pub(crate) const ADMISSION_WAIT: Duration = Duration::from_millis(250);
 
 /// How many reads and tails may run.
 #[derive(Clone, Copy, Debug)]
-pub struct AdmissionLimits {
+pub(crate) struct AdmissionLimits {
     /// Reads one tenant may run at once.
     pub reads_per_tenant: usize,
     /// Tails open at once, all tenants together.
@@ -34,7 +34,7 @@ pub struct AdmissionLimits {
 
 /// The read and tail slots of every tenant.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     limits: AdmissionLimits,
     tails: Arc<Semaphore>,
     tenants: Mutex<HashMap<Arc<str>, TenantSlots>>,
@@ -49,14 +49,14 @@ struct TenantSlots {
 
 /// An open tail's place, given back when it is dropped.
 #[derive(Debug)]
-pub struct TailSlot {
+pub(crate) struct TailSlot {
     _tenant: OwnedSemaphorePermit,
     _all: OwnedSemaphorePermit,
 }
 
 /// One tenant's read slots, for a tail to take one per poll without going through the map.
 #[derive(Clone, Debug)]
-pub struct TenantReads {
+pub(crate) struct TenantReads {
     tenant: Arc<str>,
     limit: usize,
     slots: Arc<Semaphore>,
@@ -64,7 +64,7 @@ pub struct TenantReads {
 
 impl Admission {
     /// Admission within `limits` (each at least 1).
-    pub fn new(limits: AdmissionLimits) -> Self {
+    pub(crate) fn new(limits: AdmissionLimits) -> Self {
         let limits = AdmissionLimits {
             reads_per_tenant: limits.reads_per_tenant.max(1),
             tails: limits.tails.max(1),
@@ -91,7 +91,7 @@ impl Admission {
     }
 
     /// The read slots of `tenant`.
-    pub fn tenant(&self, tenant: &Arc<str>) -> TenantReads {
+    pub(crate) fn tenant(&self, tenant: &Arc<str>) -> TenantReads {
         let slots = self.with_tenant(tenant, |slots| Arc::clone(&slots.reads));
         TenantReads {
             tenant: Arc::clone(tenant),
@@ -102,7 +102,7 @@ impl Admission {
 
     /// A place for one more open tail of `tenant`, refused at once when the tenant or the server
     /// has as many as it may: a tail lasts until its client leaves, so waiting would not help.
-    pub fn tail(&self, tenant: &Arc<str>) -> Result<TailSlot, QueryError> {
+    pub(crate) fn tail(&self, tenant: &Arc<str>) -> Result<TailSlot, QueryError> {
         let refuse = |reason: &'static str, err: QueryError| {
             metrics().reads_refused.increment([reason, tenant], 1);
             Err(err)
@@ -135,12 +135,12 @@ impl Admission {
 
 impl TenantReads {
     /// The tenant's name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.tenant
     }
 
     /// A slot for one read, waiting at most [`ADMISSION_WAIT`]; refused past it.
-    pub async fn admit(&self) -> Result<OwnedSemaphorePermit, QueryError> {
+    pub(crate) async fn admit(&self) -> Result<OwnedSemaphorePermit, QueryError> {
         let waited = tokio::time::timeout(ADMISSION_WAIT, self.wait()).await;
         if let Ok(Some(permit)) = waited {
             return Ok(permit);
@@ -156,7 +156,7 @@ impl TenantReads {
 
     /// A slot for one read, waiting as long as it takes (a tail poll, which its own deadline
     /// bounds); `None` only if the semaphore were closed, which it never is.
-    pub async fn wait(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) async fn wait(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.slots).acquire_owned().await.ok()
     }
 }

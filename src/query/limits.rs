@@ -17,7 +17,7 @@ const ANSWER_OVERHEAD_BYTES: usize = 128;
 
 /// Bounds on what one read may cost and return.
 #[derive(Clone, Copy, Debug)]
-pub struct ReadLimits {
+pub(crate) struct ReadLimits {
     /// How long one read (a page, a tail's start or one of its polls) may take.
     pub timeout: Duration,
     /// How far back a page without `from` reads; `None`: to the oldest record.
@@ -60,7 +60,7 @@ impl ReadLimits {
     /// The lower bound of a page whose filter has no `from`: the default range before `to`, or
     /// before now when `to` is later or absent. `None` when the filter has `from`, or there is no
     /// default range.
-    pub fn default_from(&self, filter: &Filter) -> Option<DateTime<Utc>> {
+    pub(crate) fn default_from(&self, filter: &Filter) -> Option<DateTime<Utc>> {
         if filter.from.is_some() {
             return None;
         }
@@ -72,7 +72,7 @@ impl ReadLimits {
 
     /// Runs `read` within the timeout. Past it the read's future is dropped, which is what stops
     /// its work in the database (see `storage`).
-    pub async fn within_timeout<T>(
+    pub(crate) async fn within_timeout<T>(
         &self,
         read: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, QueryError> {
@@ -81,7 +81,7 @@ impl ReadLimits {
 
     /// Runs `work`, a read of several steps with an error of its own, within the timeout, ended
     /// as [`ReadLimits::within_timeout`] ends a read.
-    pub async fn bounded<T, E: From<QueryError>>(
+    pub(crate) async fn bounded<T, E: From<QueryError>>(
         &self,
         work: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
@@ -95,7 +95,7 @@ impl ReadLimits {
     }
 
     /// The size of one answer of at most `rows` records.
-    pub fn page_size(&self, rows: usize) -> PageSize {
+    pub(crate) fn page_size(&self, rows: usize) -> PageSize {
         PageSize {
             rows,
             bytes: self.max_answer_bytes.saturating_sub(ANSWER_OVERHEAD_BYTES),
@@ -104,7 +104,7 @@ impl ReadLimits {
 
     /// The memory a page reserves before it reads: twice its budget, as its records are held
     /// twice at once, as read and as the answer made of them.
-    pub fn page_reservation(&self) -> usize {
+    pub(crate) fn page_reservation(&self) -> usize {
         self.max_answer_bytes.saturating_mul(2)
     }
 }

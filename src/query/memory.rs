@@ -18,7 +18,7 @@ use crate::observability::metrics::metrics;
 
 /// The two bounds, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemoryLimits {
+pub(crate) struct MemoryLimits {
     /// What one read may hold (`--max-query-bytes`).
     pub per_read: usize,
     /// What every read together may hold (`--max-read-bytes`).
@@ -36,14 +36,14 @@ impl Default for MemoryLimits {
 
 /// The memory every read of the process holds, against its bounds.
 #[derive(Debug)]
-pub struct ReadMemory {
+pub(crate) struct ReadMemory {
     limits: MemoryLimits,
     held: AtomicUsize,
 }
 
 impl ReadMemory {
     /// Nothing held yet, within `limits`.
-    pub fn new(limits: MemoryLimits) -> Self {
+    pub(crate) fn new(limits: MemoryLimits) -> Self {
         ReadMemory {
             limits,
             held: AtomicUsize::new(0),
@@ -52,12 +52,12 @@ impl ReadMemory {
 
     /// Bytes every read holds now.
     #[cfg(test)]
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
     }
 
     /// An empty charge for one read of `tenant`.
-    pub fn read(self: &Arc<Self>, tenant: &Arc<str>) -> ReadCharge {
+    pub(crate) fn read(self: &Arc<Self>, tenant: &Arc<str>) -> ReadCharge {
         ReadCharge {
             memory: Arc::clone(self),
             tenant: Arc::clone(tenant),
@@ -78,7 +78,7 @@ impl ReadMemory {
 
 /// What one read holds; given back when dropped.
 #[derive(Debug)]
-pub struct ReadCharge {
+pub(crate) struct ReadCharge {
     memory: Arc<ReadMemory>,
     tenant: Arc<str>,
     held: usize,
@@ -88,7 +88,7 @@ impl ReadCharge {
     /// Charges `bytes` more, or refuses them (counted in `loghaul_read_memory_refusals_total`)
     /// when the read would pass `--max-query-bytes` or the reads together `--max-read-bytes`.
     /// A refused charge holds nothing more.
-    pub fn charge(&mut self, bytes: usize) -> Result<(), QueryError> {
+    pub(crate) fn charge(&mut self, bytes: usize) -> Result<(), QueryError> {
         let limits = self.memory.limits;
         if self.held.saturating_add(bytes) > limits.per_read {
             return Err(self.refuse(
@@ -112,7 +112,7 @@ impl ReadCharge {
     }
 
     /// Gives back `bytes` (at most what the read holds) of memory the read no longer has.
-    pub fn release(&mut self, bytes: usize) {
+    pub(crate) fn release(&mut self, bytes: usize) {
         let bytes = bytes.min(self.held);
         if bytes == 0 {
             return;
@@ -124,7 +124,7 @@ impl ReadCharge {
 
     /// Bytes this read holds (read by tests only).
     #[cfg(test)]
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.held
     }
 

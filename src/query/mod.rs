@@ -15,14 +15,14 @@
 //! The SQL lives with the other storage code, in each backend's `read.rs` and `tail.rs` under
 //! `storage/`.
 
-pub mod admission;
-pub use crate::model::{cursor, filter};
-pub mod limits;
-pub mod memory;
-pub mod render;
-pub mod service;
-pub mod tail;
-pub mod tail_queue;
+pub(crate) mod admission;
+pub(crate) use crate::model::{cursor, filter};
+pub(crate) mod limits;
+pub(crate) mod memory;
+pub(crate) mod render;
+pub(crate) mod service;
+pub(crate) mod tail;
+pub(crate) mod tail_queue;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -47,7 +47,7 @@ use tail::TailConfig;
 /// What the gRPC service and the console read through, shared by both so that every limit on
 /// reads holds across them.
 #[derive(Clone, Debug)]
-pub struct Reads {
+pub(crate) struct Reads {
     reader: Reader,
     limits: ReadLimits,
     admission: Arc<Admission>,
@@ -59,7 +59,7 @@ pub struct Reads {
 impl Reads {
     /// Reads through `reader` within `limits`, admitted by `admission`; tails end when `draining`
     /// is cancelled.
-    pub fn new(
+    pub(crate) fn new(
         reader: Reader,
         limits: ReadLimits,
         admission: Admission,
@@ -77,7 +77,7 @@ impl Reads {
     }
 
     /// The read settings of `loghaul serve`.
-    pub fn from_options(
+    pub(crate) fn from_options(
         reader: Reader,
         config: &QueryOptions,
         draining: CancellationToken,
@@ -96,7 +96,7 @@ impl Reads {
     }
 
     /// An empty memory charge for one read of `tenant`, against the limits every read shares.
-    pub fn charge(&self, tenant: &Arc<str>) -> ReadCharge {
+    pub(crate) fn charge(&self, tenant: &Arc<str>) -> ReadCharge {
         self.memory.read(tenant)
     }
 
@@ -124,7 +124,7 @@ impl Reads {
 
 /// One page of `tenant`'s records, newest first: the one implementation behind the gRPC `Query`
 /// and the console's search, so both check, page and count (`loghaul_queries_total`) alike.
-pub async fn search(
+pub(crate) async fn search(
     reads: &Reads,
     tenant: &Arc<str>,
     request: QueryRequest,
@@ -175,7 +175,7 @@ async fn page(
 }
 
 /// A stored row as the wire record, with its cursor.
-pub fn to_wire(row: StoredRow) -> StoredRecord {
+pub(crate) fn to_wire(row: StoredRow) -> StoredRecord {
     let attributes =
         match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes) {
             Ok(object) => object

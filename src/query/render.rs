@@ -10,14 +10,14 @@ use crate::model::severity::Severity;
 use crate::proto::v1::StoredRecord;
 
 /// A timestamp in RFC 3339 with microseconds (empty when absent).
-pub fn time(ts: Option<&prost_types::Timestamp>) -> String {
+pub(crate) fn time(ts: Option<&prost_types::Timestamp>) -> String {
     ts.and_then(crate::model::time::from_proto)
         .map(|ts| ts.to_rfc3339_opts(SecondsFormat::Micros, true))
         .unwrap_or_default()
 }
 
 /// One record as a human-readable line: time, severity, service, message, then attributes sorted.
-pub fn human(record: &StoredRecord) -> String {
+pub(crate) fn human(record: &StoredRecord) -> String {
     let mut line = format!(
         "{} {:<5} {}: {}",
         time(record.timestamp.as_ref()),
@@ -37,12 +37,12 @@ pub fn human(record: &StoredRecord) -> String {
 }
 
 /// One record as a JSON object with the stored fields (and its cursor, to resume a tail from).
-pub fn json(record: &StoredRecord) -> String {
+pub(crate) fn json(record: &StoredRecord) -> String {
     json_value(record).to_string()
 }
 
 /// The object [`json()`] prints.
-pub fn json_value(record: &StoredRecord) -> serde_json::Value {
+pub(crate) fn json_value(record: &StoredRecord) -> serde_json::Value {
     let optional = |text: &str| (!text.is_empty()).then(|| text.to_owned());
     json!({
         "ts": time(record.timestamp.as_ref()),
@@ -57,7 +57,7 @@ pub fn json_value(record: &StoredRecord) -> serde_json::Value {
 }
 
 /// Writes records in the chosen format.
-pub fn write_all(
+pub(crate) fn write_all(
     out: &mut impl Write,
     records: &[StoredRecord],
     as_json: bool,

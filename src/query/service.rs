@@ -12,13 +12,13 @@ use crate::proto::v1::{QueryRequest, QueryResponse, TailRequest, TailResponse};
 
 /// The query service.
 #[derive(Clone, Debug)]
-pub struct QueryService {
+pub(crate) struct QueryService {
     reads: Reads,
 }
 
 impl QueryService {
     /// A service reading through `reads`.
-    pub fn new(reads: Reads) -> Self {
+    pub(crate) fn new(reads: Reads) -> Self {
         QueryService { reads }
     }
 }

@@ -30,11 +30,11 @@ use crate::storage::{PageSize, StoredRow, Tail};
 /// How long a subscriber's queue may stay too full to take another poll's records before the
 /// subscriber is dropped as too slow: long enough for a client on a slow link to take one
 /// message, short enough that a client that stopped reading soon learns why.
-pub const STALL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const STALL_GRACE: Duration = Duration::from_secs(5);
 
 /// How a tail polls and queues.
 #[derive(Clone, Copy, Debug)]
-pub struct TailConfig {
+pub(crate) struct TailConfig {
     /// Time between polls when nothing is waiting: the bound on delivery delay.
     pub poll_interval: Duration,
     /// Records per message and per poll.
@@ -71,7 +71,7 @@ impl From<&QueryOptions> for TailConfig {
 /// it. It holds the tail's place until both its poller and its reader are done, so a dropped
 /// subscriber whose client has not read yet still counts against `--max-tails`.
 #[derive(Debug)]
-pub struct Follow {
+pub(crate) struct Follow {
     queue: QueueReceiver,
     _place: Arc<TailSlot>,
 }
@@ -100,7 +100,7 @@ impl Stream for Follow {
 
 /// Checks a Tail request and starts following it for `tenant`: the one entry point of the gRPC
 /// service and the console, so both refuse the same requests with the same reasons.
-pub async fn start(
+pub(crate) async fn start(
     reads: &Reads,
     tenant: &Arc<str>,
     request: TailRequest,
@@ -119,7 +119,7 @@ pub async fn start(
 
 /// Starts following `tenant`'s records that `filter` matches, committed after `after` (or from
 /// now): a tail slot of the tenant's is held until the follow ends.
-pub async fn open(
+pub(crate) async fn open(
     reads: &Reads,
     tenant: &Arc<str>,
     filter: Filter,

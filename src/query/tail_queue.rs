@@ -27,12 +27,12 @@ use crate::storage::StoredRow;
 
 /// Bytes a batch is counted as: what its records take on the wire (the JSON and Loki forms are
 /// of the same order).
-pub fn batch_bytes(rows: &[StoredRow]) -> usize {
+pub(crate) fn batch_bytes(rows: &[StoredRow]) -> usize {
     rows.iter().map(StoredRow::wire_bytes).sum()
 }
 
 /// A new queue of at most `limit` bytes: the poller's end and the reader's.
-pub fn queue(limit: usize) -> (QueueSender, QueueReceiver) {
+pub(crate) fn queue(limit: usize) -> (QueueSender, QueueReceiver) {
     let shared = Arc::new(Shared {
         limit,
         state: Mutex::new(State::default()),
@@ -95,7 +95,7 @@ impl State {
 
 /// Whether a subscriber has room for more.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Room {
+pub(crate) enum Room {
     /// The bytes asked for are free.
     Free,
     /// The queue stayed without the room asked for through the whole wait.
@@ -105,18 +105,18 @@ pub enum Room {
 }
 
 /// The poller's end.
-pub struct QueueSender {
+pub(crate) struct QueueSender {
     shared: Arc<Shared>,
 }
 
 impl QueueSender {
     /// The queue's bound in bytes.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.shared.limit
     }
 
     /// Waits until at least `wanted` bytes are free, for up to `within`, or says why they are not.
-    pub async fn room(&self, wanted: usize, within: Duration) -> Room {
+    pub(crate) async fn room(&self, wanted: usize, within: Duration) -> Room {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let taken = self.shared.taken.notified();
@@ -139,7 +139,7 @@ impl QueueSender {
     }
 
     /// Completes when the reader has gone away.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         loop {
             let taken = self.shared.taken.notified();
             tokio::pin!(taken);
@@ -153,7 +153,7 @@ impl QueueSender {
 
     /// Queues `rows`, which the caller read within the room it was given; false when the
     /// reader is gone.
-    pub fn push(&self, rows: Vec<StoredRow>) -> bool {
+    pub(crate) fn push(&self, rows: Vec<StoredRow>) -> bool {
         let bytes = batch_bytes(&rows);
         {
             let mut state = self.shared.state();
@@ -170,7 +170,7 @@ impl QueueSender {
     /// Ends the subscriber with `end` (none: the reader gets what is queued, then the end of the
     /// stream). When `discard`, what is queued is dropped first, so its memory is released now
     /// rather than when a client that stopped reading comes back.
-    pub fn finish(self, end: Option<QueryError>, discard: bool) {
+    pub(crate) fn finish(self, end: Option<QueryError>, discard: bool) {
         {
             let mut state = self.shared.state();
             if discard {
@@ -193,7 +193,7 @@ impl Drop for QueueSender {
 }
 
 /// The reader's end: the batches in order, then at most one error, then the end.
-pub struct QueueReceiver {
+pub(crate) struct QueueReceiver {
     shared: Arc<Shared>,
 }
 

@@ -31,7 +31,7 @@ use crate::config::RetentionOptions;
 use crate::observability::metrics::metrics;
 use crate::storage::{RetentionSession, Store, StoreError};
 use window::needed_days;
-pub use window::{DAYS_AHEAD, DROP_GRACE};
+pub(crate) use window::DROP_GRACE;
 
 /// What retention keeps and how often it looks.
 #[derive(Clone, Debug)]

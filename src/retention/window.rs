@@ -4,10 +4,10 @@
 use chrono::{DateTime, Days, NaiveDate, TimeDelta, Utc};
 
 /// Days of partitions created ahead of today.
-pub const DAYS_AHEAD: u64 = 3;
+pub(crate) const DAYS_AHEAD: u64 = 3;
 /// A partition is dropped only once its whole day is older than the window by this much more,
 /// so a record validated just inside the window and still in flight never loses its partition.
-pub const DROP_GRACE: TimeDelta = TimeDelta::hours(1);
+pub(crate) const DROP_GRACE: TimeDelta = TimeDelta::hours(1);
 
 /// The days a window needs: from the horizon's day (or yesterday, with no window) to a few ahead.
 pub(super) fn needed_days(keep: Option<TimeDelta>, now: DateTime<Utc>) -> (NaiveDate, NaiveDate) {

@@ -19,7 +19,7 @@ struct Current {
 
 /// Calls `on_line` for every line of `path` as it is written, until `stop` is set; then reads
 /// what is left and returns. A last line without its newline is passed on at rotation or stop.
-pub fn follow(
+pub(crate) fn follow(
     path: &Path,
     poll: Duration,
     stop: &AtomicBool,

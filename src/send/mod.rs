@@ -4,7 +4,7 @@
 //! A line that is a JSON object with `timestamp`, `severity`, `service`, `message`, `attributes`
 //! maps onto those fields; any other line is the message.
 
-pub mod follow;
+pub(crate) mod follow;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -49,7 +49,7 @@ pub(super) struct Background {
 impl Background {
     /// Starts every task; they stop when `core.stopping` is cancelled (the console already with the
     /// drain).
-    pub fn start(
+    pub(super) fn start(
         core: &Core,
         config: &ServeConfig,
         http_listener: TcpListener,
@@ -115,33 +115,33 @@ impl Background {
     }
 
     /// Cancelled once the HTTP ingest listener has stopped and answered every request it took.
-    pub fn http_ingest_done(&self) -> CancellationToken {
+    pub(super) fn http_ingest_done(&self) -> CancellationToken {
         self.http_ingest_done.clone()
     }
 
     /// The console's address, or `off`.
-    pub fn console_addr(&self) -> String {
+    pub(super) fn console_addr(&self) -> String {
         self.console
             .as_ref()
             .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string())
     }
 
     /// The HTTP ingest listener's address, or `off`.
-    pub fn http_ingest_addr(&self) -> String {
+    pub(super) fn http_ingest_addr(&self) -> String {
         self.http_ingest
             .as_ref()
             .map_or_else(|| "off".to_owned(), |(addr, _)| addr.to_string())
     }
 
     /// Waits for the tasks that use the pools, once `stopping` is cancelled.
-    pub async fn join_tasks(&mut self) {
+    pub(super) async fn join_tasks(&mut self) {
         let _ = (&mut self.retention).await;
         let _ = (&mut self.reload).await;
         let _ = (&mut self.probe).await;
     }
 
     /// Waits for the HTTP listeners to close.
-    pub async fn join_listeners(self) {
+    pub(super) async fn join_listeners(self) {
         // The console's tails ended with the drain, and ingest requests were answered when the
         // pipeline was flushed; a client holding a connection open must not hold up the exit.
         for (name, listener) in [("console", self.console), ("HTTP ingest", self.http_ingest)] {

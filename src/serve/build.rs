@@ -52,7 +52,7 @@ pub(super) struct Core {
 
 impl Core {
     /// Loads the keys and TLS files, opens and migrates the store, and starts the pipeline.
-    pub async fn build(config: &ServeConfig) -> Result<Core, ServeError> {
+    pub(super) async fn build(config: &ServeConfig) -> Result<Core, ServeError> {
         let (tls, http_tls) = match (&config.tls.tls_cert, &config.tls.tls_key) {
             (Some(cert), Some(key)) => {
                 let ca = config.tls.tls_client_ca.as_deref();

@@ -48,13 +48,13 @@ use crate::wire::http::cors::{self, Cors};
 use crate::wire::http::{reply, Reception};
 
 /// OTLP/HTTP's path for logs.
-pub const OTLP_LOGS_PATH: &str = "/v1/logs";
+pub(crate) const OTLP_LOGS_PATH: &str = "/v1/logs";
 /// The Loki push API's path.
-pub const LOKI_PUSH_PATH: &str = "/loki/api/v1/push";
+pub(crate) const LOKI_PUSH_PATH: &str = "/loki/api/v1/push";
 
 /// What the listener's handlers share.
 #[derive(Clone, Debug)]
-pub struct HttpIngest {
+pub(crate) struct HttpIngest {
     reception: Reception,
     exporter: Exporter,
     pusher: Pusher,
@@ -65,7 +65,7 @@ pub struct HttpIngest {
 impl HttpIngest {
     /// The handlers of `loghaul serve`, feeding `ingress`, reading through `reads` and telling
     /// Loki's readiness probe what `readiness` says.
-    pub fn new(
+    pub(crate) fn new(
         ingress: Ingress,
         reads: Reads,
         limits: Limits,
@@ -98,7 +98,7 @@ impl HttpIngest {
 
 /// Serves the listener (over `tls` when the service has a certificate) until `shutdown`
 /// completes; requests in flight are answered first.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     ingest: HttpIngest,
     limits: HttpLimits,

@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 /// Rows deleted per transaction, so no delete holds the writer for long.
-pub const DELETE_CHUNK: i64 = 5_000;
+pub(crate) const DELETE_CHUNK: i64 = 5_000;
 /// Pause between delete chunks, so queued ingest batches get the writer in between.
-pub const CHUNK_PAUSE: Duration = Duration::from_millis(10);
+pub(crate) const CHUNK_PAUSE: Duration = Duration::from_millis(10);
 
 /// Runs `delete_chunk` (which deletes at most [`DELETE_CHUNK`] rows and says how many) until a
 /// chunk comes back short, pausing [`CHUNK_PAUSE`] between chunks; returns the rows deleted.
-pub async fn delete_in_chunks<F, Fut, E>(mut delete_chunk: F) -> Result<u64, E>
+pub(crate) async fn delete_in_chunks<F, Fut, E>(mut delete_chunk: F) -> Result<u64, E>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<u64, E>>,

@@ -68,7 +68,7 @@ impl fmt::Debug for DatabaseUrl {
 
 /// The URL with any password replaced, safe to log: the one in the credentials
 /// (`user:password@host`) and any `password=` or `sslpassword=` query parameter.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     // The query starts after the credentials, whose password may hold an unescaped `?`.
     let host_at = url.rfind('@').unwrap_or(0);
     let (address, query) = match url[host_at..].find('?') {

@@ -30,8 +30,11 @@ pub(crate) mod sqlite;
 mod stored;
 mod volume;
 
-pub use connect::{redact_url, Backend, PoolOptions};
-pub use dispatch::{Reader, RetentionSession, Store, Tail};
+pub use connect::{Backend, PoolOptions};
+pub use dispatch::Store;
 pub use error::StoreError;
-pub use row::{ChunkKey, Claim, Row};
-pub use stored::{Page, PageSize, StoredRow};
+
+pub(crate) use connect::redact_url;
+pub(crate) use dispatch::{Reader, RetentionSession, Tail};
+pub(crate) use row::{ChunkKey, Claim, Row};
+pub(crate) use stored::{PageSize, StoredRow};

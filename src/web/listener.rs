@@ -33,7 +33,7 @@ use crate::observability::metrics::metrics;
 
 /// What one HTTP listener tolerates from its clients.
 #[derive(Clone, Copy, Debug)]
-pub struct HttpLimits {
+pub(crate) struct HttpLimits {
     /// How long a connection may take to send a request's headers, counted from the connection
     /// (or the previous response) on; hyper closes it after that.
     pub header_read_timeout: Duration,
@@ -56,7 +56,7 @@ impl From<&ListenOptions> for HttpLimits {
 /// (`loghaul_http_*{listener}`), so it must be one of a few fixed names. With `tls`, every
 /// connection speaks TLS first. Handlers can read the peer address with axum's
 /// `ConnectInfo<SocketAddr>`.
-pub async fn serve_http(
+pub(crate) async fn serve_http(
     listener: TcpListener,
     app: Router,
     limits: HttpLimits,

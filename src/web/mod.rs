@@ -2,6 +2,6 @@
 //! connections under its cap ([`slots`]), and the metrics and probes port ([`probes`]); the
 //! console's routes are in [`crate::console`].
 
-pub mod listener;
-pub mod probes;
-pub mod slots;
+pub(crate) mod listener;
+pub(crate) mod probes;
+pub(crate) mod slots;

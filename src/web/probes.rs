@@ -25,10 +25,10 @@ struct Probes {
 
 /// Sets the gauges whose values live elsewhere (queue depths, buffered bytes) just before a
 /// scrape, so that the hot path never touches a gauge.
-pub type GaugeSampler = Arc<dyn Fn() + Send + Sync>;
+pub(crate) type GaugeSampler = Arc<dyn Fn() + Send + Sync>;
 
 /// Serves the probes and metrics until `shutdown` completes.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: PrometheusHandle,
     readiness: Arc<Readiness>,

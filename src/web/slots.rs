@@ -23,7 +23,7 @@ use crate::observability::metrics::metrics;
 
 /// The connections of one listener.
 #[derive(Debug)]
-pub struct Slots {
+pub(crate) struct Slots {
     cap: usize,
     /// The listener's name, the `listener` label of its metrics.
     name: &'static str,
@@ -45,7 +45,7 @@ struct Held {
 
 impl Slots {
     /// Room for `cap` connections on the listener `name`.
-    pub fn new(cap: usize, name: &'static str) -> Arc<Slots> {
+    pub(crate) fn new(cap: usize, name: &'static str) -> Arc<Slots> {
         Arc::new(Slots {
             cap,
             name,
@@ -57,7 +57,7 @@ impl Slots {
 
     /// A slot for a new connection, making room if the listener is full; `None` (counted) when
     /// every connection has a request in flight.
-    pub fn admit(self: &Arc<Self>) -> Option<Slot> {
+    pub(crate) fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut held = self.lock();
         if held.connections.len() - held.leaving >= self.cap {
             let victim = held
@@ -95,7 +95,7 @@ impl Slots {
     }
 
     /// Waits until every connection has closed.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         loop {
             let emptied = self.emptied.notified();
             tokio::pin!(emptied);
@@ -120,7 +120,7 @@ impl Slots {
 
 /// A connection's place on its listener; dropping it frees the place.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     slots: Arc<Slots>,
     id: u64,
     activity: Arc<Activity>,
@@ -128,7 +128,7 @@ pub struct Slot {
 
 impl Slot {
     /// What the connection is doing, for its requests to update.
-    pub fn activity(&self) -> &Arc<Activity> {
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
         &self.activity
     }
 }
@@ -150,7 +150,7 @@ impl Drop for Slot {
 /// What one connection is doing: its requests in flight, since when it has had none, and
 /// whether it was told to make room.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     in_flight: AtomicUsize,
     /// When its last request ended (or it opened), in nanoseconds since the listener's epoch.
     idle_since: AtomicU64,
@@ -160,25 +160,25 @@ pub struct Activity {
 
 impl Activity {
     /// Marks a request in flight until the returned guard is dropped (with its answer's body).
-    pub fn begin(self: &Arc<Self>) -> Busy {
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         Busy(Arc::clone(self))
     }
 
     /// True while no request is in flight.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) == 0
     }
 
     /// Completes once the connection is told to make room for a newer one.
-    pub async fn told_to_leave(&self) {
+    pub(crate) async fn told_to_leave(&self) {
         self.leave.cancelled().await;
     }
 }
 
 /// A request in flight on its connection.
 #[derive(Debug)]
-pub struct Busy(Arc<Activity>);
+pub(crate) struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {

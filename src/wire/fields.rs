@@ -8,7 +8,7 @@ use prost::encoding::{decode_key, decode_varint, encode_key, encode_varint, Wire
 /// One field's value. Fixed-width fields are skipped: no ingest message has a field of that kind
 /// that the walkers read.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// A varint.
     Varint(u64),
     /// A length-delimited value: a string, bytes, or an embedded message.
@@ -18,20 +18,20 @@ pub enum Value {
 }
 
 /// The fields of one encoded message, in the order they were written.
-pub struct Fields {
+pub(crate) struct Fields {
     rest: Bytes,
 }
 
 /// Appends `bytes` to `out` as the length-delimited field `number`: how the JSON transcoders
 /// write the protobuf form that these walkers read.
-pub fn put_field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+pub(crate) fn put_field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
     encode_key(number, WireType::LengthDelimited, out);
     encode_varint(bytes.len() as u64, out);
     out.extend_from_slice(bytes);
 }
 
 /// The fields of `message`; walking it copies nothing.
-pub fn fields(message: &Bytes) -> Fields {
+pub(crate) fn fields(message: &Bytes) -> Fields {
     Fields {
         rest: message.clone(),
     }
@@ -93,7 +93,10 @@ impl Fields {
 }
 
 /// The embedded messages or strings of field `number` (a repeated message field), in order.
-pub fn repeated(message: &Bytes, number: u32) -> impl Iterator<Item = Result<Bytes, String>> {
+pub(crate) fn repeated(
+    message: &Bytes,
+    number: u32,
+) -> impl Iterator<Item = Result<Bytes, String>> {
     fields(message).filter_map(move |field| match field {
         Ok((found, Value::Bytes(bytes))) if found == number => Some(Ok(bytes)),
         Ok((found, _)) if found == number => Some(Err(format!(
@@ -105,7 +108,7 @@ pub fn repeated(message: &Bytes, number: u32) -> impl Iterator<Item = Result<Byt
 }
 
 /// The last occurrence of the embedded message `number`, as protobuf reads a singular field.
-pub fn last(message: &Bytes, number: u32) -> Result<Option<Bytes>, String> {
+pub(crate) fn last(message: &Bytes, number: u32) -> Result<Option<Bytes>, String> {
     let mut found = None;
     for value in repeated(message, number) {
         found = Some(value?);

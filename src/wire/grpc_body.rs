@@ -63,7 +63,7 @@ const PREFIX_BYTES: usize = 5;
 
 /// How a request's messages are compressed (`grpc-encoding`); an unsupported encoding is refused as
 /// the gRPC specification asks.
-pub fn message_encoding(headers: &HeaderMap) -> Result<Option<Compression>, Status> {
+pub(crate) fn message_encoding(headers: &HeaderMap) -> Result<Option<Compression>, Status> {
     match headers.get("grpc-encoding").map(HeaderValue::as_bytes) {
         None | Some(b"identity") => Ok(None),
         Some(b"gzip") => Ok(Some(Compression::Gzip)),
@@ -84,7 +84,7 @@ pub fn message_encoding(headers: &HeaderMap) -> Result<Option<Compression>, Stat
 
 /// The prefix of the next message: its size on the wire and whether it is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prefix {
+pub(crate) struct Prefix {
     /// Whether the message is compressed with the request's encoding.
     pub compressed: bool,
     /// Its length on the wire.
@@ -92,7 +92,7 @@ pub struct Prefix {
 }
 
 /// Reads gRPC-framed messages off a request body.
-pub struct MessageReader {
+pub(crate) struct MessageReader {
     body: Body,
     /// Bytes received and not yet consumed: at most one HTTP/2 frame between messages.
     pending: BytesMut,
@@ -104,7 +104,7 @@ pub struct MessageReader {
 impl MessageReader {
     /// A reader of `body`, whose messages may be `max_message_bytes` long, before and after
     /// decompression (`--max-request-bytes`), and must arrive at `pace`.
-    pub fn new(
+    pub(crate) fn new(
         body: Body,
         encoding: Option<Compression>,
         max_message_bytes: usize,
@@ -120,7 +120,7 @@ impl MessageReader {
     }
 
     /// Waits for the next message's prefix; `None` when the client ended the stream.
-    pub async fn next_prefix(&mut self) -> Result<Option<Prefix>, IngestError> {
+    pub(crate) async fn next_prefix(&mut self) -> Result<Option<Prefix>, IngestError> {
         while self.pending.len() < PREFIX_BYTES {
             let Some(data) = self.next_data().await? else {
                 if self.pending.is_empty() {
@@ -164,7 +164,7 @@ impl MessageReader {
 
     /// Reads the message `prefix` announced, decompressed, charging `meter` for every byte as it
     /// arrives; a message slower than the pace is cut off.
-    pub async fn read_message(
+    pub(crate) async fn read_message(
         &mut self,
         prefix: Prefix,
         meter: &mut Meter<'_>,
@@ -222,7 +222,7 @@ impl MessageReader {
 }
 
 /// The answer to a gRPC call: the message and an OK status, or the status alone (trailers-only).
-pub fn answer<M: Message>(outcome: Result<M, Status>) -> http::Response<Body> {
+pub(crate) fn answer<M: Message>(outcome: Result<M, Status>) -> http::Response<Body> {
     let message = match outcome {
         Ok(message) => message,
         Err(status) => return status.into_http(),

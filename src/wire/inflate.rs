@@ -39,7 +39,7 @@ impl Compression {
 
 /// Decompresses `data`, charging `meter` for every byte produced, and refuses it once it
 /// inflates past `max_bytes`.
-pub async fn inflate(
+pub(crate) async fn inflate(
     data: &[u8],
     compression: Compression,
     max_bytes: usize,

@@ -28,7 +28,7 @@ use crate::observability::metrics::CounterVec;
 
 /// A gRPC service whose "too large" and "cannot decode" answers are rewritten; see the module docs.
 #[derive(Clone, Debug)]
-pub struct ExplainRefusal<S> {
+pub(crate) struct ExplainRefusal<S> {
     inner: S,
     max_request_bytes: u64,
     calls: &'static CounterVec<1>,
@@ -37,7 +37,7 @@ pub struct ExplainRefusal<S> {
 impl<S> ExplainRefusal<S> {
     /// Wraps `inner`, whose decoding limit is `max_request_bytes`; a rewritten answer is counted
     /// in the service's own outcome counter `calls`.
-    pub fn new(inner: S, max_request_bytes: u64, calls: &'static CounterVec<1>) -> Self {
+    pub(crate) fn new(inner: S, max_request_bytes: u64, calls: &'static CounterVec<1>) -> Self {
         ExplainRefusal {
             inner,
             max_request_bytes,

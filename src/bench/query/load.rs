@@ -13,7 +13,7 @@ use sqlx::PgConnection;
 use super::{BenchQueryArgs, QueryBenchError};
 
 /// Services the rows are spread over (`service-0` …).
-pub const SERVICES: u32 = 20;
+pub(super) const SERVICES: u32 = 20;
 
 /// Rows per loading statement, so progress shows and no statement runs for minutes.
 const LOAD_CHUNK: u64 = 1_000_000;
@@ -30,7 +30,7 @@ const LOAD_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, ser
          LATERAL (SELECT $4::timestamptz + (g * $5::double precision) * interval '1 microsecond') AS at(t)";
 
 /// Loads `args.rows` rows from `start` over `args.days`; returns the seconds it took.
-pub async fn rows(
+pub(super) async fn rows(
     conn: &mut PgConnection,
     args: &BenchQueryArgs,
     start: DateTime<Utc>,
@@ -77,7 +77,7 @@ const ROLLUP_SQL: &str = "INSERT INTO log_volume (tenant, minute, service, sever
 
 /// Fills `log_volume` from the logs between `oldest` and `newest` (inclusive) unless it holds
 /// rows already; returns the seconds it took, or `None` when it was filled.
-pub async fn rollup(
+pub(super) async fn rollup(
     conn: &mut PgConnection,
     oldest: DateTime<Utc>,
     newest: DateTime<Utc>,

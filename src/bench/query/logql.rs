@@ -281,7 +281,7 @@ fn totals(value: Option<Value>) -> BTreeMap<String, f64> {
 
 /// What the LogQL queries are read through: one read at a time, within the read limits of a
 /// server with the default settings.
-pub fn reads(reader: &Reader) -> Reads {
+pub(super) fn reads(reader: &Reader) -> Reads {
     Reads::new(
         reader.clone(),
         ReadLimits::default(),
@@ -297,7 +297,7 @@ pub fn reads(reader: &Reader) -> Reads {
 
 /// Checks, for every volume histogram timed, that the rollup and a scan count the same lines per
 /// series over the same range, on the first tenant and service.
-pub async fn check_agreement(
+pub(super) async fn check_agreement(
     reads: &Reads,
     newest: DateTime<Utc>,
     report: &mut Report,
@@ -350,7 +350,7 @@ pub async fn check_agreement(
 
 /// Times every kind of LogQL query of a random tenant and service over rows up to `newest`,
 /// adding each to `report`.
-pub async fn run(
+pub(super) async fn run(
     reads: &Reads,
     args: &BenchQueryArgs,
     newest: DateTime<Utc>,

@@ -96,7 +96,7 @@ fn scenarios() -> Vec<Scenario> {
 
 /// Times every kind of page of a random tenant of rows from `start` to `newest`, adding each to
 /// `report`.
-pub async fn run(
+pub(super) async fn run(
     reader: &Reader,
     args: &BenchQueryArgs,
     start: DateTime<Utc>,

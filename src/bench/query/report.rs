@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// How the table was made before anything was timed.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Setup {
+pub(super) struct Setup {
     /// Rows in `logs`.
     pub rows: i64,
     /// Days the rows were spread over.
@@ -30,7 +30,7 @@ pub struct Setup {
 
 /// One kind of query, timed.
 #[derive(Clone, Debug, Serialize)]
-pub struct Timing {
+pub(super) struct Timing {
     /// `page` (a Query page) or `logql`.
     pub kind: &'static str,
     /// What the table calls it.
@@ -55,7 +55,7 @@ pub struct Timing {
 
 /// The latencies and counts of one kind of query as they are gathered.
 #[derive(Debug, Default)]
-pub struct Samples {
+pub(super) struct Samples {
     times: Vec<Duration>,
     returned: u64,
     lines_scanned: u64,
@@ -64,19 +64,24 @@ pub struct Samples {
 
 impl Samples {
     /// Adds one query that took `time` and returned `returned` records, lines or points.
-    pub fn add(&mut self, time: Duration, returned: u64) {
+    pub(super) fn add(&mut self, time: Duration, returned: u64) {
         self.times.push(time);
         self.returned += returned;
     }
 
     /// Adds what one LogQL query read.
-    pub fn read(&mut self, lines_scanned: u64, volume_rows: u64) {
+    pub(super) fn read(&mut self, lines_scanned: u64, volume_rows: u64) {
         self.lines_scanned += lines_scanned;
         self.volume_rows += volume_rows;
     }
 
     /// The timing of these samples, under `name`.
-    pub fn timing(mut self, kind: &'static str, name: String, query: Option<String>) -> Timing {
+    pub(super) fn timing(
+        mut self,
+        kind: &'static str,
+        name: String,
+        query: Option<String>,
+    ) -> Timing {
         self.times.sort();
         let count = self.times.len();
         let per_query = |total: u64| total as f64 / count.max(1) as f64;
@@ -107,7 +112,7 @@ fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
 
 /// The rollup and a scan counting the same lines, checked before anything is timed.
 #[derive(Clone, Debug, Serialize)]
-pub struct Agreement {
+pub(super) struct Agreement {
     /// The query the rollup answered.
     pub query: String,
     /// Its tenant.
@@ -122,7 +127,7 @@ pub struct Agreement {
 
 /// The whole run, printed as it goes and, with `--json`, as one object at the end.
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// How the table was made.
     pub setup: Setup,
     /// Every kind of query, in the order timed.
@@ -137,7 +142,7 @@ fn ms(value: f64) -> String {
 
 impl Report {
     /// Prints the header of the Query pages' table.
-    pub fn page_header(page_size: usize) {
+    pub(super) fn page_header(page_size: usize) {
         println!(
             "{:<40} {:>8} {:>10} {:>10} {:>10} {:>8}",
             format!("query (page of {page_size}, one tenant)"),
@@ -150,7 +155,7 @@ impl Report {
     }
 
     /// Prints the header of the LogQL table.
-    pub fn logql_header() {
+    pub(super) fn logql_header() {
         println!(
             "{:<44} {:>7} {:>10} {:>10} {:>10} {:>8} {:>9} {:>7}",
             "LogQL (one tenant)", "queries", "p50", "p99", "max", "returned", "scanned", "rollup"
@@ -158,7 +163,7 @@ impl Report {
     }
 
     /// Keeps `timing` and prints its row.
-    pub fn push(&mut self, timing: Timing) {
+    pub(super) fn push(&mut self, timing: Timing) {
         match (timing.lines_scanned, timing.volume_rows) {
             (Some(scanned), Some(rollup)) => println!(
                 "{:<44} {:>7} {:>10} {:>10} {:>10} {:>8.0} {:>9.0} {:>7.0}",
@@ -185,7 +190,7 @@ impl Report {
     }
 
     /// The report as one line of JSON.
-    pub fn json(&self) -> String {
+    pub(super) fn json(&self) -> String {
         serde_json::to_string(self).expect("the report serializes")
     }
 }

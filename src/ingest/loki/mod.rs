@@ -21,11 +21,11 @@ pub mod proto {
     /// The fields a push is walked by, and the JSON form is transcoded into.
     pub(crate) mod field {
         /// `PushRequest.streams`.
-        pub const STREAMS: u32 = 1;
+        pub(crate) const STREAMS: u32 = 1;
         /// `StreamAdapter.labels`.
-        pub const LABELS: u32 = 1;
+        pub(crate) const LABELS: u32 = 1;
         /// `StreamAdapter.entries`.
-        pub const ENTRIES: u32 = 2;
+        pub(crate) const ENTRIES: u32 = 2;
 
         #[cfg(test)]
         mod tests {

@@ -110,17 +110,17 @@ impl Exporter {
 /// The OTLP fields an export is walked by, and the JSON form is transcoded into.
 pub(crate) mod field {
     /// `ExportLogsServiceRequest.resource_logs`.
-    pub const RESOURCE_LOGS: u32 = 1;
+    pub(crate) const RESOURCE_LOGS: u32 = 1;
     /// `ResourceLogs.resource`.
-    pub const RESOURCE: u32 = 1;
+    pub(crate) const RESOURCE: u32 = 1;
     /// `ResourceLogs.scope_logs`.
-    pub const SCOPE_LOGS: u32 = 2;
+    pub(crate) const SCOPE_LOGS: u32 = 2;
     /// `ScopeLogs.scope`.
-    pub const SCOPE: u32 = 1;
+    pub(crate) const SCOPE: u32 = 1;
     /// `ScopeLogs.log_records`.
-    pub const LOG_RECORDS: u32 = 2;
+    pub(crate) const LOG_RECORDS: u32 = 2;
     /// `ResourceLogs.schema_url` and `ScopeLogs.schema_url`.
-    pub const SCHEMA_URL: u32 = 3;
+    pub(crate) const SCHEMA_URL: u32 = 3;
 
     #[cfg(test)]
     mod tests {

@@ -22,7 +22,7 @@ use crate::wire::http::reply;
 use crate::wire::http::Reception;
 
 /// Serves one request; returns the answer and the outcome to count.
-pub async fn export(
+pub(crate) async fn export(
     reception: &Reception,
     exporter: &Exporter,
     request: Request,
@@ -86,7 +86,7 @@ async fn store(
 
 /// The body encodings OTLP/HTTP answers in: the request's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyFormat {
+pub(crate) enum BodyFormat {
     /// `application/x-protobuf`.
     Protobuf,
     /// `application/json`.
@@ -95,7 +95,7 @@ pub enum BodyFormat {
 
 impl BodyFormat {
     /// The format a `Content-Type` names, parameters (`; charset=utf-8`) ignored.
-    pub fn of(content_type: Option<&HeaderValue>) -> Option<BodyFormat> {
+    pub(crate) fn of(content_type: Option<&HeaderValue>) -> Option<BodyFormat> {
         let value = content_type?.to_str().ok()?;
         let essence = value.split(';').next()?.trim();
         if essence.eq_ignore_ascii_case("application/x-protobuf")
@@ -110,7 +110,7 @@ impl BodyFormat {
     }
 
     /// The `Content-Type` of an answer in this format.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             BodyFormat::Protobuf => "application/x-protobuf",
             BodyFormat::Json => "application/json",
@@ -121,7 +121,7 @@ impl BodyFormat {
 /// The failure as OTLP/HTTP answers it: a `google.rpc.Status` in the request's encoding (JSON
 /// when the request's own was not understood), with the retry delay in `Retry-After` and, for
 /// protobuf, in a `google.rpc.RetryInfo` detail.
-pub fn otlp_error(err: &HttpError, format: Option<BodyFormat>) -> Response<Body> {
+pub(crate) fn otlp_error(err: &HttpError, format: Option<BodyFormat>) -> Response<Body> {
     let delay = err.retry_after();
     let code = err.grpc_code() as i32;
     let message = err.to_string();

@@ -42,14 +42,14 @@ use settlement::{QueuedMessage, Tally};
 const PUSH_PATH: &str = "/loghaul.v1.LogIngest/Push";
 
 /// Longest producer id accepted, in bytes.
-pub const MAX_PRODUCER_ID_BYTES: usize = 64;
+pub(crate) const MAX_PRODUCER_ID_BYTES: usize = 64;
 
 /// What a stream's first message is expected to take in memory per byte on the wire, before the
 /// stream has shown its own ratio; a guess that is too low only means one more wait for room.
 const FIRST_DECODED_RATIO: f64 = 2.0;
 
 /// The chunk's deduplication key, if it names one; a malformed one ends the stream.
-pub fn chunk_key(
+pub(crate) fn chunk_key(
     producer_id: Option<Vec<u8>>,
     sequence: Option<u64>,
 ) -> Result<Option<ProducerSequence>, IngestError> {
@@ -75,7 +75,7 @@ pub fn chunk_key(
 
 /// The ingest service, `loghaul.v1.LogIngest`.
 #[derive(Clone, Debug)]
-pub struct IngestService {
+pub(crate) struct IngestService {
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
@@ -85,7 +85,12 @@ pub struct IngestService {
 impl IngestService {
     /// A service feeding `ingress`, taking messages of up to `max_request_bytes` that arrive at
     /// `pace` (which also ends streams that send nothing for its idle timeout).
-    pub fn new(ingress: Ingress, limits: Limits, max_request_bytes: u64, pace: BodyPace) -> Self {
+    pub(crate) fn new(
+        ingress: Ingress,
+        limits: Limits,
+        max_request_bytes: u64,
+        pace: BodyPace,
+    ) -> Self {
         IngestService {
             ingress,
             limits,
@@ -360,11 +365,11 @@ impl Drop for OpenStream {
 /// The fields of `loghaul.v1.PushRequest`, which a message is walked by instead of decoded whole.
 mod push_request {
     /// `repeated LogRecord records`.
-    pub const RECORDS: u32 = 1;
+    pub(super) const RECORDS: u32 = 1;
     /// `optional bytes producer_id`.
-    pub const PRODUCER_ID: u32 = 2;
+    pub(super) const PRODUCER_ID: u32 = 2;
     /// `optional uint64 sequence`.
-    pub const SEQUENCE: u32 = 3;
+    pub(super) const SEQUENCE: u32 = 3;
 }
 
 #[cfg(test)]

@@ -17,11 +17,11 @@ use crate::storage::StoreError;
 
 /// Rejections listed in one response; the `rejected` count stays exact beyond it, and the cap keeps
 /// a stream of garbage from building an unbounded answer.
-pub const MAX_REPORTED_REJECTIONS: usize = 1000;
+pub(crate) const MAX_REPORTED_REJECTIONS: usize = 1000;
 
 /// One message of the stream on its way to the database.
 #[derive(Debug)]
-pub struct QueuedMessage {
+pub(crate) struct QueuedMessage {
     /// The message's position in the stream, from 0.
     pub message: u64,
     /// The stream index of the message's first record.
@@ -50,7 +50,7 @@ impl QueuedMessage {
 
 /// The running outcome of a stream.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     accepted: u64,
     duplicates: u64,
     rejected: u64,
@@ -62,7 +62,7 @@ impl Tally {
     /// Counts the outcome of a queued message: its records committed (less the rows the database
     /// refused) and its validation rejections; or, when its batch failed, the message as not
     /// stored and the error that stopped it.
-    pub fn settle(
+    pub(crate) fn settle(
         &mut self,
         outcome: Result<AckResult, RecvError>,
         queued: QueuedMessage,
@@ -88,7 +88,7 @@ impl Tally {
     }
 
     /// Counts a message none of whose records was valid: settled at once, nothing to queue.
-    pub fn reject_invalid(&mut self, first_index: u64, invalid: Vec<(usize, String)>) {
+    pub(crate) fn reject_invalid(&mut self, first_index: u64, invalid: Vec<(usize, String)>) {
         for (position, reason) in invalid {
             self.reject(first_index + position as u64, reason);
         }
@@ -108,12 +108,12 @@ impl Tally {
     }
 
     /// The answer to a stream that was read to its end with every message stored.
-    pub fn into_response(self) -> PushResponse {
+    pub(crate) fn into_response(self) -> PushResponse {
         self.into_parts(None).0
     }
 
     /// What is settled, and which messages are not stored when the stream stopped at `from`.
-    pub fn into_parts(mut self, from: Option<u64>) -> (PushResponse, NotStored) {
+    pub(crate) fn into_parts(mut self, from: Option<u64>) -> (PushResponse, NotStored) {
         self.rejections.sort_by_key(|rejection| rejection.index);
         let not_stored = NotStored {
             failed: self.failed,

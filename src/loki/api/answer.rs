@@ -17,12 +17,12 @@ use crate::loki::read::{Entry, Stats, Streams};
 
 /// `{"status": "success", "data": data}`, for the answers that are small and made whole (labels,
 /// series).
-pub fn success(data: Json, answer: &mut Answer) -> Result<(), QueryError> {
+pub(crate) fn success(data: Json, answer: &mut Answer) -> Result<(), QueryError> {
     answer.json(true, &json!({"status": "success", "data": data}))
 }
 
 /// A number as Loki writes a sample's value.
-pub fn sample_value(value: f64) -> String {
+pub(crate) fn sample_value(value: f64) -> String {
     if value.is_nan() {
         "NaN".into()
     } else if value == f64::INFINITY {
@@ -35,7 +35,7 @@ pub fn sample_value(value: f64) -> String {
 }
 
 /// Seconds since the epoch of `nanos`, as a JSON number: whole when it is.
-pub fn seconds(nanos: i64) -> Json {
+pub(crate) fn seconds(nanos: i64) -> Json {
     if nanos % 1_000_000_000 == 0 {
         json!(nanos / 1_000_000_000)
     } else {
@@ -44,7 +44,7 @@ pub fn seconds(nanos: i64) -> Json {
 }
 
 /// The `stats` object, in the part of Loki's shape that clients read: its `summary`.
-pub fn stats(stats: &Stats) -> Json {
+pub(crate) fn stats(stats: &Stats) -> Json {
     let per_second = |amount: u64| {
         if stats.seconds > 0.0 {
             (amount as f64 / stats.seconds) as u64
@@ -89,7 +89,11 @@ const MATRIX_HEAD: &str = r#"{"status":"success","data":{"resultType":"matrix","
 const VECTOR_HEAD: &str = r#"{"status":"success","data":{"resultType":"vector","result":["#;
 
 /// A log query's answer.
-pub fn streams(streams: Streams, stats: &Stats, answer: &mut Answer) -> Result<(), QueryError> {
+pub(crate) fn streams(
+    streams: Streams,
+    stats: &Stats,
+    answer: &mut Answer,
+) -> Result<(), QueryError> {
     result_list(answer, STREAMS_HEAD, stats, |answer| {
         for (n, (labels, entries)) in streams.streams.iter().enumerate() {
             answer.json(n == 0, &StreamJson::new(labels, entries))?;
@@ -99,7 +103,7 @@ pub fn streams(streams: Streams, stats: &Stats, answer: &mut Answer) -> Result<(
 }
 
 /// One message of a live tail: the lines of each stream, oldest first.
-pub fn tail(streams: Streams) -> Json {
+pub(crate) fn tail(streams: Streams) -> Json {
     let list: Vec<StreamJson> = streams
         .streams
         .iter()
@@ -159,7 +163,7 @@ impl Serialize for PointsJson<'_> {
 
 /// A range query's metric answer: a matrix (a number alone becomes one series without labels).
 /// Each series is given back to the read's charge once written.
-pub fn matrix(
+pub(crate) fn matrix(
     value: Value,
     steps: Steps,
     stats: &Stats,
@@ -202,7 +206,7 @@ struct Sample<'a> {
 }
 
 /// An instant query's metric answer at `time` (nanoseconds): a vector, or a scalar.
-pub fn instant(
+pub(crate) fn instant(
     value: Value,
     time: i64,
     stats: &Stats,
@@ -226,7 +230,7 @@ pub fn instant(
 
 /// Each series' single point as a vector sample at `time` (nanoseconds), given back to the
 /// read's charge once written: an instant query's vector, and `/index/volume`'s answer.
-pub fn volume(
+pub(crate) fn volume(
     series: Vec<Series>,
     time: i64,
     stats: &Stats,

@@ -18,7 +18,7 @@ use crate::query::memory::ReadCharge;
 
 /// An answer being written, and the charge of the read it answers.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pieces: VecDeque<Bytes>,
     len: u64,
     charge: ReadCharge,
@@ -26,7 +26,7 @@ pub struct Answer {
 
 impl Answer {
     /// An empty answer of the read that holds `charge`.
-    pub fn new(charge: ReadCharge) -> Self {
+    pub(crate) fn new(charge: ReadCharge) -> Self {
         Answer {
             pieces: VecDeque::new(),
             len: 0,
@@ -35,18 +35,18 @@ impl Answer {
     }
 
     /// The read's charge, for what it builds before and while it writes.
-    pub fn charge(&mut self) -> &mut ReadCharge {
+    pub(crate) fn charge(&mut self) -> &mut ReadCharge {
         &mut self.charge
     }
 
     /// Appends `text`, which takes no memory of its own.
-    pub fn text(&mut self, text: &'static str) {
+    pub(crate) fn text(&mut self, text: &'static str) {
         self.push(Bytes::from_static(text.as_bytes()));
     }
 
     /// Appends `value` as JSON, after a comma unless it is the first of its list; charged for
     /// the memory it takes.
-    pub fn json(&mut self, first: bool, value: &impl Serialize) -> Result<(), QueryError> {
+    pub(crate) fn json(&mut self, first: bool, value: &impl Serialize) -> Result<(), QueryError> {
         let mut piece = Vec::new();
         if !first {
             piece.push(b',');
@@ -66,13 +66,13 @@ impl Answer {
     }
 
     /// The answer as an HTTP body, holding its charge.
-    pub fn into_body(self) -> axum::body::Body {
+    pub(crate) fn into_body(self) -> axum::body::Body {
         axum::body::Body::new(ChargedBody(self))
     }
 
     /// The answer's bytes, whole.
     #[cfg(test)]
-    pub fn to_vec(&self) -> Vec<u8> {
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
         self.pieces.iter().flatten().copied().collect()
     }
 }

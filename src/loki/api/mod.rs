@@ -10,9 +10,9 @@
 //! - [`answer`]: Loki's JSON shapes.
 //! - [`charged`]: an answer written piece by piece, charged to its read's memory until sent.
 
-pub mod answer;
-pub mod charged;
-pub mod params;
+pub(crate) mod answer;
+pub(crate) mod charged;
+pub(crate) mod params;
 mod tail;
 
 use std::convert::Infallible;
@@ -44,7 +44,7 @@ use params::Params;
 
 /// What the query endpoints share.
 #[derive(Clone, Debug)]
-pub struct LokiApi {
+pub(crate) struct LokiApi {
     reads: Reads,
     auth: Arc<HttpAuth>,
     readiness: Arc<Readiness>,
@@ -53,7 +53,7 @@ pub struct LokiApi {
 impl LokiApi {
     /// The endpoints reading through `reads`, authenticating as pushes are (`auth`); `/ready`
     /// answers what `readiness` says.
-    pub fn new(reads: Reads, auth: Arc<HttpAuth>, readiness: Arc<Readiness>) -> Self {
+    pub(crate) fn new(reads: Reads, auth: Arc<HttpAuth>, readiness: Arc<Readiness>) -> Self {
         LokiApi {
             reads,
             auth,
@@ -63,7 +63,7 @@ impl LokiApi {
 }
 
 /// The routes, for the HTTP listener's router.
-pub fn routes(api: LokiApi) -> Router {
+pub(crate) fn routes(api: LokiApi) -> Router {
     Router::new()
         .route("/loki/api/v1/query_range", get(query_range))
         .route("/loki/api/v1/query", get(query))

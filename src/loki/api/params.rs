@@ -12,13 +12,13 @@ use crate::loki::read::{TimeRange, MAX_ENTRIES};
 use crate::model::selection::Order;
 
 /// Lines a log query returns when it does not say.
-pub const DEFAULT_LIMIT: usize = 100;
+pub(crate) const DEFAULT_LIMIT: usize = 100;
 /// The longest time range a query may cover, as Loki's default `max_query_length`.
-pub const MAX_QUERY_LENGTH: TimeDelta = TimeDelta::hours(30 * 24 + 1);
+pub(crate) const MAX_QUERY_LENGTH: TimeDelta = TimeDelta::hours(30 * 24 + 1);
 
 /// A request's query-string parameters, in order (`match[]` may repeat).
 #[derive(Clone, Debug, Default)]
-pub struct Params(Vec<(String, String)>);
+pub(crate) struct Params(Vec<(String, String)>);
 
 fn bad(message: String) -> HttpError {
     HttpError::BadRequest(message)
@@ -26,7 +26,7 @@ fn bad(message: String) -> HttpError {
 
 impl Params {
     /// The parameters of a query string (`None`: none).
-    pub fn parse(query: Option<&str>) -> Self {
+    pub(crate) fn parse(query: Option<&str>) -> Self {
         Params(
             form_urlencoded::parse(query.unwrap_or("").as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -35,7 +35,7 @@ impl Params {
     }
 
     /// The last value of `name`, if given and not empty.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .rev()
@@ -44,7 +44,7 @@ impl Params {
     }
 
     /// Every value of `name`.
-    pub fn all(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
         self.0
             .iter()
             .filter(|(key, _)| key == name)
@@ -53,7 +53,11 @@ impl Params {
     }
 
     /// `name` as a time, or `default`.
-    pub fn time(&self, name: &str, default: DateTime<Utc>) -> Result<DateTime<Utc>, HttpError> {
+    pub(crate) fn time(
+        &self,
+        name: &str,
+        default: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, HttpError> {
         match self.get(name) {
             None => Ok(default),
             Some(text) => parse_time(text)
@@ -63,7 +67,7 @@ impl Params {
 
     /// `start`/`end` (or `since` before `end`), by default the hour before now; `end` is
     /// exclusive, so an entry at `start` is in and one at `end` is not.
-    pub fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, HttpError> {
+    pub(crate) fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, HttpError> {
         let to = self.time("end", now)?;
         let since = match self.get("since") {
             None => TimeDelta::hours(1),
@@ -91,7 +95,7 @@ impl Params {
     }
 
     /// `limit`, at most [`MAX_ENTRIES`].
-    pub fn limit(&self) -> Result<usize, HttpError> {
+    pub(crate) fn limit(&self) -> Result<usize, HttpError> {
         let Some(text) = self.get("limit") else {
             return Ok(DEFAULT_LIMIT);
         };
@@ -110,7 +114,7 @@ impl Params {
     }
 
     /// `direction`: `backward` (newest first, the default) or `forward`.
-    pub fn direction(&self) -> Result<Order, HttpError> {
+    pub(crate) fn direction(&self) -> Result<Order, HttpError> {
         match self
             .get("direction")
             .map(str::to_ascii_lowercase)
@@ -126,7 +130,7 @@ impl Params {
 
     /// `step` (or `interval`'s fallback, Loki's default: the range over 250, at least 1 s), in
     /// nanoseconds.
-    pub fn step(&self, range: TimeRange) -> Result<i64, HttpError> {
+    pub(crate) fn step(&self, range: TimeRange) -> Result<i64, HttpError> {
         let Some(text) = self.get("step") else {
             let seconds = ((range.to - range.from).num_seconds() / 250).max(1);
             return Ok(seconds * 1_000_000_000);
@@ -145,7 +149,7 @@ impl Params {
 
 /// A time as Loki takes it: with a `.`, Unix seconds; an integer of at most 10 digits, Unix
 /// seconds; a longer one, Unix nanoseconds; else RFC 3339.
-pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     if text.contains('.') {
         if let Ok(seconds) = text.parse::<f64>() {
             if !seconds.is_finite() || seconds.abs() > 1e11 {
@@ -167,7 +171,7 @@ pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
 }
 
 /// A step: a duration (`30s`, `1m`) or a number of seconds (`15`, `0.5`).
-pub fn parse_step(text: &str) -> Option<Duration> {
+pub(crate) fn parse_step(text: &str) -> Option<Duration> {
     if let Ok(seconds) = text.parse::<f64>() {
         return Duration::try_from_secs_f64(seconds).ok();
     }

@@ -8,10 +8,10 @@ use super::ast::*;
 use super::labels::Labels;
 
 /// The most points one series may have, as in Loki.
-pub const MAX_POINTS: i64 = 11_000;
+pub(crate) const MAX_POINTS: i64 = 11_000;
 /// The most series one query may make, as Loki's default `max_query_series`. Series × points
 /// is bounded too, in bytes: [`series_bytes`] is what a read is charged for each series.
-pub const MAX_SERIES: usize = 500;
+pub(crate) const MAX_SERIES: usize = 500;
 
 /// A series' own memory besides its points and label texts: its place in the map that gathers
 /// the series, its points' vector, and the tree node its labels sit in.
@@ -27,7 +27,7 @@ pub struct EvalError(pub String);
 
 /// The instants a query is evaluated at: `start`, `start + step`, … up to `end`, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Steps {
+pub(crate) struct Steps {
     /// The first instant.
     pub start: i64,
     /// Between two instants (positive).
@@ -38,7 +38,7 @@ pub struct Steps {
 
 impl Steps {
     /// The instants from `start` to `end` inclusive, refused past [`MAX_POINTS`].
-    pub fn new(start: i64, end: i64, step: i64) -> Result<Self, EvalError> {
+    pub(crate) fn new(start: i64, end: i64, step: i64) -> Result<Self, EvalError> {
         if step <= 0 {
             return Err(EvalError(
                 "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
@@ -61,12 +61,12 @@ impl Steps {
     }
 
     /// The instant at `index`.
-    pub fn at(&self, index: usize) -> i64 {
+    pub(crate) fn at(&self, index: usize) -> i64 {
         self.start + self.step * index as i64
     }
 
     /// The last instant.
-    pub fn end(&self) -> i64 {
+    pub(crate) fn end(&self) -> i64 {
         self.at(self.count - 1)
     }
 
@@ -90,7 +90,7 @@ fn ceil_div(a: i64, b: i64) -> i64 {
 
 /// One series: its labels and its value at each step (`None`: no point).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Series {
+pub(crate) struct Series {
     /// The labels.
     pub labels: Labels,
     /// One value per step.
@@ -98,7 +98,7 @@ pub struct Series {
 }
 
 /// The memory of labels: their texts and what holds them.
-pub fn labels_bytes(labels: &Labels) -> usize {
+pub(crate) fn labels_bytes(labels: &Labels) -> usize {
     labels
         .iter()
         .map(|(name, value)| LABEL_OVERHEAD_BYTES + name.len() + value.len())
@@ -106,7 +106,7 @@ pub fn labels_bytes(labels: &Labels) -> usize {
 }
 
 /// The memory of a series with `labels` and `points` steps: the figure a read is charged for it.
-pub fn series_bytes(labels: &Labels, points: usize) -> usize {
+pub(crate) fn series_bytes(labels: &Labels, points: usize) -> usize {
     SERIES_OVERHEAD_BYTES
         + labels_bytes(labels)
         + points.saturating_mul(std::mem::size_of::<Option<f64>>())
@@ -114,14 +114,14 @@ pub fn series_bytes(labels: &Labels, points: usize) -> usize {
 
 impl Series {
     /// Its memory, as [`series_bytes`] counts it.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         series_bytes(&self.labels, self.points.len())
     }
 }
 
 /// What a metric expression evaluates to.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     /// A plain number.
     Scalar(f64),
     /// Series over the steps.
@@ -130,7 +130,7 @@ pub enum Value {
 
 impl Value {
     /// The memory of its series, as [`series_bytes`] counts it.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         match self {
             Value::Scalar(_) => 0,
             Value::Matrix(series) => series.iter().map(Series::bytes).sum(),
@@ -141,7 +141,7 @@ impl Value {
 /// Sums lines into a range function's series: each line counts (or its bytes do) at every step
 /// whose range holds it.
 #[derive(Debug)]
-pub struct RangeAccumulator {
+pub(crate) struct RangeAccumulator {
     function: RangeFunction,
     range: i64,
     steps: Steps,
@@ -150,7 +150,7 @@ pub struct RangeAccumulator {
 
 impl RangeAccumulator {
     /// An empty accumulator of `function` over `range` nanoseconds at `steps`.
-    pub fn new(function: RangeFunction, range: i64, steps: Steps) -> Self {
+    pub(crate) fn new(function: RangeFunction, range: i64, steps: Steps) -> Self {
         RangeAccumulator {
             function,
             range,
@@ -160,20 +160,25 @@ impl RangeAccumulator {
     }
 
     /// The steps it counts at.
-    pub fn steps(&self) -> Steps {
+    pub(crate) fn steps(&self) -> Steps {
         self.steps
     }
 
     /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`; refused once the
     /// query has more series than [`MAX_SERIES`]. Gives the memory of the series it made for the
     /// line ([`series_bytes`]), 0 when the line joined one (or counts at no step).
-    pub fn add(&mut self, labels: Labels, ts: i64, bytes: usize) -> Result<usize, EvalError> {
+    pub(crate) fn add(
+        &mut self,
+        labels: Labels,
+        ts: i64,
+        bytes: usize,
+    ) -> Result<usize, EvalError> {
         self.add_many(labels, ts, 1, bytes as u64)
     }
 
     /// Adds `count` lines of `bytes` in all, all at `ts`; gives what [`RangeAccumulator::add`]
     /// gives.
-    pub fn add_many(
+    pub(crate) fn add_many(
         &mut self,
         labels: Labels,
         ts: i64,
@@ -211,7 +216,7 @@ impl RangeAccumulator {
     }
 
     /// The series, rates divided by the range in seconds.
-    pub fn finish(self) -> Vec<Series> {
+    pub(crate) fn finish(self) -> Vec<Series> {
         let per_second = matches!(
             self.function,
             RangeFunction::Rate | RangeFunction::BytesRate
@@ -235,7 +240,7 @@ impl RangeAccumulator {
 }
 
 /// The labels an aggregation keeps of `labels`.
-pub fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
+pub(crate) fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
     match grouping {
         None => Labels::new(),
         Some(Grouping {
@@ -258,7 +263,7 @@ pub fn group_key(grouping: &Option<Grouping>, labels: &Labels) -> Labels {
 }
 
 /// `op by/without (…) (series)`, step by step; `parameter` is topk's k.
-pub fn aggregate(
+pub(crate) fn aggregate(
     op: AggregateOp,
     grouping: &Option<Grouping>,
     parameter: Option<f64>,
@@ -346,7 +351,7 @@ fn apply(op: BinaryOp, left: f64, right: f64) -> f64 {
 
 /// `left op right`: numbers with numbers, each point with a number, and series with the series
 /// of the other side that have the same labels.
-pub fn binary(op: BinaryOp, left: Value, right: Value) -> Value {
+pub(crate) fn binary(op: BinaryOp, left: Value, right: Value) -> Value {
     let map = |series: Vec<Series>, f: &dyn Fn(f64) -> f64| {
         series
             .into_iter()
@@ -389,7 +394,7 @@ pub fn binary(op: BinaryOp, left: Value, right: Value) -> Value {
 }
 
 /// `vector(value)`: one series without labels, `value` at every step.
-pub fn vector(value: f64, steps: usize) -> Value {
+pub(crate) fn vector(value: f64, steps: usize) -> Value {
     Value::Matrix(vec![Series {
         labels: Labels::new(),
         points: vec![Some(value); steps],

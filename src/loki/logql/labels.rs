@@ -10,28 +10,28 @@ use crate::model::severity::Severity;
 use crate::storage::StoredRow;
 
 /// A set of labels, sorted by name (the order Loki prints them in).
-pub type Labels = BTreeMap<String, String>;
+pub(crate) type Labels = BTreeMap<String, String>;
 
 /// The label of the record's service.
-pub const SERVICE_LABEL: &str = "service_name";
+pub(crate) const SERVICE_LABEL: &str = "service_name";
 /// The label of its severity, by name.
-pub const LEVEL_LABEL: &str = "level";
+pub(crate) const LEVEL_LABEL: &str = "level";
 /// The same, under the name Loki gives a level it detected.
-pub const DETECTED_LEVEL_LABEL: &str = "detected_level";
+pub(crate) const DETECTED_LEVEL_LABEL: &str = "detected_level";
 
 /// True for the labels that name the severity.
-pub fn is_level_label(name: &str) -> bool {
+pub(crate) fn is_level_label(name: &str) -> bool {
     name == LEVEL_LABEL || name == DETECTED_LEVEL_LABEL
 }
 
 /// True for the labels the database indexes (columns, not attributes).
-pub fn is_indexed(name: &str) -> bool {
+pub(crate) fn is_indexed(name: &str) -> bool {
     name == SERVICE_LABEL || is_level_label(name)
 }
 
 /// An attribute's key as a label name: characters other than ASCII letters, digits and `_`
 /// become `_`, and a leading digit gets a `_` before it.
-pub fn label_name(key: &str) -> String {
+pub(crate) fn label_name(key: &str) -> String {
     let mut name: String = key
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
@@ -43,7 +43,7 @@ pub fn label_name(key: &str) -> String {
 }
 
 /// A JSON value as a label's value: strings as they are, anything else as its JSON text.
-pub fn label_value(value: &serde_json::Value) -> String {
+pub(crate) fn label_value(value: &serde_json::Value) -> String {
     match value {
         serde_json::Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -51,7 +51,7 @@ pub fn label_value(value: &serde_json::Value) -> String {
 }
 
 /// The labels of the record's stream: service and level.
-pub fn stream_labels(service: &str, severity: i16) -> Labels {
+pub(crate) fn stream_labels(service: &str, severity: i16) -> Labels {
     let level = Severity::of(severity.into()).name().to_owned();
     Labels::from([
         (SERVICE_LABEL.to_owned(), service.to_owned()),
@@ -62,7 +62,7 @@ pub fn stream_labels(service: &str, severity: i16) -> Labels {
 
 /// Every label of a stored record: its stream's and its attributes'. An attribute whose label
 /// name is already taken (by the stream, or by an earlier attribute) is left out.
-pub fn row_labels(row: &StoredRow) -> Labels {
+pub(crate) fn row_labels(row: &StoredRow) -> Labels {
     let mut labels = stream_labels(&row.service, row.severity);
     if let Ok(attributes) =
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes)

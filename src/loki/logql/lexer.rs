@@ -4,7 +4,7 @@ use super::ParseError;
 
 /// One token.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Token {
+pub(crate) enum Token {
     /// `{`
     LBrace,
     /// `}`
@@ -63,7 +63,7 @@ pub enum Token {
 
 impl Token {
     /// How the token reads in an error message.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let symbol = match self {
             Token::Ident(name) => return format!("{name:?}"),
             Token::Str(text) => return format!("string {text:?}"),
@@ -98,7 +98,7 @@ impl Token {
 }
 
 /// Splits `text` into tokens with their byte offsets.
-pub fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
+pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
     let bytes = text.as_bytes();
     let mut tokens = Vec::new();
     let mut at = 0;
@@ -229,7 +229,7 @@ fn number(text: &str, start: usize) -> Result<(Token, usize), ParseError> {
 }
 
 /// `5m`, `1h30m`, `250ms`, `1.5s` as a duration; `None` when it is not one.
-pub fn duration(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn duration(text: &str) -> Option<std::time::Duration> {
     let mut total = 0f64;
     let mut rest = text;
     if rest.is_empty() {
@@ -264,7 +264,7 @@ pub fn duration(text: &str) -> Option<std::time::Duration> {
 }
 
 /// `10KB`, `1MiB`, `512B` as bytes; `None` when it is not a size.
-pub fn bytes(text: &str) -> Option<u64> {
+pub(crate) fn bytes(text: &str) -> Option<u64> {
     let digits = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
     let value: f64 = text[..digits].parse().ok()?;
     let scale = match text[digits..].to_ascii_uppercase().as_str() {

@@ -8,13 +8,13 @@
 //! - [`ast`]: what a parsed query says.
 //! - [`parser`]: the grammar, and the limits (length, nesting, range) a hostile query meets first.
 
-pub mod ast;
-pub mod eval;
-pub mod labels;
-pub mod lexer;
-pub mod parser;
-pub mod pipeline;
-pub mod plan;
+pub(crate) mod ast;
+pub(crate) mod eval;
+pub(crate) mod labels;
+pub(crate) mod lexer;
+pub(crate) mod parser;
+pub(crate) mod pipeline;
+pub(crate) mod plan;
 
 pub use ast::Query;
 pub use parser::parse;

@@ -8,11 +8,11 @@ use super::lexer::{self, Token};
 use super::ParseError;
 
 /// Longest query text accepted.
-pub const MAX_QUERY_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_QUERY_BYTES: usize = 16 * 1024;
 /// Deepest nesting of parentheses and aggregations accepted.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 /// Longest range of a range function (`[…]`) accepted.
-pub const MAX_RANGE: Duration = Duration::from_secs(30 * 86_400);
+pub(crate) const MAX_RANGE: Duration = Duration::from_secs(30 * 86_400);
 
 /// Parses a whole query.
 pub fn parse(text: &str) -> Result<Query, ParseError> {

@@ -14,9 +14,9 @@ use crate::storage::StoredRow;
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Loki's label for a stage that could not do its work on a line.
-pub const ERROR_LABEL: &str = "__error__";
+pub(crate) const ERROR_LABEL: &str = "__error__";
 /// The details of that error.
-pub const ERROR_DETAILS_LABEL: &str = "__error_details__";
+pub(crate) const ERROR_DETAILS_LABEL: &str = "__error_details__";
 
 /// Why a parsed query cannot run: a regular expression or a template it cannot use.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -24,7 +24,7 @@ pub const ERROR_DETAILS_LABEL: &str = "__error_details__";
 pub struct CompileError(pub String);
 
 /// Compiles a regular expression of the query, anchored to the whole value if `whole`.
-pub fn regex(pattern: &str, whole: bool) -> Result<Regex, CompileError> {
+pub(crate) fn regex(pattern: &str, whole: bool) -> Result<Regex, CompileError> {
     let source = if whole {
         format!("^(?:{pattern})$")
     } else {
@@ -127,14 +127,14 @@ enum Piece {
 
 /// A log query's matchers and stages, compiled.
 #[derive(Clone, Debug)]
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     matchers: Vec<LabelMatcher>,
     steps: Vec<Step>,
 }
 
 /// A row that went through the pipeline: its line and labels as the stages left them.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Output {
+pub(crate) struct Output {
     /// The line.
     pub line: String,
     /// Its labels.
@@ -143,7 +143,7 @@ pub struct Output {
 
 impl Pipeline {
     /// Compiles `query`.
-    pub fn compile(query: &LogQuery) -> Result<Self, CompileError> {
+    pub(crate) fn compile(query: &LogQuery) -> Result<Self, CompileError> {
         let matchers = query
             .selector
             .iter()
@@ -162,14 +162,8 @@ impl Pipeline {
         Ok(Pipeline { matchers, steps })
     }
 
-    /// True when the pipeline has stages: a row the selector matches may still be dropped, or
-    /// its line and labels changed.
-    pub fn has_stages(&self) -> bool {
-        !self.steps.is_empty()
-    }
-
     /// True when `labels` satisfy the selector (the stages are not run).
-    pub fn selects(&self, labels: &Labels) -> bool {
+    pub(crate) fn selects(&self, labels: &Labels) -> bool {
         self.matchers.iter().all(|matcher| {
             let value = labels.get(&matcher.label).map_or("", String::as_str);
             matcher.test.holds(value)
@@ -177,7 +171,7 @@ impl Pipeline {
     }
 
     /// The row's line and labels after the stages; `None` when the row does not match.
-    pub fn process(&self, row: &StoredRow) -> Option<Output> {
+    pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
         let mut labels = labels::row_labels(row);
         if !self.selects(&labels) {
             return None;

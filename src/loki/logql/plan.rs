@@ -15,7 +15,7 @@ use crate::model::severity::Severity;
 /// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
 /// level and attributes whose names are their keys, and the line filters before any
 /// `line_format` (which changes the line the later ones see).
-pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Selection {
+pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Selection {
     let mut selection = Selection::range(from, to);
     for matcher in &query.selector {
         let value = &matcher.value;
@@ -57,7 +57,7 @@ pub fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Se
 /// service by equality, the lowest severity any level matcher accepts, attributes by key, and
 /// the first `|=` before any `line_format`. The engine still checks every row it polls, so this
 /// only has to let through every row the query matches.
-pub fn tail_filter(query: &LogQuery) -> Filter {
+pub(crate) fn tail_filter(query: &LogQuery) -> Filter {
     let mut filter = Filter::default();
     for matcher in &query.selector {
         if matcher.label == SERVICE_LABEL && matcher.op == MatchOp::Eq && filter.services.is_empty()
@@ -101,7 +101,7 @@ fn is_attribute_key(matcher: &Matcher) -> bool {
 /// True when the selection of `query` holds every condition of it, so the database can count a
 /// limit itself: no stage, and each matcher one SQL checks exactly (service equality, any level
 /// matcher, which becomes severity ranges, and attribute keys).
-pub fn is_exact(query: &LogQuery) -> bool {
+pub(crate) fn is_exact(query: &LogQuery) -> bool {
     query.pipeline.is_empty()
         && query.selector.iter().all(|m| {
             labels::is_level_label(&m.label)
@@ -111,7 +111,7 @@ pub fn is_exact(query: &LogQuery) -> bool {
 }
 
 /// True when `query` is a selector of indexed labels alone: what the rollup's rows can tell.
-pub fn is_indexed_selector(query: &LogQuery) -> bool {
+pub(crate) fn is_indexed_selector(query: &LogQuery) -> bool {
     query.pipeline.is_empty() && query.selector.iter().all(|m| labels::is_indexed(&m.label))
 }
 
@@ -209,12 +209,12 @@ fn postgres_pattern(text: &str, whole: bool, negated: bool) -> Option<PostgresPa
 }
 
 /// A minute, the rollup's resolution, in nanoseconds.
-pub const MINUTE_NANOS: i64 = 60_000_000_000;
+pub(crate) const MINUTE_NANOS: i64 = 60_000_000_000;
 
 /// A metric query the rollup answers: `sum` (optionally `by` service and level) of a range
 /// function over a selector of service and level alone.
 #[derive(Clone, Debug, PartialEq)]
-pub struct VolumePlan {
+pub(crate) struct VolumePlan {
     /// The function of each range.
     pub function: RangeFunction,
     /// The range, whole minutes.
@@ -227,7 +227,7 @@ pub struct VolumePlan {
 
 /// Where a metric query's answer may count a line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// At its own time, as a scan counts it.
     Exact,
     /// At the end of its minute: what a volume histogram asks for (Grafana tags its histogram
@@ -239,7 +239,11 @@ pub enum Placement {
 /// resolution: its range and step whole minutes, and with [`Placement::Exact`] its steps on whole
 /// minutes too. A step inside a minute counts that minute at the step whose range holds the
 /// minute's end, which is where a scan counts only the lines of the minute's last part.
-pub fn volume_plan(expr: &MetricExpr, steps: Steps, placement: Placement) -> Option<VolumePlan> {
+pub(crate) fn volume_plan(
+    expr: &MetricExpr,
+    steps: Steps,
+    placement: Placement,
+) -> Option<VolumePlan> {
     let whole_steps = steps.count == 1 || steps.step % MINUTE_NANOS == 0;
     let aligned = placement == Placement::Minute || steps.start % MINUTE_NANOS == 0;
     if !(whole_steps && aligned) {

@@ -27,7 +27,7 @@ impl Reads {
     /// A metric query at `steps` (one step for an instant query), counting each line where
     /// `placement` allows; its series are charged to `charge` as they are made, and the value
     /// still holds its charge ([`Value::bytes`]) when it is given.
-    pub async fn loki_metric(
+    pub(crate) async fn loki_metric(
         &self,
         tenant: &Arc<str>,
         expr: &MetricExpr,

@@ -9,7 +9,7 @@ use metrics::{describe_counter, describe_gauge, describe_histogram, Label, Unit}
 
 /// A series' name, unit and help text: what `# HELP` says and what every handle of it registers.
 #[derive(Clone, Copy, Debug)]
-pub struct Series {
+pub(crate) struct Series {
     /// The Prometheus name.
     pub name: &'static str,
     unit: Unit,
@@ -18,7 +18,7 @@ pub struct Series {
 
 impl Series {
     /// A series of `unit` named `name` (with the `loghaul_` prefix and Prometheus suffixes).
-    pub const fn new(name: &'static str, unit: Unit, help: &'static str) -> Series {
+    pub(crate) const fn new(name: &'static str, unit: Unit, help: &'static str) -> Series {
         Series { name, unit, help }
     }
 
@@ -208,7 +208,7 @@ impl Histogram {
 /// A counter with `N` labels whose values are given at each increment, for events rarer than a
 /// record (a stream's end, a query, a console request); the sum over all values is readable.
 #[derive(Debug)]
-pub struct CounterVec<const N: usize> {
+pub(crate) struct CounterVec<const N: usize> {
     series: Series,
     labels: [&'static str; N],
     total: AtomicU64,
@@ -225,7 +225,7 @@ impl<const N: usize> CounterVec<N> {
     }
 
     /// Adds `n` to the series with these label values.
-    pub fn increment(&self, values: [&str; N], n: u64) {
+    pub(crate) fn increment(&self, values: [&str; N], n: u64) {
         let labels = self
             .labels
             .iter()
@@ -237,7 +237,7 @@ impl<const N: usize> CounterVec<N> {
     }
 
     /// Adds `n` to the series with these static label values, without allocating.
-    pub fn increment_static(&self, values: [&'static str; N], n: u64) {
+    pub(crate) fn increment_static(&self, values: [&'static str; N], n: u64) {
         self.series
             .counter(static_labels(&self.labels, values))
             .increment(n);
@@ -245,14 +245,14 @@ impl<const N: usize> CounterVec<N> {
     }
 
     /// The sum over every label value since this process started.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
 }
 
 /// A gauge family with one label, whose handles are taken once by their owner.
 #[derive(Debug)]
-pub struct GaugeVec {
+pub(crate) struct GaugeVec {
     series: Series,
     label: &'static str,
 }
@@ -264,14 +264,14 @@ impl GaugeVec {
     }
 
     /// The handle of the series with this label value.
-    pub fn handle(&self, value: &str) -> Gauge {
+    pub(crate) fn handle(&self, value: &str) -> Gauge {
         Gauge::register(self.series, vec![Label::new(self.label, value.to_owned())])
     }
 }
 
 /// A histogram family with labels given at each observation, for rare events.
 #[derive(Debug)]
-pub struct HistogramVec<const N: usize> {
+pub(crate) struct HistogramVec<const N: usize> {
     series: Series,
     labels: [&'static str; N],
 }
@@ -283,7 +283,7 @@ impl<const N: usize> HistogramVec<N> {
     }
 
     /// Records `value` in the series with these static label values.
-    pub fn record(&self, values: [&'static str; N], value: f64) {
+    pub(crate) fn record(&self, values: [&'static str; N], value: f64) {
         self.series
             .histogram(static_labels(&self.labels, values))
             .record(value);

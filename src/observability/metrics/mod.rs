@@ -7,7 +7,7 @@
 //! three HTTP listeners. Series a record passes through (per tenant, per shard) are resolved once into
 //! [`TenantMetrics`] and [`ShardMetrics`], so the hot path looks nothing up by name.
 
-pub mod handles;
+pub(crate) mod handles;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use metrics::{Label, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-pub use handles::{
+pub(crate) use handles::{
     Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramSnapshot, HistogramVec, Series,
 };
 
@@ -142,7 +142,7 @@ const BATCHES: Series = Series::new(
 );
 
 /// The process's series.
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Push streams open now.
     pub active_streams: Gauge,
     /// Push streams ended, by outcome.
@@ -464,14 +464,14 @@ impl Metrics {
     }
 
     /// The counter of records received by `protocol`.
-    pub fn ingest_records(&self, protocol: Protocol) -> &Counter {
+    pub(crate) fn ingest_records(&self, protocol: Protocol) -> &Counter {
         // `ALL` lists the protocols in discriminant order, which a test checks.
         &self.ingest_records[protocol as usize]
     }
 
     /// The series of `tenant`'s records. Resolved when a tenant is set up (a key ring is loaded),
     /// not per record: the map's lock is off the hot path.
-    pub fn tenant(&self, tenant: &str) -> Arc<TenantMetrics> {
+    pub(crate) fn tenant(&self, tenant: &str) -> Arc<TenantMetrics> {
         let mut tenants = self
             .tenants
             .lock()
@@ -485,7 +485,7 @@ impl Metrics {
     }
 
     /// The series of shard `shard`, shared by every pipeline of the process (tests run several).
-    pub fn shard(&self, shard: usize) -> Arc<ShardMetrics> {
+    pub(crate) fn shard(&self, shard: usize) -> Arc<ShardMetrics> {
         let mut shards = self
             .shards
             .lock()
@@ -499,7 +499,7 @@ impl Metrics {
 }
 
 /// The process's series, registered with the recorder on first use.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(|| {
         // Handles made before the recorder is installed would go to the no-op recorder.
@@ -509,7 +509,7 @@ pub fn metrics() -> &'static Metrics {
 }
 
 /// The handle `/metrics` renders, with every series registered.
-pub fn handle() -> PrometheusHandle {
+pub(crate) fn handle() -> PrometheusHandle {
     let _ = metrics();
     recorder()
 }

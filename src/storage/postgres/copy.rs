@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::storage::row::Row;
 
 /// The statement the body is sent to.
-pub const COPY_SQL: &str =
+pub(super) const COPY_SQL: &str =
     "COPY logs (tenant, ts, severity, service, message, attributes, trace_id, span_id) \
      FROM STDIN (FORMAT binary)";
 
@@ -23,7 +23,7 @@ const JSONB_VERSION: u8 = 1;
 const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// The COPY body of `rows`.
-pub fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Vec<u8> {
+pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Vec<u8> {
     let mut rows = rows.peekable();
     // Nine length words and the fixed-size values, plus the strings.
     let estimate = rows.peek().map_or(0, |row| tuple_len(row)) * (rows.len() + 1);

@@ -16,12 +16,13 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Connection;
 
-pub use citus::{CitusError, Flavor};
-pub use read::{PgReader, APPLICATION_NAME};
-pub use retention::{
-    create_partitions, partition_day, partition_name, partitions, PgRetention, RETENTION_LOCK_KEY,
-};
-pub use tail::{PgTail, TAIL_OVERLAP};
+// Public for the retention and Citus tests, which set partitions up and check them by name.
+pub use citus::Flavor;
+pub use retention::{create_partitions, partition_day, partition_name, RETENTION_LOCK_KEY};
+
+pub(crate) use read::PgReader;
+pub(crate) use retention::PgRetention;
+pub(crate) use tail::PgTail;
 
 use crate::storage::connect::{redact_url, DatabaseUrl, PoolOptions};
 use crate::storage::error::StoreError;

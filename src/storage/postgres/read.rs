@@ -44,7 +44,7 @@ const CONNECTION_CHECK_INTERVAL: &str = "1s";
 /// First server version with `client_connection_check_interval`.
 const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
-pub const APPLICATION_NAME: &str = "loghaul-reads";
+pub(crate) const APPLICATION_NAME: &str = "loghaul-reads";
 
 pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
 

@@ -36,7 +36,7 @@ pub fn partition_day(name: &str) -> Option<NaiveDate> {
 }
 
 /// The names of every partition of `logs`, from the catalog.
-pub async fn partitions(conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
+pub(crate) async fn partitions(conn: &mut PgConnection) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
          WHERE i.inhparent = 'logs'::regclass ORDER BY 1",

@@ -23,7 +23,7 @@ use crate::storage::error::{unavailable, StoreError};
 use crate::storage::stored::{from_micros, Collector, PageSize, StoredRow};
 
 /// How far behind the newest `received_at` sent a tail poll looks again; see the module docs.
-pub const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
+pub(crate) const TAIL_OVERLAP: TimeDelta = TimeDelta::seconds(3);
 
 /// A PostgreSQL tail: its read pool and where it stands.
 #[derive(Debug)]

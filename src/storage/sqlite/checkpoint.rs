@@ -39,7 +39,7 @@ const REWIND_PATIENCE: Duration = Duration::from_millis(500);
 
 /// The running checkpoint task of one database file.
 #[derive(Debug)]
-pub struct Checkpointer {
+pub(super) struct Checkpointer {
     turns: Arc<RwLock<()>>,
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -50,7 +50,7 @@ type Progress = (i64, i64, i64);
 
 impl Checkpointer {
     /// Opens a connection of its own with `options` and starts checkpointing.
-    pub async fn start(options: &SqliteConnectOptions) -> Result<Checkpointer, sqlx::Error> {
+    pub(super) async fn start(options: &SqliteConnectOptions) -> Result<Checkpointer, sqlx::Error> {
         let options = options
             .clone()
             .busy_timeout(REWIND_PATIENCE)
@@ -67,12 +67,12 @@ impl Checkpointer {
     }
 
     /// Held by a writer for the length of one transaction.
-    pub async fn turn(&self) -> RwLockReadGuard<'_, ()> {
+    pub(super) async fn turn(&self) -> RwLockReadGuard<'_, ()> {
         self.turns.read().await
     }
 
     /// Stops the task and closes its connection.
-    pub async fn stop(&self) {
+    pub(super) async fn stop(&self) {
         self.stop.cancel();
         let task = self.task.lock().expect("never poisoned").take();
         if let Some(task) = task {

@@ -19,9 +19,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-pub use read::SqliteReader;
-pub use retention::SqliteRetention;
-pub use tail::SqliteTail;
+pub(crate) use read::SqliteReader;
+pub(crate) use retention::SqliteRetention;
+pub(crate) use tail::SqliteTail;
 
 use crate::storage::connect::DatabaseUrl;
 use crate::storage::error::StoreError;

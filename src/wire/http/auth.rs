@@ -29,11 +29,11 @@ use crate::auth::{AuthFailure, KeyStore, OpenAccess, Tenant};
 use crate::error::HttpError;
 
 /// Loki's tenant header.
-pub const ORG_ID_HEADER: &str = "x-scope-orgid";
+pub(crate) const ORG_ID_HEADER: &str = "x-scope-orgid";
 
 /// How the HTTP ingest listener tells who is calling.
 #[derive(Debug)]
-pub struct HttpAuth {
+pub(crate) struct HttpAuth {
     keys: Arc<KeyStore>,
     cors: Arc<Cors>,
     /// `--allow-org-id-tenants`: without keys, `X-Scope-OrgID` names the tenant.
@@ -42,7 +42,7 @@ pub struct HttpAuth {
 
 impl HttpAuth {
     /// Callers checked against `keys`; `cors` lists the web pages a keyless service serves.
-    pub fn new(keys: Arc<KeyStore>, cors: Arc<Cors>, org_id_tenants: bool) -> Self {
+    pub(crate) fn new(keys: Arc<KeyStore>, cors: Arc<Cors>, org_id_tenants: bool) -> Self {
         HttpAuth {
             keys,
             cors,
@@ -51,7 +51,7 @@ impl HttpAuth {
     }
 
     /// The tenant of a request from `peer` with `headers`.
-    pub fn tenant(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Tenant, HttpError> {
+    pub(crate) fn tenant(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Tenant, HttpError> {
         let presented = presented_key(headers);
         let tenant = self.keys.authenticate(presented.as_deref(), Some(peer))?;
         let open = self.keys.is_open();

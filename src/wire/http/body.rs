@@ -18,7 +18,7 @@ use crate::wire::EXPECTED_DECODED_RATIO;
 
 /// What a body may be.
 #[derive(Clone, Copy, Debug)]
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     /// Bytes as sent, and again once decompressed (`--max-request-bytes`).
     pub max_bytes: usize,
     /// How the body must keep arriving (`--stream-idle-timeout`, `--min-body-rate`).
@@ -28,7 +28,7 @@ pub struct BodyLimits {
 /// The compression `Content-Encoding` names; `None` for none. Loki's `snappy` is not a transfer
 /// encoding: its protobuf bodies are always snappy-compressed, so the endpoint inflates them
 /// itself.
-pub fn content_encoding(headers: &HeaderMap) -> Result<Option<Compression>, HttpError> {
+pub(crate) fn content_encoding(headers: &HeaderMap) -> Result<Option<Compression>, HttpError> {
     let Some(value) = headers.get(header::CONTENT_ENCODING) else {
         return Ok(None);
     };
@@ -45,7 +45,7 @@ pub fn content_encoding(headers: &HeaderMap) -> Result<Option<Compression>, Http
 }
 
 /// Reads the body, charging `meter` for it, and inflates it per `compression`.
-pub async fn read(
+pub(crate) async fn read(
     body: Body,
     headers: &HeaderMap,
     compression: Option<Compression>,

@@ -17,18 +17,18 @@ const PREFLIGHT_MAX_AGE: &str = "600";
 
 /// The configured origins.
 #[derive(Clone, Debug, Default)]
-pub struct Cors {
+pub(crate) struct Cors {
     origins: CorsOrigins,
 }
 
 impl Cors {
     /// CORS for `origins` (none: off).
-    pub fn new(origins: CorsOrigins) -> Self {
+    pub(crate) fn new(origins: CorsOrigins) -> Self {
         Cors { origins }
     }
 
     /// The request's `Origin` when it is allowed, to be echoed back.
-    pub fn allowed(&self, headers: &HeaderMap) -> Option<HeaderValue> {
+    pub(crate) fn allowed(&self, headers: &HeaderMap) -> Option<HeaderValue> {
         let origin = headers.get(header::ORIGIN)?;
         let text = origin.to_str().ok()?.to_ascii_lowercase();
         self.origins
@@ -40,7 +40,7 @@ impl Cors {
 
     /// The answer to a preflight (`OPTIONS`): 204 with the allowances for a listed origin, 403
     /// without any for the others.
-    pub fn preflight(&self, headers: &HeaderMap) -> Response<Body> {
+    pub(crate) fn preflight(&self, headers: &HeaderMap) -> Response<Body> {
         let Some(origin) = self.allowed(headers) else {
             return empty(StatusCode::FORBIDDEN);
         };
@@ -65,7 +65,7 @@ impl Cors {
 
 /// Marks `response` readable by `origin` (when it is allowed), and says that the answer depends
 /// on the origin so caches keep one per origin.
-pub fn allow(response: &mut Response<Body>, origin: Option<HeaderValue>) {
+pub(crate) fn allow(response: &mut Response<Body>, origin: Option<HeaderValue>) {
     let Some(origin) = origin else {
         return;
     };

@@ -7,7 +7,11 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 use crate::error::{with_retry_after, HttpError};
 
 /// A response of `status` with `body` of `content_type`.
-pub fn response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Body> {
+pub(crate) fn response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+) -> Response<Body> {
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     response
@@ -17,14 +21,14 @@ pub fn response(status: StatusCode, content_type: &'static str, body: Vec<u8>) -
 }
 
 /// An empty response of `status`.
-pub fn empty(status: StatusCode) -> Response<Body> {
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
     response
 }
 
 /// The failure as the Loki push API answers it: its message as plain text.
-pub fn text_error(err: &HttpError) -> Response<Body> {
+pub(crate) fn text_error(err: &HttpError) -> Response<Body> {
     let body = format!("{err}\n").into_bytes();
     with_retry_after(
         response(err.status(), "text/plain; charset=utf-8", body),
