@@ -116,10 +116,22 @@ pub(crate) fn last(message: &Bytes, number: u32) -> Result<Option<Bytes>, String
     Ok(found)
 }
 
-/// The number of `field` in `message` (its full name, `package.Outer.Inner`) according to an
-/// encoded descriptor set: what the named field numbers of the walkers are checked against.
+/// Checks each `(message, field, number)` against an encoded descriptor set: a message by its full
+/// name (`package.Outer.Inner`), the number as the walkers name it.
 #[cfg(test)]
-pub(crate) fn field_number(descriptors: &[u8], message: &str, field: &str) -> u32 {
+pub(crate) fn assert_field_numbers(descriptors: &[u8], expected: &[(&str, &str, u32)]) {
+    for &(message, field, number) in expected {
+        assert_eq!(
+            number,
+            field_number(descriptors, message, field),
+            "{message}.{field}"
+        );
+    }
+}
+
+/// The number of `field` in `message` according to an encoded descriptor set.
+#[cfg(test)]
+fn field_number(descriptors: &[u8], message: &str, field: &str) -> u32 {
     use prost::Message;
     use prost_types::{DescriptorProto, FileDescriptorSet};
 

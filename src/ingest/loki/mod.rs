@@ -33,18 +33,14 @@ pub mod proto {
 
             #[test]
             fn the_walked_field_numbers_are_lokis() {
-                let descriptors =
-                    include_bytes!(concat!(env!("OUT_DIR"), "/logproto_descriptor.bin"));
-                let number = |message: &str, field| {
-                    crate::wire::fields::field_number(
-                        descriptors,
-                        &format!("logproto.{message}"),
-                        field,
-                    )
-                };
-                assert_eq!(STREAMS, number("PushRequest", "streams"));
-                assert_eq!(LABELS, number("StreamAdapter", "labels"));
-                assert_eq!(ENTRIES, number("StreamAdapter", "entries"));
+                crate::wire::fields::assert_field_numbers(
+                    include_bytes!(concat!(env!("OUT_DIR"), "/logproto_descriptor.bin")),
+                    &[
+                        ("logproto.PushRequest", "streams", STREAMS),
+                        ("logproto.StreamAdapter", "labels", LABELS),
+                        ("logproto.StreamAdapter", "entries", ENTRIES),
+                    ],
+                );
             }
         }
     }

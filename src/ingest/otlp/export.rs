@@ -128,21 +128,21 @@ pub(crate) mod field {
 
         #[test]
         fn the_walked_field_numbers_are_otlps() {
-            let number = |message: &str, field| {
-                crate::wire::fields::field_number(
-                    opentelemetry_proto::DESCRIPTORS,
-                    &format!("opentelemetry.proto.{message}"),
-                    field,
-                )
-            };
-            let request = "collector.logs.v1.ExportLogsServiceRequest";
-            assert_eq!(RESOURCE_LOGS, number(request, "resource_logs"));
-            assert_eq!(RESOURCE, number("logs.v1.ResourceLogs", "resource"));
-            assert_eq!(SCOPE_LOGS, number("logs.v1.ResourceLogs", "scope_logs"));
-            assert_eq!(SCHEMA_URL, number("logs.v1.ResourceLogs", "schema_url"));
-            assert_eq!(SCOPE, number("logs.v1.ScopeLogs", "scope"));
-            assert_eq!(LOG_RECORDS, number("logs.v1.ScopeLogs", "log_records"));
-            assert_eq!(SCHEMA_URL, number("logs.v1.ScopeLogs", "schema_url"));
+            let request = "opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest";
+            let resource_logs = "opentelemetry.proto.logs.v1.ResourceLogs";
+            let scope_logs = "opentelemetry.proto.logs.v1.ScopeLogs";
+            crate::wire::fields::assert_field_numbers(
+                opentelemetry_proto::DESCRIPTORS,
+                &[
+                    (request, "resource_logs", RESOURCE_LOGS),
+                    (resource_logs, "resource", RESOURCE),
+                    (resource_logs, "scope_logs", SCOPE_LOGS),
+                    (resource_logs, "schema_url", SCHEMA_URL),
+                    (scope_logs, "scope", SCOPE),
+                    (scope_logs, "log_records", LOG_RECORDS),
+                    (scope_logs, "schema_url", SCHEMA_URL),
+                ],
+            );
         }
     }
 }

@@ -378,16 +378,15 @@ mod tests {
 
     #[test]
     fn the_walked_field_numbers_are_the_contracts() {
-        let number = |field| {
-            crate::wire::fields::field_number(
-                crate::proto::FILE_DESCRIPTOR_SET,
-                "loghaul.v1.PushRequest",
-                field,
-            )
-        };
-        assert_eq!(push_request::RECORDS, number("records"));
-        assert_eq!(push_request::PRODUCER_ID, number("producer_id"));
-        assert_eq!(push_request::SEQUENCE, number("sequence"));
+        let request = "loghaul.v1.PushRequest";
+        crate::wire::fields::assert_field_numbers(
+            crate::proto::FILE_DESCRIPTOR_SET,
+            &[
+                (request, "records", push_request::RECORDS),
+                (request, "producer_id", push_request::PRODUCER_ID),
+                (request, "sequence", push_request::SEQUENCE),
+            ],
+        );
     }
 
     #[test]
