@@ -201,8 +201,11 @@ impl Pipeline {
                 }
                 Step::Json => parse_json(&line, &mut labels),
                 Step::Logfmt => parse_logfmt(&line, &mut labels),
+                // A line a parser failed on is filtered like any other, as Loki does: a label it
+                // lacks matches only as the empty string, and `__error__` is a label like the rest,
+                // so `| json | __error__=""` drops it.
                 Step::Filter(condition) => {
-                    if !labels.contains_key(ERROR_LABEL) && !condition.holds(&mut labels) {
+                    if !condition.holds(&mut labels) {
                         return None;
                     }
                 }
@@ -520,7 +523,14 @@ mod tests {
         assert!(p
             .process(&row("api", 9, r#"{"status":200,"latency":"2s"}"#, "{}"))
             .is_none());
-        let not_json = p.process(&row("api", 9, "plain text", "{}")).unwrap();
+        assert!(
+            p.process(&row("api", 9, "plain text", "{}")).is_none(),
+            "a line the parser failed on has no status to compare"
+        );
+        let errors_kept = pipeline(r#"{service_name="api"} | json"#);
+        let not_json = errors_kept
+            .process(&row("api", 9, "plain text", "{}"))
+            .unwrap();
         assert_eq!(not_json.labels[ERROR_LABEL], "JSONParserErr");
 
         let p = pipeline(
@@ -534,6 +544,28 @@ mod tests {
         assert!(p
             .process(&row("api", 9, "method=POST path=/", "{}"))
             .is_none());
+    }
+
+    /// Loki 3.7.6's answers on a stream of two JSON lines and a plain one.
+    #[test]
+    fn a_line_the_parser_failed_on_passes_no_filter_it_does_not_meet() {
+        let lines = [
+            r#"{"user":"u3","status":200}"#,
+            "plain text, not json",
+            r#"{"user":"u4","status":500}"#,
+        ];
+        let count = |query: &str| {
+            let p = pipeline(query);
+            lines
+                .iter()
+                .filter(|line| p.process(&row("api", 9, line, "{}")).is_some())
+                .count()
+        };
+        assert_eq!(count(r#"{service_name="api"} | json | user="u3""#), 1);
+        assert_eq!(count(r#"{service_name="api"} | json | __error__="""#), 2);
+        assert_eq!(count(r#"{service_name="api"} | json | status >= 500"#), 1);
+        assert_eq!(count(r#"{service_name="api"} | json | user!="u3""#), 2);
+        assert_eq!(count(r#"{service_name="api"} | json"#), 3);
     }
 
     #[test]
