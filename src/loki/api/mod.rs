@@ -234,7 +234,7 @@ async fn query_range(call: Call) -> Response<Body> {
                 }
                 Query::Metric(expr) => {
                     let step = params.step(range)?;
-                    let steps = Steps::new(nanos(range.from), nanos(range.to), step)?;
+                    let steps = Steps::aligned(nanos(range.from), nanos(range.to), step)?;
                     let (value, stats) = reads
                         .loki_metric(&tenant, &expr, steps, placement, answer.charge())
                         .await?;

@@ -60,6 +60,21 @@ impl Steps {
         })
     }
 
+    /// The instants of a metric range query as Loki answers it: its query frontend rounds the
+    /// start down and the end up to whole steps since the epoch before it evaluates, so its points
+    /// fall on multiples of the step, not on `start + k·step`.
+    pub(crate) fn aligned(start: i64, end: i64, step: i64) -> Result<Self, EvalError> {
+        if step <= 0 {
+            return Steps::new(start, end, step);
+        }
+        let start = start - start.rem_euclid(step);
+        let end = match end.rem_euclid(step) {
+            0 => end,
+            rest => end.saturating_add(step - rest),
+        };
+        Steps::new(start, end, step)
+    }
+
     /// The instant at `index`.
     pub(crate) fn at(&self, index: usize) -> i64 {
         self.start + self.step * index as i64
@@ -404,6 +419,22 @@ pub(crate) fn vector(value: f64, steps: usize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_query_is_aligned_to_whole_steps_as_lokis_frontend_does() {
+        const SECOND: i64 = 1_000_000_000;
+        // From 301 s before a minute boundary to the boundary, in steps of 37 s: Loki's points
+        // are multiples of 37 s, the first at or before the start, the last at or after the end.
+        let minute = 1_796_295_240 * SECOND;
+        let steps = Steps::aligned(minute - 301 * SECOND, minute, 37 * SECOND).unwrap();
+        assert_eq!(steps.start % (37 * SECOND), 0);
+        assert!(steps.start <= minute - 301 * SECOND);
+        assert!(steps.start > minute - 301 * SECOND - 37 * SECOND);
+        assert_eq!(steps.end() % (37 * SECOND), 0);
+        assert!(steps.end() >= minute && steps.end() < minute + 37 * SECOND);
+        let on_the_grid = Steps::aligned(60 * SECOND, 120 * SECOND, 60 * SECOND).unwrap();
+        assert_eq!((on_the_grid.start, on_the_grid.count), (60 * SECOND, 2));
+    }
 
     const S: i64 = 1_000_000_000;
 
