@@ -1663,3 +1663,78 @@ on_both_backends!(
     loki_query_many_label_sets,
     a_scanned_sum_over_lines_with_many_label_sets_is_answered
 );
+
+/// A stream of JSON lines and a plain one, as Loki 3.7.6 answers it: a label filter drops the line
+/// the parser failed on unless the line meets it, and a metric query that would count that line
+/// with its `__error__` is a 400 naming the error, as in Loki.
+async fn a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let values: Vec<Json> = [
+        r#"{"user":"u3","status":200}"#,
+        "plain text, not json",
+        r#"{"user":"u4","status":500}"#,
+    ]
+    .iter()
+    .enumerate()
+    .map(|(n, line)| json!([((base + 10) * NANOS + n as i64).to_string(), line]))
+    .collect();
+    let stream = json!({"stream": {"service_name": "mixed"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 3
+    })
+    .await;
+    let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
+    let lines = async |q: &str| -> usize {
+        let answer = ok(
+            addr,
+            RANGE,
+            &[("query", q), ("start", &start), ("end", &end)],
+            &[],
+        )
+        .await;
+        entries(&answer).len()
+    };
+    assert_eq!(
+        lines(r#"{service_name="mixed"} | json | user="u3""#).await,
+        1
+    );
+    assert_eq!(
+        lines(r#"{service_name="mixed"} | json | __error__="""#).await,
+        2
+    );
+    assert_eq!(
+        lines(r#"{service_name="mixed"} | json | status >= 500"#).await,
+        1
+    );
+
+    let time = (base + 120).to_string();
+    let count =
+        async |q: &str| -> Json { ok(addr, INSTANT, &[("query", q), ("time", &time)], &[]).await };
+    let over_400 =
+        count(r#"sum(count_over_time({service_name="mixed"} | json | status > 400 [5m]))"#).await;
+    assert_eq!(over_400["data"]["result"][0]["value"][1], "1", "{over_400}");
+    let clean =
+        count(r#"sum(count_over_time({service_name="mixed"} | json | __error__="" [5m]))"#).await;
+    assert_eq!(clean["data"]["result"][0]["value"][1], "2", "{clean}");
+    refused(
+        addr,
+        INSTANT,
+        &[
+            (
+                "query",
+                r#"sum(count_over_time({service_name="mixed"} | json [5m]))"#,
+            ),
+            ("time", &time),
+        ],
+        "pipeline error: 'JSONParserErr' for series: '{",
+    )
+    .await;
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_parser_errors,
+    a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for
+);

@@ -25,6 +25,24 @@ const LABEL_OVERHEAD_BYTES: usize = 64;
 #[error("{0}")]
 pub struct EvalError(pub String);
 
+impl EvalError {
+    /// A metric query whose line still carries `__error__` after its pipeline, in Loki's words
+    /// (a 400 there too): counting it would silently count lines the query could not read.
+    pub(crate) fn pipeline(kind: &str, labels: &Labels) -> Self {
+        let series: Vec<String> = labels
+            .iter()
+            .map(|(name, value)| format!("{name}={value:?}"))
+            .collect();
+        EvalError(format!(
+            "pipeline error: '{kind}' for series: '{{{series}}}'.\n\
+             Use a label filter to intentionally skip this error. (e.g | __error__!=\"{kind}\").\n\
+             To skip all potential errors you can match empty errors.(e.g __error__=\"\")\n\
+             The label filter can also be specified after unwrap. (e.g | unwrap latency | __error__=\"\" )\n",
+            series = series.join(", ")
+        ))
+    }
+}
+
 /// The instants a query is evaluated at: `start`, `start + step`, … up to `end`, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Steps {

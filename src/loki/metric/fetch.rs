@@ -5,8 +5,8 @@ use chrono::DateTime;
 use super::program::Read;
 use crate::error::HttpError;
 use crate::loki::logql::ast::{Grouping, RangeQuery};
-use crate::loki::logql::eval::{self, RangeAccumulator, Series, Steps};
-use crate::loki::logql::pipeline::Output;
+use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps};
+use crate::loki::logql::pipeline::{Output, ERROR_LABEL};
 use crate::loki::logql::plan::VolumePlan;
 use crate::loki::read::{nanos, RollupRead, Scan, Stats, TimeRange};
 use crate::model::selection::Order;
@@ -71,6 +71,14 @@ impl Reads {
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
+                if let Some(kind) = output
+                    .labels
+                    .get(ERROR_LABEL)
+                    .filter(|kind| !kind.is_empty())
+                {
+                    failed = Some(EvalError::pipeline(kind, &output.labels).into());
+                    return false;
+                }
                 let labels = match sum_by {
                     Some(grouping) => eval::group_key(grouping, &output.labels),
                     None => output.labels,
