@@ -415,6 +415,15 @@ fn flatten(object: &serde_json::Map<String, serde_json::Value>, prefix: &str, la
 /// `| logfmt`: `key=value` pairs, values bare or double-quoted with backslash escapes; a key
 /// alone is a label with an empty value.
 fn parse_logfmt(line: &str, labels: &mut Labels) {
+    // As Loki's decoder: a quote inside a key, or a quote or `=` inside an unquoted value, is a
+    // syntax error, so a JSON line gives `LogfmtParserErr` instead of labels named after its text.
+    let unexpected = |labels: &mut Labels, c: char| {
+        labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
+        labels.insert(
+            ERROR_DETAILS_LABEL.into(),
+            format!("logfmt syntax error: unexpected {c:?}"),
+        );
+    };
     let mut chars = line.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
@@ -423,6 +432,9 @@ fn parse_logfmt(line: &str, labels: &mut Labels) {
         }
         let mut key = String::new();
         while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=') {
+            if c == '"' {
+                return unexpected(labels, c);
+            }
             key.push(c);
         }
         let mut value = String::new();
@@ -457,6 +469,9 @@ fn parse_logfmt(line: &str, labels: &mut Labels) {
                 }
             } else {
                 while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                    if c == '"' || c == '=' {
+                        return unexpected(labels, c);
+                    }
                     value.push(c);
                 }
             }
@@ -544,6 +559,29 @@ mod tests {
         assert!(p
             .process(&row("api", 9, "method=POST path=/", "{}"))
             .is_none());
+    }
+
+    #[test]
+    fn logfmt_refuses_what_lokis_decoder_refuses_and_keeps_the_pairs_before() {
+        let p = pipeline(r#"{service_name="api"} | logfmt"#);
+        let json = p
+            .process(&row("api", 9, r#"{"user":"u4","status":500}"#, "{}"))
+            .unwrap();
+        assert_eq!(json.labels[ERROR_LABEL], "LogfmtParserErr");
+        assert!(
+            !json.labels.keys().any(|name| name.contains("user")),
+            "{:?}",
+            json.labels
+        );
+        let late = p.process(&row("api", 9, "a=1 b=2=3 c=4", "{}")).unwrap();
+        assert_eq!(late.labels["a"], "1");
+        assert_eq!(late.labels[ERROR_LABEL], "LogfmtParserErr");
+        assert!(!late.labels.contains_key("c"));
+        let fine = p
+            .process(&row("api", 9, r#"a=1 msg="x = \"y\"" flag"#, "{}"))
+            .unwrap();
+        assert!(!fine.labels.contains_key(ERROR_LABEL), "{:?}", fine.labels);
+        assert_eq!(fine.labels["msg"], r#"x = "y""#);
     }
 
     /// Loki 3.7.6's answers on a stream of two JSON lines and a plain one.
