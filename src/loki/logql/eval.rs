@@ -364,7 +364,12 @@ fn top_k(members: Vec<Series>, k: usize, steps: usize) -> Vec<Series> {
             .enumerate()
             .filter_map(|(index, s)| s.points[at].map(|value| (index, value)))
             .collect();
-        present.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Ties go to the series whose labels sort first: the order the series were made in
+        // depends on hashing, and an answer must not change between two runs of one query.
+        present.sort_by(|a, b| {
+            b.1.total_cmp(&a.1)
+                .then_with(|| members[a.0].labels.cmp(&members[b.0].labels))
+        });
         for (index, value) in present.into_iter().take(k) {
             kept[index].points[at] = Some(value);
         }
@@ -535,6 +540,20 @@ mod tests {
         let count = aggregate(AggregateOp::Count, &None, None, series.clone(), 2).unwrap();
         assert_eq!(count[0].points, [Some(3.0), Some(1.0)]);
         let top = aggregate(AggregateOp::Topk, &None, Some(1.0), series.clone(), 2).unwrap();
+        let tied = |pods: [&str; 2]| {
+            pods.map(|pod| Series {
+                labels: labels(&[("pod", pod)]),
+                points: vec![Some(1.0)],
+            })
+            .to_vec()
+        };
+        for input in [tied(["a", "b"]), tied(["b", "a"])] {
+            let top = aggregate(AggregateOp::Topk, &None, Some(1.0), input, 1).unwrap();
+            assert_eq!(
+                top[0].labels["pod"], "a",
+                "a tie goes by labels, not by order"
+            );
+        }
         assert_eq!(top.len(), 1);
         assert_eq!(top[0].labels["pod"], "b");
         assert!(aggregate(AggregateOp::Topk, &None, Some(0.5), series, 2).is_err());
