@@ -1738,3 +1738,67 @@ on_both_backends!(
     loki_query_parser_errors,
     a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for
 );
+
+/// `query` and `query_range` by POST with a form body, as Loki and Grafana's data source send
+/// them: the body's parameters win over the query string's; a body past its limit is a 400.
+async fn the_query_endpoints_take_a_form_body(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let values: Vec<Json> = (0..3)
+        .map(|n| json!([((base + 10) * NANOS + n).to_string(), format!("line {n}")]))
+        .collect();
+    let stream = json!({"stream": {"service_name": "form"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 3
+    })
+    .await;
+    let post = async |path: &str, params: &[(&str, &str)]| -> HttpAnswer {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(params)
+            .finish();
+        let form = [("content-type", "application/x-www-form-urlencoded")];
+        http_request(addr, "POST", path, &form, body.as_bytes())
+            .await
+            .unwrap()
+    };
+    let (start, end, time) = (
+        (base - 60).to_string(),
+        (base + 120).to_string(),
+        (base + 120).to_string(),
+    );
+    let range = post(
+        &format!("{RANGE}?limit=1"),
+        &[
+            ("query", r#"{service_name="form"}"#),
+            ("start", &start),
+            ("end", &end),
+            ("limit", "2"),
+        ],
+    )
+    .await;
+    assert_eq!(range.status, 200, "{}", range.text());
+    let range: Json = serde_json::from_slice(&range.body).unwrap();
+    assert_eq!(entries(&range).len(), 2, "the body's limit wins: {range}");
+    let instant = post(
+        INSTANT,
+        &[
+            (
+                "query",
+                r#"sum(count_over_time({service_name="form"}[5m]))"#,
+            ),
+            ("time", &time),
+        ],
+    )
+    .await;
+    assert_eq!(instant.status, 200, "{}", instant.text());
+    let instant: Json = serde_json::from_slice(&instant.body).unwrap();
+    assert_eq!(instant["data"]["result"][0]["value"][1], "3", "{instant}");
+    let huge = "x".repeat(70 << 10);
+    let refused = post(INSTANT, &[("query", &huge)]).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(refused.text().contains("form body"), "{}", refused.text());
+    server.stop().await;
+}
+on_both_backends!(loki_query_form_bodies, the_query_endpoints_take_a_form_body);

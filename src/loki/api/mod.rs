@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::routing::get;
@@ -65,8 +65,14 @@ impl LokiApi {
 /// The routes, for the HTTP listener's router.
 pub(crate) fn routes(api: LokiApi) -> Router {
     Router::new()
-        .route("/loki/api/v1/query_range", get(query_range))
-        .route("/loki/api/v1/query", get(query))
+        .route(
+            "/loki/api/v1/query_range",
+            get(query_range).post(|FormCall(call): FormCall| query_range(call)),
+        )
+        .route(
+            "/loki/api/v1/query",
+            get(query).post(|FormCall(call): FormCall| query(call)),
+        )
         .route("/loki/api/v1/labels", get(labels))
         .route("/loki/api/v1/label", get(labels))
         .route("/loki/api/v1/label/{name}/values", get(label_values))
@@ -108,6 +114,43 @@ impl FromRequestParts<LokiApi> for Call {
             params: Params::parse(parts.uri.query()),
             placement: placement(&parts.headers),
         })
+    }
+}
+
+/// Most bytes of a form body: a query and its parameters, with room to spare.
+const MAX_FORM_BYTES: usize = 64 << 10;
+
+/// A call whose parameters may also come as a form body (`application/x-www-form-urlencoded`),
+/// as Loki takes `query` and `query_range` by POST; a body parameter wins over the same one in
+/// the query string, as in Loki.
+struct FormCall(Call);
+
+impl FromRequest<LokiApi> for FormCall {
+    type Rejection = Response<Body>;
+
+    async fn from_request(request: Request, api: &LokiApi) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let Ok(mut call) = Call::from_request_parts(&mut parts, api).await;
+        let form = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .is_some_and(|essence| {
+                essence
+                    .trim()
+                    .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+            });
+        if form {
+            let refused = |reason: String| reply::text_error(&HttpError::BadRequest(reason));
+            let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
+                .await
+                .map_err(|_| refused(format!("the form body is over {MAX_FORM_BYTES} bytes")))?;
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|_| refused("the form body is not UTF-8".into()))?;
+            call.params.extend(Params::parse(Some(text)));
+        }
+        Ok(FormCall(call))
     }
 }
 

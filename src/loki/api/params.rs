@@ -34,6 +34,11 @@ impl Params {
         )
     }
 
+    /// Adds `more` after these, so that its values win where both give one.
+    pub(crate) fn extend(&mut self, more: Params) {
+        self.0.extend(more.0);
+    }
+
     /// The last value of `name`, if given and not empty.
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
