@@ -244,6 +244,41 @@ fn minute_at(minute: i64, steps: Steps) -> i64 {
     (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
 }
 
+/// Refuses what the rollup cannot answer: a matcher or target label other than the indexed ones, or
+/// a pipeline.
+fn rollup_selector(query: &LogQuery, targets: &[String]) -> Result<(), HttpError> {
+    if let Some(other) = query
+        .selector
+        .iter()
+        .map(|m| &m.label)
+        .chain(targets)
+        .find(|label| !labels::is_indexed(label))
+    {
+        return Err(HttpError::BadRequest(format!(
+            "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
+        )));
+    }
+    if !query.pipeline.is_empty() {
+        return Err(HttpError::BadRequest(
+            "the volume endpoints take a stream selector alone, without a pipeline".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// What Loki's `index/stats` says of a selector over a range, counted from the rollup.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub(crate) struct IndexStats {
+    /// Streams (service and level) with lines in the range.
+    pub(crate) streams: u64,
+    /// Rollup rows (a stream's minutes): loghaul keeps no chunks, and this is its closest unit.
+    pub(crate) chunks: u64,
+    /// Bytes of the lines' messages.
+    pub(crate) bytes: u64,
+    /// Lines.
+    pub(crate) entries: u64,
+}
+
 /// The labels of `stream` that `keep` names.
 fn only(stream: Labels, keep: &[String]) -> Labels {
     stream
@@ -329,6 +364,33 @@ impl Reads {
         .await
     }
 
+    /// What `query` (a selector of indexed labels) holds over `range`, from the rollup: Grafana
+    /// asks it before a query to show how much the query will read.
+    pub(crate) async fn loki_index_stats(
+        &self,
+        tenant: &Arc<str>,
+        query: &LogQuery,
+        range: TimeRange,
+    ) -> Result<(IndexStats, Stats), HttpError> {
+        rollup_selector(query, &[])?;
+        self.admitted(tenant, async {
+            let mut stats = Stats::default();
+            let mut index = IndexStats::default();
+            let mut streams = BTreeSet::new();
+            self.selected_streams(tenant, query, range, &mut stats, &mut |stream, row| {
+                streams.insert(stream);
+                index.chunks += 1;
+                index.entries += row.count.max(0) as u64;
+                index.bytes += row.bytes.max(0) as u64;
+                Ok(())
+            })
+            .await?;
+            index.streams = streams.len() as u64;
+            Ok((index, stats))
+        })
+        .await
+    }
+
     /// Bytes per series of `query` (a selector of indexed labels) over `range` from the rollup,
     /// as `ask` says; each series charged to `charge` as it is made.
     pub(crate) async fn loki_volume(
@@ -345,22 +407,7 @@ impl Reads {
             limit,
         } = ask;
         let started = Instant::now();
-        if let Some(other) = query
-            .selector
-            .iter()
-            .map(|m| &m.label)
-            .chain(&targets)
-            .find(|label| !labels::is_indexed(label))
-        {
-            return Err(HttpError::BadRequest(format!(
-                "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
-            )));
-        }
-        if !query.pipeline.is_empty() {
-            return Err(HttpError::BadRequest(
-                "the volume endpoints take a stream selector alone, without a pipeline".into(),
-            ));
-        }
+        rollup_selector(query, &targets)?;
         let targets = if targets.is_empty() {
             query.selector.iter().map(|m| m.label.clone()).collect()
         } else {

@@ -1802,3 +1802,69 @@ async fn the_query_endpoints_take_a_form_body(db: &TestDb) {
     server.stop().await;
 }
 on_both_backends!(loki_query_form_bodies, the_query_endpoints_take_a_form_body);
+
+/// `index/stats`, which Grafana asks before a query to show how much it will read: the streams,
+/// lines and bytes of a selector over a range, from the rollup.
+async fn index_stats_count_what_a_selector_holds(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let stream = |level: &str, lines: &[&str]| {
+        let values: Vec<Json> = lines
+            .iter()
+            .enumerate()
+            .map(|(n, line)| json!([((base + 10) * NANOS + n as i64).to_string(), line]))
+            .collect();
+        json!({"stream": {"service_name": "sized", "level": level}, "values": values})
+    };
+    let streams = [
+        stream("info", &["abc", "defg"]),
+        stream("error", &["hijkl"]),
+    ];
+    push_json(addr, &[], json!({ "streams": streams })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 3
+    })
+    .await;
+    let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
+    // Loki answers the bare object, without `status` and `data`.
+    let stats = async |q: &str| -> Json {
+        let answer = get(
+            addr,
+            "/loki/api/v1/index/stats",
+            &[("query", q), ("start", &start), ("end", &end)],
+            &[],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{q}: {}", answer.text());
+        serde_json::from_slice(&answer.body).unwrap()
+    };
+    let all = stats(r#"{service_name="sized"}"#).await;
+    assert_eq!(
+        (&all["streams"], &all["entries"], &all["bytes"]),
+        (&json!(2), &json!(3), &json!(12)),
+        "{all}"
+    );
+    let errors = stats(r#"{service_name="sized", level="error"}"#).await;
+    assert_eq!(
+        (&errors["streams"], &errors["entries"], &errors["bytes"]),
+        (&json!(1), &json!(1), &json!(5)),
+        "{errors}"
+    );
+    refused(
+        addr,
+        "/loki/api/v1/index/stats",
+        &[
+            ("query", r#"{service_name="sized"} |= "x""#),
+            ("start", &start),
+            ("end", &end),
+        ],
+        "without a pipeline",
+    )
+    .await;
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_index_stats,
+    index_stats_count_what_a_selector_holds
+);

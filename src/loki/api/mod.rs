@@ -79,6 +79,7 @@ pub(crate) fn routes(api: LokiApi) -> Router {
         .route("/loki/api/v1/series", get(series))
         .route("/loki/api/v1/index/volume", get(volume))
         .route("/loki/api/v1/index/volume_range", get(volume_range))
+        .route("/loki/api/v1/index/stats", get(index_stats))
         .route("/loki/api/v1/tail", get(tail::tail))
         .route("/loki/api/v1/status/buildinfo", get(buildinfo))
         .route("/ready", get(ready))
@@ -395,6 +396,20 @@ async fn volume(call: Call) -> Response<Body> {
         answer::volume(series, nanos(range.to), &stats, &mut answer)?;
         Ok(answer)
     })
+    .await
+}
+
+async fn index_stats(call: Call) -> Response<Body> {
+    call.answer(
+        "index_stats",
+        |reads, tenant, params, mut answer| async move {
+            let range = params.range(Utc::now())?;
+            let query = selector(query_text(&params)?)?;
+            let (index, _) = reads.loki_index_stats(&tenant, &query, range).await?;
+            answer.json(true, &index)?;
+            Ok(answer)
+        },
+    )
     .await
 }
 
