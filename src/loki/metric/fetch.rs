@@ -71,10 +71,14 @@ impl Reads {
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
+                // Loki refuses to count a line that still carries `__error__`, except into a
+                // `sum` of everything, whose one series never has the label (Loki 3.7.6 answers
+                // `sum(count_over_time({…} | json [5m]))` over such lines with their count).
+                let keeps_labels = !matches!(sum_by, Some(None));
                 if let Some(kind) = output
                     .labels
                     .get(ERROR_LABEL)
-                    .filter(|kind| !kind.is_empty())
+                    .filter(|kind| keeps_labels && !kind.is_empty())
                 {
                     failed = Some(EvalError::pipeline(kind, &output.labels).into());
                     return false;
