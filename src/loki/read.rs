@@ -237,11 +237,11 @@ pub(super) struct Scan {
     pub limit: Option<usize>,
 }
 
-/// Where a rollup minute's rows count among `steps`: at the minute's last instant, so that a
-/// step's range holds the minutes that end within it; the minute still going at the last step at
-/// that step, so that the newest lines are counted.
+/// Where a rollup minute's rows count among `steps`: at the minute's end, the last instant of
+/// `(m, m + 1 min]`, so that a step's range holds the minutes that end within it; the minute still
+/// going at the last step at that step, so that the newest lines are counted.
 fn minute_at(minute: i64, steps: Steps) -> i64 {
-    (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS - 1).min(steps.end())
+    (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS).min(steps.end())
 }
 
 /// Refuses what the rollup cannot answer: a matcher or target label other than the indexed ones, or

@@ -1,10 +1,14 @@
 //! The volume rollup's share of a batch: its rows counted per (tenant, minute, service,
 //! severity), which each backend adds to `log_volume` in the batch's transaction, one upsert per
 //! group rather than per row.
+//!
+//! A minute row keyed `m` holds the records of `(m, m + 1 min]`, closed at its end as LogQL's
+//! ranges are (`(t − range, t]`): a record stamped exactly `hh:mm:00` is counted by a range that
+//! ends at `hh:mm`, from the rollup as from a scan.
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 use super::row::Row;
 use crate::model::selection::VolumeRow;
@@ -36,13 +40,21 @@ where
     })
 }
 
-/// The first minute retention keeps of the rollup at `horizon`: the one `horizon` falls in. A
-/// minute the horizon cuts keeps its counts, since they cannot be split; every earlier minute
-/// ended before the horizon and goes.
+/// The first minute retention keeps of the rollup at `horizon`: the one whose records the horizon
+/// cuts, or the one that ends at it (a record stamped at the horizon is kept). A minute the horizon
+/// cuts keeps its counts, since they cannot be split; every earlier minute ended before the
+/// horizon and goes.
 pub(in crate::storage) fn volume_cutoff(horizon: DateTime<Utc>) -> DateTime<Utc> {
-    horizon
-        .duration_trunc(TimeDelta::minutes(1))
-        .unwrap_or(horizon)
+    DateTime::from_timestamp(minute_of(horizon), 0).unwrap_or(horizon)
+}
+
+/// The key of the minute row that counts a record stamped `ts`, in seconds since the epoch: the
+/// start of the minute `(m, m + 1 min]` that holds it.
+pub(in crate::storage) fn minute_of(ts: DateTime<Utc>) -> i64 {
+    const MINUTE_MICROS: i64 = 60_000_000;
+    // The stores keep microseconds: one microsecond before a minute's end is the latest record
+    // that is not on the next minute's boundary.
+    (ts.timestamp_micros() - 1).div_euclid(MINUTE_MICROS) * 60
 }
 
 /// The records and message bytes of one group of a batch.
@@ -63,7 +75,7 @@ pub(in crate::storage) fn groups<'a>(rows: &[Row<'a>]) -> Vec<VolumeGroup<'a>> {
     let mut sums: HashMap<(&'a str, i64, &'a str, i16), (i64, i64)> = HashMap::new();
     for row in rows {
         let record = row.record;
-        let minute = record.ts.timestamp().div_euclid(60) * 60;
+        let minute = minute_of(record.ts);
         let sum = sums
             .entry((row.tenant, minute, record.service.as_str(), record.severity))
             .or_default();
@@ -113,8 +125,9 @@ mod tests {
             record(125, "b", 9, "xx"),
             record(61, "a", 9, "x"),
             record(119, "a", 9, "yyy"),
-            record(120, "a", 17, ""),
+            record(121, "a", 17, ""),
             record(-1, "a", 9, "z"),
+            record(180, "c", 9, "on the minute"),
         ];
         let rows: Vec<Row<'_>> = records
             .iter()
@@ -135,8 +148,26 @@ mod tests {
                 (60, "a", 9, 2, 4),
                 (120, "a", 17, 1, 0),
                 (120, "b", 9, 1, 2),
+                (120, "c", 9, 1, 13),
             ]
         );
+    }
+
+    #[test]
+    fn a_record_on_a_minute_ends_the_minute_before_it() {
+        let at = |text: &str| {
+            minute_of(
+                DateTime::parse_from_rfc3339(text)
+                    .unwrap()
+                    .with_timezone(&Utc),
+            )
+        };
+        let minute = at("2026-12-01T10:15:00.000001Z");
+        assert_eq!(at("2026-12-01T10:16:00Z"), minute, "(10:15, 10:16]");
+        assert_eq!(at("2026-12-01T10:15:59.999999Z"), minute);
+        assert_eq!(at("2026-12-01T10:15:00Z"), minute - 60);
+        assert_eq!(at("1969-12-31T23:59:59Z"), -60);
+        assert_eq!(at("1970-01-01T00:00:00Z"), -60);
     }
 }
 
@@ -151,10 +182,13 @@ mod cutoff_tests {
             .with_timezone(&Utc);
         let cutoff = volume_cutoff(horizon);
         assert_eq!(cutoff.to_rfc3339(), "2026-12-01T10:15:00+00:00");
+        let on_a_minute = DateTime::parse_from_rfc3339("2026-12-01T10:15:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
         assert_eq!(
-            volume_cutoff(cutoff),
-            cutoff,
-            "a horizon on a minute keeps that minute"
+            volume_cutoff(on_a_minute).to_rfc3339(),
+            "2026-12-01T10:14:00+00:00",
+            "a horizon on a minute keeps the minute that ends at it, which counts a record at it"
         );
     }
 }

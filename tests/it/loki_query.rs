@@ -367,7 +367,8 @@ fn by_minute_end(
     let step = 60 * NANOS;
     let mut counts: BTreeMap<String, BTreeMap<i64, u64>> = BTreeMap::new();
     for known in KNOWN.iter().filter(|k| keep(k)) {
-        let minute_end = (at(base, known) / NANOS / 60 * 60 + 60) * NANOS - 1;
+        // The end of the minute `(m, m + 1m]` that holds the record.
+        let minute_end = (at(base, known) - 1).div_euclid(60 * NANOS) * 60 * NANOS + 60 * NANOS;
         let t = start + (minute_end - start + step - 1) / step * step;
         *counts
             .entry(known.level.to_owned())
@@ -1739,6 +1740,153 @@ async fn a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for(db: &Tes
 on_both_backends!(
     loki_query_parser_errors,
     a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for
+);
+
+/// A line stamped exactly on a minute counts in the range that ends at that minute, `(t − 1m, t]`,
+/// as in Loki: from the rollup and from a scan alike, by a range query and an instant one.
+async fn a_line_on_a_minute_counts_at_that_minutes_step(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let minute = (base + 60) * NANOS;
+    let values: Vec<Json> = [minute, minute + 1_000, minute + 60 * NANOS - 1_000]
+        .iter()
+        .map(|ts| json!([ts.to_string(), "tick"]))
+        .collect();
+    let stream = json!({"stream": {"service_name": "edge"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 3
+    })
+    .await;
+    let points = |answer: &Json| -> Vec<(i64, String)> {
+        answer["data"]["result"][0]["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .iter()
+            .map(|p| (p[0].as_i64().unwrap(), p[1].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    // The rollup answers a bare selector; a pipeline makes it a scan.
+    for q in [
+        r#"sum(count_over_time({service_name="edge"}[1m]))"#,
+        r#"sum(count_over_time({service_name="edge"} |= "tick" [1m]))"#,
+    ] {
+        let answer = ok(
+            addr,
+            RANGE,
+            &[
+                ("query", q),
+                ("start", &base.to_string()),
+                ("end", &(base + 180).to_string()),
+                ("step", "60"),
+            ],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            points(&answer),
+            [(base + 60, "1".to_owned()), (base + 120, "2".to_owned())],
+            "{q}: {answer}"
+        );
+        let instant = ok(
+            addr,
+            INSTANT,
+            &[("query", q), ("time", &(base + 60).to_string())],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            instant["data"]["result"][0]["value"][1], "1",
+            "{q} at the minute: {instant}"
+        );
+    }
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_line_on_a_minute,
+    a_line_on_a_minute_counts_at_that_minutes_step
+);
+
+/// Streams labelled as shippers label them, read back as Loki 3.7.6 answers: the label the
+/// service came from (`job`) stays a label and selects; a line pushed without a level gets the
+/// `detected_level` Loki finds in it and no `level` label; a trace id sent as metadata comes back
+/// as a label of its line.
+async fn stream_labels_stay_labels_and_levels_are_detected_from_lines(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let ts = |n: i64| ((base + 10) * NANOS + n * 1_000).to_string();
+    let streams = json!({"streams": [
+        {"stream": {"job": "batch"}, "values": [
+            [ts(1), r#"{"level":"warn","msg":"a"}"#],
+            [ts(2), "level=error msg=b"],
+            [ts(3), "plain WARN text"],
+            [ts(4), "nothing here"],
+        ]},
+        {"stream": {"job": "cron", "app": "nightly"}, "values": [
+            [ts(5), "run", {"trace_id": "0af7651916cd43dd8448eb211c80319c", "region": "eu"}],
+        ]},
+    ]});
+    push_json(addr, &[], streams).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 5
+    })
+    .await;
+    let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
+    let streams = async |q: &str| -> Vec<(String, Json)> {
+        let answer = ok(
+            addr,
+            RANGE,
+            &[("query", q), ("start", &start), ("end", &end)],
+            &[],
+        )
+        .await;
+        let mut lines: Vec<(String, Json)> = answer["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| {
+                s["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| (v[1].as_str().unwrap().to_owned(), s["stream"].clone()))
+            })
+            .collect();
+        lines.sort_by(|a, b| a.0.cmp(&b.0));
+        lines
+    };
+    let batch = streams(r#"{job="batch"}"#).await;
+    let detected: Vec<(&str, &str)> = batch
+        .iter()
+        .map(|(line, labels)| (line.as_str(), labels["detected_level"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        detected,
+        [
+            ("level=error msg=b", "error"),
+            ("nothing here", "unknown"),
+            ("plain WARN text", "warn"),
+            (r#"{"level":"warn","msg":"a"}"#, "warn"),
+        ]
+    );
+    let (_, unknown) = &batch[1];
+    assert_eq!(
+        unknown,
+        &json!({"detected_level": "unknown", "job": "batch", "service_name": "batch"}),
+        "no level label for a line of no level"
+    );
+    let cron = streams(r#"{job="cron"}"#).await;
+    assert_eq!(cron.len(), 1, "{cron:?}");
+    assert_eq!(cron[0].1["service_name"], "nightly", "app comes before job");
+    assert_eq!(cron[0].1["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(cron[0].1["region"], "eu");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_stream_labels,
+    stream_labels_stay_labels_and_levels_are_detected_from_lines
 );
 
 /// `query` and `query_range` by POST with a form body, as Loki and Grafana's data source send

@@ -1,22 +1,45 @@
 //! Loki's stream labels: the Prometheus text form a push carries them in (`{job="api",
 //! level="info"}`), and how a stream's labels become a record's fields. The service comes from
-//! `service_name`, else `service`, `job` or `app`; the severity from `level`, `severity` or
-//! `detected_level` (Loki's level names); every other label is an attribute. A label used for the
-//! service or the severity is not repeated as an attribute.
+//! `service_name`, else the first label of Loki's own list that has a value (`service`, `app`, …,
+//! `job`), as Loki derives it (none: `unknown_service`, as everywhere); the severity from `level`, `severity` or
+//! `detected_level` (Loki's level names). Every label stays a label: the ones the service and the
+//! severity came from are kept as attributes too, so that `{job="batch"}` selects what it
+//! selects in Loki; only `service_name`, `level` and `detected_level`, which the record's own
+//! columns answer, are not repeated.
 
 use std::collections::BTreeMap;
 
 use crate::model::severity::Severity;
 
-/// Labels that name the service, most specific first.
-const SERVICE_LABELS: [&str; 4] = ["service_name", "service", "job", "app"];
+/// The label that is the service itself.
+const SERVICE_NAME: &str = "service_name";
+/// Labels that name the service when `service_name` is absent, in the order Loki 3 tries them
+/// (its `discover_service_name` default).
+const SERVICE_LABELS: [&str; 13] = [
+    "service",
+    "app",
+    "application",
+    "app_name",
+    "name",
+    "app_kubernetes_io_name",
+    "container",
+    "container_name",
+    "k8s_container_name",
+    "component",
+    "workload",
+    "job",
+    "k8s_job_name",
+];
 /// Labels that name the level.
 const LEVEL_LABELS: [&str; 3] = ["level", "severity", "detected_level"];
+/// Level labels the record's severity answers, so that they are not kept as attributes too.
+const SEVERITY_LABELS: [&str; 2] = ["level", "detected_level"];
 
 /// What every entry of a stream shares.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StreamFields {
-    /// The record's service; empty when no label names one.
+    /// The record's service; empty when no label names one (validation makes it
+    /// `unknown_service`).
     pub service: String,
     /// The OpenTelemetry severity number; 0 when no label names a known level.
     pub severity: i32,
@@ -27,18 +50,30 @@ pub struct StreamFields {
 impl StreamFields {
     /// Sorts a stream's labels into the record's fields.
     pub fn from_labels(mut labels: BTreeMap<String, String>) -> Self {
-        let service = SERVICE_LABELS
-            .iter()
-            .find(|name| labels.get(**name).is_some_and(|value| !value.is_empty()))
-            .and_then(|name| labels.remove(*name))
-            .unwrap_or_default();
-        let severity = take_level(&mut labels).unwrap_or(0);
+        let service = match labels.remove(SERVICE_NAME).filter(|v| !v.is_empty()) {
+            Some(service) => service,
+            None => SERVICE_LABELS
+                .iter()
+                .find_map(|name| labels.get(*name).filter(|value| !value.is_empty()))
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let severity = level_of(&labels).unwrap_or(0);
+        labels.retain(|name, _| !SEVERITY_LABELS.contains(&name.as_str()));
         StreamFields {
             service,
             severity,
             attributes: labels,
         }
     }
+}
+
+/// The severity number of the first level label whose value is a level name.
+fn level_of(labels: &BTreeMap<String, String>) -> Option<i32> {
+    LEVEL_LABELS
+        .iter()
+        .find_map(|name| Severity::from_name(labels.get(*name)?))
+        .map(Severity::number)
 }
 
 /// Removes the first level label whose value is a level name, and returns its severity number.
@@ -244,16 +279,20 @@ mod tests {
     }
 
     #[test]
-    fn labels_become_service_severity_and_attributes() {
+    fn labels_become_service_severity_and_attributes_as_loki_derives_them() {
         let fields = StreamFields::from_labels(map(&[
             ("job", "varlogs"),
             ("app", "api"),
             ("level", "WARNING"),
             ("env", "prod"),
         ]));
-        assert_eq!(fields.service, "varlogs");
+        assert_eq!(fields.service, "api", "app comes before job in Loki's list");
         assert_eq!(fields.severity, 13);
-        assert_eq!(fields.attributes, map(&[("app", "api"), ("env", "prod")]));
+        assert_eq!(
+            fields.attributes,
+            map(&[("app", "api"), ("env", "prod"), ("job", "varlogs")]),
+            "every label but the level stays a label"
+        );
         let fields = StreamFields::from_labels(map(&[
             ("service_name", "checkout"),
             ("job", "x"),
@@ -262,7 +301,25 @@ mod tests {
         ]));
         assert_eq!(fields.service, "checkout");
         assert_eq!(fields.severity, 17);
-        assert_eq!(fields.attributes, map(&[("job", "x"), ("level", "loud")]));
-        assert_eq!(StreamFields::from_labels(map(&[])).service, "");
+        assert_eq!(fields.attributes, map(&[("job", "x")]));
+        let fields = StreamFields::from_labels(map(&[("app", "web"), ("severity", "error")]));
+        assert_eq!((fields.service.as_str(), fields.severity), ("web", 17));
+        assert_eq!(fields.attributes["severity"], "error");
+        // Pairs Loki 3.7.6 was asked about, and the service it derived.
+        for (labels, service) in [
+            (map(&[("name", "n1"), ("container", "c1")]), "n1"),
+            (map(&[("container", "c2"), ("component", "k1")]), "c2"),
+            (map(&[("k8s_job_name", "kj"), ("workload", "w1")]), "w1"),
+            (map(&[("application", "ap"), ("app_name", "an")]), "ap"),
+            (map(&[("job", ""), ("k8s_job_name", "kj")]), "kj"),
+            (map(&[("foo", "bar")]), ""),
+            (map(&[]), ""),
+        ] {
+            assert_eq!(
+                StreamFields::from_labels(labels.clone()).service,
+                service,
+                "{labels:?}"
+            );
+        }
     }
 }

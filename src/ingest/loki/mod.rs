@@ -12,6 +12,7 @@
 
 pub mod json;
 pub mod labels;
+mod level;
 
 /// Loki's push messages (`logproto`), with Loki's names and field numbers.
 #[allow(missing_docs, clippy::all)]
@@ -263,8 +264,11 @@ pub(crate) fn to_wire(entry: EntryAdapter, fields: &StreamFields) -> LogRecord {
         .into_iter()
         .map(|pair| (pair.name, pair.value))
         .collect();
+    // As Loki finds `detected_level`: the stream's level label, the entry's metadata, the line.
     let severity = if fields.severity == 0 {
-        labels::take_level(&mut attributes).unwrap_or(0)
+        labels::take_level(&mut attributes)
+            .or_else(|| level::detect(&entry.line))
+            .unwrap_or(0)
     } else {
         fields.severity
     };

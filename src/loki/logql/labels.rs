@@ -1,5 +1,6 @@
 //! A stored record's labels, as a Loki reader sees them: `service_name` (the record's service),
-//! `level` and `detected_level` (its severity, by Loki's names), both indexed; and each attribute
+//! `level` and `detected_level` (its severity, by Loki's names), both indexed; `trace_id` and
+//! `span_id` when it has them; and each attribute
 //! as a label (structured metadata in Loki's terms), its name with every character Loki does not
 //! allow in a label name replaced by `_`, its value the attribute's text (or its JSON, for a value
 //! that is not a string).
@@ -50,20 +51,48 @@ pub(crate) fn label_value(value: &serde_json::Value) -> String {
     }
 }
 
-/// The labels of the record's stream: service and level.
+/// The labels of the record's stream: its service, and its level by name. A record of no known
+/// level has no `level` label, as a Loki stream sent without one, and `detected_level` says
+/// `unknown`, as Loki's does.
 pub(crate) fn stream_labels(service: &str, severity: i16) -> Labels {
-    let level = Severity::of(severity.into()).name().to_owned();
-    Labels::from([
+    let level = Severity::of(severity.into());
+    let mut labels = Labels::from([
         (SERVICE_LABEL.to_owned(), service.to_owned()),
-        (LEVEL_LABEL.to_owned(), level.clone()),
-        (DETECTED_LEVEL_LABEL.to_owned(), level),
-    ])
+        (DETECTED_LEVEL_LABEL.to_owned(), level.name().to_owned()),
+    ]);
+    if level != Severity::Unknown {
+        labels.insert(LEVEL_LABEL.to_owned(), level.name().to_owned());
+    }
+    labels
 }
 
-/// Every label of a stored record: its stream's and its attributes'. An attribute whose label
-/// name is already taken (by the stream, or by an earlier attribute) is left out.
+/// The value of level label `label` for a record of `level`: what [`stream_labels`] gives it,
+/// the empty text for a label it does not have.
+pub(crate) fn level_value(label: &str, level: Severity) -> &'static str {
+    if label == LEVEL_LABEL && level == Severity::Unknown {
+        ""
+    } else {
+        level.name()
+    }
+}
+
+/// The labels of a record's trace context, as Loki returns them (structured metadata).
+const TRACE_ID_LABEL: &str = "trace_id";
+const SPAN_ID_LABEL: &str = "span_id";
+
+/// Every label of a stored record: its stream's, its trace context's and its attributes'. An
+/// attribute whose label name is already taken (by the stream, or by an earlier attribute) is
+/// left out.
 pub(crate) fn row_labels(row: &StoredRow) -> Labels {
     let mut labels = stream_labels(&row.service, row.severity);
+    for (name, id) in [
+        (TRACE_ID_LABEL, &row.trace_id),
+        (SPAN_ID_LABEL, &row.span_id),
+    ] {
+        if let Some(id) = id.as_ref().filter(|id| !id.is_empty()) {
+            labels.insert(name.to_owned(), id.clone());
+        }
+    }
     if let Ok(attributes) =
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes)
     {
@@ -98,14 +127,31 @@ mod tests {
             service: "checkout".into(),
             message: "boom".into(),
             attributes: r#"{"http.status": 500, "user": "ann", "level": "x"}"#.into(),
-            trace_id: None,
+            trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             span_id: None,
         };
         let labels = row_labels(&row);
+        assert_eq!(labels["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+        assert!(!labels.contains_key("span_id"));
         assert_eq!(labels["service_name"], "checkout");
         assert_eq!(labels["level"], "error", "the stream's level wins");
         assert_eq!(labels["detected_level"], "error");
         assert_eq!(labels["http_status"], "500");
         assert_eq!(labels["user"], "ann");
+    }
+}
+
+#[cfg(test)]
+mod level_tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_no_known_level_has_no_level_label() {
+        let labels = stream_labels("api", 0);
+        assert!(!labels.contains_key("level"), "{labels:?}");
+        assert_eq!(labels["detected_level"], "unknown");
+        assert_eq!(stream_labels("api", 13)["level"], "warn");
+        assert_eq!(level_value("level", Severity::Unknown), "");
+        assert_eq!(level_value("detected_level", Severity::Unknown), "unknown");
     }
 }

@@ -124,7 +124,7 @@ fn level_ranges(matcher: &Matcher) -> Vec<(i16, i16)> {
     Severity::ALL
         .into_iter()
         .filter(|level| {
-            let name = level.name();
+            let name = labels::level_value(&matcher.label, *level);
             match matcher.op {
                 MatchOp::Eq => name == matcher.value,
                 MatchOp::Ne => name != matcher.value,

@@ -65,7 +65,9 @@ impl Reads {
         let mut accumulator = RangeAccumulator::new(function, range, steps);
         let span = TimeRange {
             from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
-            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+            // A range ends at its step, `(t − range, t]`: the read ends past `end` by the stores'
+            // resolution, a microsecond, which both keep and neither rounds away.
+            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1_000)),
         };
         let mut failed = None;
         {
@@ -126,9 +128,10 @@ impl Reads {
     ) -> Result<Vec<Series>, HttpError> {
         let steps = fetch.steps;
         let range = plan.range.as_nanos() as i64;
+        // The minutes `(m, m + 1 min]` that end within `(start − range, end]`: none after `end`.
         let span = TimeRange {
             from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
-            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1)),
+            to: DateTime::from_timestamp_nanos(steps.end()),
         };
         let mut accumulator = RangeAccumulator::new(plan.function, range, steps);
         let read = RollupRead {

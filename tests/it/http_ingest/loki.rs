@@ -60,7 +60,8 @@ async fn loki_snappy_protobuf_is_stored_after_commit(db: &TestDb) {
     );
     assert_eq!(
         row.attributes,
-        json!({"filename": "/var/log/app.log", "host": "node-1"})
+        json!({"filename": "/var/log/app.log", "host": "node-1", "job": "varlogs"}),
+        "the label the service came from stays a label, as in Loki"
     );
     assert_eq!(row.ts_micros, (at / 1000) as i64);
 
@@ -152,7 +153,7 @@ async fn a_stream_whose_labels_cannot_be_stored_is_rejected_alone(db: &TestDb) {
     let text = answer.text();
     assert!(text.starts_with("3 of 6 entries rejected"), "{text}");
     for rejected in [
-        "#2 too_many_attributes: 1000 attributes",
+        "#2 too_many_attributes: 1001 attributes",
         "#3 too_many_attributes",
         "#4 malformed_record: the stream's labels cannot be read",
     ] {
