@@ -1208,6 +1208,12 @@ async fn hostile_queries_are_refused_with_400_and_the_server_keeps_serving(db: &
     type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
     let cases: Vec<Case> = vec![
         (INSTANT, vec![("query", &deep)], "nests deeper than 32"),
+        // As Loki 3: a log query is a range query.
+        (
+            INSTANT,
+            vec![("query", r#"{service_name="api"}"#)],
+            "log queries are not supported as an instant query type",
+        ),
         (RANGE, vec![("query", &deep_sums)], "nests deeper than 32"),
         (RANGE, vec![("query", &giant_regex)], "is too large"),
         (RANGE, vec![("query", &giant_filter)], "is too large"),

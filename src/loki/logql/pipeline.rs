@@ -311,7 +311,10 @@ impl Condition {
                 let parsed = match kind {
                     NumberKind::Plain => text.trim().parse::<f64>().ok(),
                     NumberKind::Duration => lexer::duration(text.trim()).map(|d| d.as_secs_f64()),
-                    NumberKind::Bytes => lexer::bytes(text.trim()).map(|b| b as f64),
+                    // A label's size may be a bare number of bytes, as Loki reads it.
+                    NumberKind::Bytes => lexer::bytes(text.trim())
+                        .map(|b| b as f64)
+                        .or_else(|| text.trim().parse::<f64>().ok().filter(|b| *b >= 0.0)),
                 };
                 let Some(actual) = parsed else {
                     let details = format!("{label}: {text:?} is not a {kind:?} value");
@@ -413,7 +416,8 @@ fn flatten(object: &serde_json::Map<String, serde_json::Value>, prefix: &str, la
 }
 
 /// `| logfmt`: `key=value` pairs, values bare or double-quoted with backslash escapes; a key
-/// alone is a label with an empty value.
+/// alone is a label with an empty value. As in Loki, no line is an error: what cannot be read
+/// is left out.
 fn parse_logfmt(line: &str, labels: &mut Labels) {
     let mut chars = line.chars().peekable();
     loop {
@@ -452,12 +456,8 @@ fn parse_logfmt(line: &str, labels: &mut Labels) {
                         other => value.push(other),
                     }
                 }
+                // Loki drops a value whose quote never closes, with no error.
                 if !closed {
-                    labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
-                    labels.insert(
-                        ERROR_DETAILS_LABEL.into(),
-                        format!("the value of {key:?} has no closing quote"),
-                    );
                     return;
                 }
             } else {
@@ -467,13 +467,9 @@ fn parse_logfmt(line: &str, labels: &mut Labels) {
                 }
             }
         }
-        if malformed {
+        // So is a pair without a key (`=x`).
+        if malformed || key.is_empty() {
             continue;
-        }
-        if key.is_empty() {
-            labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
-            labels.insert(ERROR_DETAILS_LABEL.into(), "a pair has no key".into());
-            return;
         }
         extracted(labels, labels::label_name(&key), value);
     }
@@ -555,6 +551,20 @@ mod tests {
             .is_none());
     }
 
+    /// As Loki reads a size: a bare number is bytes, not a label filter error.
+    #[test]
+    fn a_bare_number_is_a_size_in_bytes() {
+        let line = r#"{"bytes":1023}"#;
+        let kept = |query: &str| pipeline(query).process(&row("api", 9, line, "{}"));
+        assert!(kept(r#"{service_name="api"} | json | bytes > 20KB"#).is_none());
+        let small = kept(r#"{service_name="api"} | json | bytes < 2KB"#).unwrap();
+        assert!(
+            !small.labels.contains_key(ERROR_LABEL),
+            "{:?}",
+            small.labels
+        );
+    }
+
     /// Loki 3.7.6's labels for these lines, asked of the binary itself.
     #[test]
     fn logfmt_skips_the_pairs_lokis_decoder_cannot_read_and_keeps_the_rest() {
@@ -582,6 +592,13 @@ mod tests {
             parsed(r#"p=1 v=ab"c w=7"#),
             pairs(&[("p", "1"), ("w", "7")])
         );
+        assert_eq!(parsed(r#"a=1 user="ann"#), pairs(&[("a", "1")]));
+        assert_eq!(
+            parsed(r#"a=3 msg="x" b="unterminated"#),
+            pairs(&[("a", "3"), ("msg", "x")])
+        );
+        assert_eq!(parsed(r#"a=4 c="d\""#), pairs(&[("a", "4")]));
+        assert_eq!(parsed("a=5 =x y=z"), pairs(&[("a", "5"), ("y", "z")]));
         assert_eq!(
             parsed(r#"a=1 msg="x = \"y\"" flag"#),
             pairs(&[("a", "1"), ("flag", ""), ("msg", r#"x = "y""#)])
