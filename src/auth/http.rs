@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use axum::http::{header, HeaderMap};
 use base64::Engine;
 
-use super::{AuthFailure, API_KEY_HEADER};
+use super::{AuthFailure, AuthMetrics, API_KEY_HEADER};
 
 /// The key the request presents, in the first of the places clients put it.
 pub(crate) fn presented_key(headers: &HeaderMap) -> Option<Vec<u8>> {
@@ -46,14 +46,14 @@ fn split_scheme(value: &[u8]) -> Option<(&[u8], &[u8])> {
 /// machine (DNS rebinding) and make its reader's browser send requests there, under that name;
 /// a name cannot be rebound to an IP address, and the loopback names never leave the machine. A
 /// request without `Host` (HTTP/1.0) comes from no browser and passes.
-pub(crate) fn check_host(headers: &HeaderMap) -> Result<(), AuthFailure> {
+pub(crate) fn check_host(headers: &HeaderMap, metrics: &AuthMetrics) -> Result<(), AuthFailure> {
     let Some(host) = headers.get(header::HOST) else {
         return Ok(());
     };
     if host.to_str().is_ok_and(is_local_or_ip) {
         Ok(())
     } else {
-        Err(AuthFailure::ForeignHost.counted())
+        Err(AuthFailure::ForeignHost.counted(metrics))
     }
 }
 
@@ -75,6 +75,7 @@ fn is_local_or_ip(host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::Registry;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -119,6 +120,9 @@ mod tests {
 
     #[test]
     fn only_loopback_names_and_ip_literals_count_as_local() {
+        let registry = Registry::new();
+        let metrics = AuthMetrics::register(&registry);
+        let check_host = |headers: &HeaderMap| check_host(headers, &metrics);
         for host in [
             "localhost",
             "localhost:8080",
@@ -147,5 +151,8 @@ mod tests {
             );
         }
         assert!(check_host(&HeaderMap::new()).is_ok());
+        assert!(registry
+            .render()
+            .contains("loghaul_auth_failures_total{reason=\"foreign_host\"} 5"));
     }
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{AuthFailure, Tenant, DEFAULT_TENANT};
+use super::{AuthFailure, AuthMetrics, Tenant, DEFAULT_TENANT};
 use crate::config::{AuthOptions, ByteSize, HumanDuration};
 use crate::ratelimit::{RateLimiter, TenantLimits};
 
@@ -110,9 +110,11 @@ pub(crate) struct KeyRing {
 
 impl KeyRing {
     /// Builds the ring from its sources, reusing limiters of `previous` whose limits are unchanged.
+    /// Each tenant's series are resolved in `metrics`.
     pub(crate) fn load(
         sources: &KeySources,
         previous: Option<&KeyRing>,
+        metrics: &AuthMetrics,
     ) -> Result<KeyRing, KeysError> {
         let mut file = KeysFile::default();
         let mut file_digest = None;
@@ -197,7 +199,7 @@ impl KeyRing {
                 continue;
             }
             let limits = overrides.get(&tenant).copied().unwrap_or(sources.defaults);
-            let tenant = ring.tenant(&tenant, limits, previous);
+            let tenant = ring.tenant(&tenant, limits, previous, metrics);
             by_digest.insert(digest, Arc::clone(tenant.name()));
             ring.digests.push((digest, tenant));
         }
@@ -206,14 +208,20 @@ impl KeyRing {
                 .get(DEFAULT_TENANT)
                 .copied()
                 .unwrap_or(sources.defaults);
-            ring.open = Some(ring.tenant(DEFAULT_TENANT, limits, previous));
+            ring.open = Some(ring.tenant(DEFAULT_TENANT, limits, previous, metrics));
         }
         Ok(ring)
     }
 
     /// The tenant named `name`, created once per ring; its limiter is carried over from the
     /// previous ring when the limits are the same, so a reload does not refill every bucket.
-    fn tenant(&mut self, name: &str, limits: TenantLimits, previous: Option<&KeyRing>) -> Tenant {
+    fn tenant(
+        &mut self,
+        name: &str,
+        limits: TenantLimits,
+        previous: Option<&KeyRing>,
+        metrics: &AuthMetrics,
+    ) -> Tenant {
         if let Some((_, tenant)) = self.tenants.get(name) {
             return tenant.clone();
         }
@@ -226,7 +234,8 @@ impl KeyRing {
             let limiter = limits
                 .is_limited()
                 .then(|| Arc::new(RateLimiter::new(limits)));
-            Tenant::new(name, limiter)
+            let series = metrics.tenant(&name);
+            Tenant::new(name, limiter, series)
         });
         self.tenants
             .insert(Arc::clone(tenant.name()), (limits, tenant.clone()));
@@ -387,6 +396,11 @@ pub(crate) fn check_tenant_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::Registry;
+
+    fn load(sources: &KeySources, previous: Option<&KeyRing>) -> Result<KeyRing, KeysError> {
+        KeyRing::load(sources, previous, &AuthMetrics::register(&Registry::new()))
+    }
 
     fn inline(text: &str) -> KeySources {
         KeySources {
@@ -397,7 +411,7 @@ mod tests {
 
     #[test]
     fn inline_keys_map_to_tenants_and_unknown_keys_are_refused() {
-        let ring = KeyRing::load(&inline("k1=team-a, k2==team-b,"), None).unwrap();
+        let ring = load(&inline("k1=team-a, k2==team-b,"), None).unwrap();
         assert!(!ring.is_open());
         let tenant = ring.authenticate(Some(b"k1")).unwrap();
         assert_eq!(&**tenant.name(), "team-a");
@@ -415,18 +429,18 @@ mod tests {
 
     #[test]
     fn no_keys_means_open_as_default() {
-        let ring = KeyRing::load(&KeySources::default(), None).unwrap();
+        let ring = load(&KeySources::default(), None).unwrap();
         assert!(ring.is_open());
         assert_eq!(&**ring.authenticate(None).unwrap().name(), DEFAULT_TENANT);
     }
 
     #[test]
     fn bad_lists_are_errors_that_never_show_the_key() {
-        let err = KeyRing::load(&inline("secret-key"), None).unwrap_err();
+        let err = load(&inline("secret-key"), None).unwrap_err();
         assert!(!err.to_string().contains("secret-key"), "{err}");
-        let err = KeyRing::load(&inline("secret-key=bad tenant"), None).unwrap_err();
+        let err = load(&inline("secret-key=bad tenant"), None).unwrap_err();
         assert!(!err.to_string().contains("secret-key"), "{err}");
-        let err = KeyRing::load(&inline("same=a,same=b"), None).unwrap_err();
+        let err = load(&inline("same=a,same=b"), None).unwrap_err();
         assert!(err.to_string().contains("two tenants"), "{err}");
     }
 
@@ -463,7 +477,7 @@ mod tests {
         ];
         for (text, says) in cases {
             std::fs::write(&path, &text).unwrap();
-            let err = KeyRing::load(&sources, None).unwrap_err().to_string();
+            let err = load(&sources, None).unwrap_err().to_string();
             assert!(!err.contains(key), "{err}");
             assert!(!err.contains(&key[..8]), "{err}");
             assert!(err.contains(says), "{err} should say {says:?}");
@@ -484,14 +498,14 @@ mod tests {
             file: Some(path.clone()),
             ..KeySources::default()
         };
-        let first = KeyRing::load(&sources, None).unwrap();
+        let first = load(&sources, None).unwrap();
         let a = first.authenticate(Some(b"ka")).unwrap();
         assert!(a.is_limited(), "a has limits");
         assert!(!first.authenticate(Some(b"kb")).unwrap().is_limited());
         a.admit(10, 0).unwrap();
         assert!(a.admit(1, 0).is_err(), "the burst is spent");
 
-        let second = KeyRing::load(&sources, Some(&first)).unwrap();
+        let second = load(&sources, Some(&first)).unwrap();
         let a_again = second.authenticate(Some(b"ka")).unwrap();
         assert!(
             a_again.admit(1, 0).is_err(),
@@ -500,11 +514,11 @@ mod tests {
 
         assert_eq!(second.file_digest(), first.file_digest(), "same content");
         std::fs::write(&path, "[keys]\nka = \"a\"\n").unwrap();
-        let third = KeyRing::load(&sources, Some(&second)).unwrap();
+        let third = load(&sources, Some(&second)).unwrap();
         assert_ne!(third.file_digest(), second.file_digest(), "changed content");
 
         std::fs::write(&path, "bogus = 1\n[keys]\nka = \"a\"\n").unwrap();
-        let err = KeyRing::load(&sources, Some(&first)).unwrap_err();
+        let err = load(&sources, Some(&first)).unwrap_err();
         assert!(err.to_string().contains("unknown field"), "{err}");
     }
 }

@@ -117,8 +117,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::super::keys::KeySources;
-    use super::super::OpenAccess;
+    use super::super::{AuthMetrics, OpenAccess};
     use super::*;
+    use crate::observability::metrics::Registry;
 
     #[test]
     fn only_health_and_reflection_are_exempt() {
@@ -137,7 +138,8 @@ mod tests {
     /// Calls `path` through the layer of a keyless service as a TCP peer at `peer`; returns the
     /// gRPC status the layer answered with, or `None` when the call reached the service.
     async fn call_as(access: OpenAccess, path: &str, peer: &str) -> Option<(String, String)> {
-        let store = Arc::new(KeyStore::load(KeySources::default(), access).unwrap());
+        let metrics = Arc::new(AuthMetrics::register(&Registry::new()));
+        let store = Arc::new(KeyStore::load(KeySources::default(), access, metrics).unwrap());
         let inner = tower::service_fn(|_request: http::Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::default()))
         });

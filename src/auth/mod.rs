@@ -9,21 +9,23 @@
 //!   request extensions; handlers read it back with [`tenant_of`].
 //! - [`protected`]: without keys, whom the service serves (loopback clients unless
 //!   `--allow-unauthenticated`).
+//! - [`metrics`]: the series of refusals and keys, and each tenant's, resolved when it is set up.
 //! - [`http`]: the same over HTTP, for every HTTP listener: where the key is read from, and which
 //!   `Host` names a keyless service answers to.
 
 pub(crate) mod http;
 pub(crate) mod keys;
 pub(crate) mod layer;
+pub(crate) mod metrics;
 pub(crate) mod protected;
 pub(crate) mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::observability::metrics::{metrics, TenantMetrics};
 use crate::ratelimit::RateLimiter;
 
+pub(crate) use self::metrics::{AuthMetrics, TenantMetrics};
 pub(crate) use layer::AuthLayer;
 pub(crate) use protected::OpenAccess;
 pub(crate) use store::KeyStore;
@@ -42,9 +44,12 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// A tenant with an optional rate limiter.
-    pub fn new(name: Arc<str>, limiter: Option<Arc<RateLimiter>>) -> Self {
-        let metrics = metrics().tenant(&name);
+    /// A tenant with an optional rate limiter, counting its records in `metrics`.
+    pub fn new(
+        name: Arc<str>,
+        limiter: Option<Arc<RateLimiter>>,
+        metrics: Arc<TenantMetrics>,
+    ) -> Self {
         Tenant {
             name,
             limiter,
@@ -125,9 +130,9 @@ impl AuthFailure {
         }
     }
 
-    /// The failure, counted in `loghaul_auth_failures_total{reason}`.
-    pub fn counted(self) -> Self {
-        metrics().auth_failures.increment_static([self.as_str()], 1);
+    /// The failure, counted in `loghaul_auth_failures_total{reason}` of `metrics`.
+    pub(crate) fn counted(self, metrics: &AuthMetrics) -> Self {
+        metrics.failures.increment_static([self.as_str()], 1);
         self
     }
 }

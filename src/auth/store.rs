@@ -7,11 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::observability::metrics::metrics;
 use arc_swap::ArcSwap;
 
 use super::keys::{check_tenant_name, KeyRing, KeySources, KeysError};
-use super::{AuthFailure, OpenAccess, Tenant};
+use super::{AuthFailure, AuthMetrics, OpenAccess, Tenant};
 use crate::ratelimit::RateLimiter;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +22,7 @@ pub(crate) struct KeyStore {
     open_access: OpenAccess,
     /// Tenants that Loki's `X-Scope-OrgID` named while no key is configured, made on first use.
     org_tenants: ArcSwap<HashMap<Arc<str>, Tenant>>,
+    metrics: Arc<AuthMetrics>,
 }
 
 /// Distinct `X-Scope-OrgID` tenants a keyless service takes: each has its own metric series, so
@@ -30,19 +30,26 @@ pub(crate) struct KeyStore {
 pub(crate) const MAX_ORG_TENANTS: usize = 64;
 
 impl KeyStore {
-    /// Loads the keys for the first time.
+    /// Loads the keys for the first time; refusals, keys and tenants are counted in `metrics`.
     pub(crate) fn load(
         sources: KeySources,
         open_access: OpenAccess,
+        metrics: Arc<AuthMetrics>,
     ) -> Result<KeyStore, KeysError> {
-        let ring = KeyRing::load(&sources, None)?;
-        metrics().api_keys.set(ring.key_count() as f64);
+        let ring = KeyRing::load(&sources, None, &metrics)?;
+        metrics.api_keys.set(ring.key_count() as f64);
         Ok(KeyStore {
             current: ArcSwap::from_pointee(ring),
             sources,
             open_access,
             org_tenants: ArcSwap::default(),
+            metrics,
         })
+    }
+
+    /// Where refusals, keys and tenants are counted.
+    pub(crate) fn metrics(&self) -> &AuthMetrics {
+        &self.metrics
     }
 
     /// Re-reads the sources and swaps the new ring in. On error the current keys stay in force;
@@ -51,17 +58,17 @@ impl KeyStore {
     pub(crate) fn reload(&self) -> Result<Arc<KeyRing>, KeysError> {
         let outcome = self.try_reload();
         let label = if outcome.is_ok() { "ok" } else { "failed" };
-        metrics().api_keys_reloads.increment_static([label], 1);
+        self.metrics.api_keys_reloads.increment_static([label], 1);
         outcome
     }
 
     fn try_reload(&self) -> Result<Arc<KeyRing>, KeysError> {
         let previous = self.current.load_full();
-        let ring = KeyRing::load(&self.sources, Some(&previous))?;
+        let ring = KeyRing::load(&self.sources, Some(&previous), &self.metrics)?;
         if ring.is_open() && !previous.is_open() {
             return Err(KeysError::WouldOpen);
         }
-        metrics().api_keys.set(ring.key_count() as f64);
+        self.metrics.api_keys.set(ring.key_count() as f64);
         let ring = Arc::new(ring);
         self.current.store(Arc::clone(&ring));
         Ok(ring)
@@ -100,7 +107,9 @@ impl KeyStore {
                     .is_limited()
                     .then(|| Arc::new(RateLimiter::new(limits)));
                 let tenant = made
-                    .get_or_insert_with(|| Tenant::new(Arc::from(org), limiter))
+                    .get_or_insert_with(|| {
+                        Tenant::new(Arc::from(org), limiter, self.metrics.tenant(org))
+                    })
                     .clone();
                 known.insert(Arc::clone(tenant.name()), tenant);
             }
@@ -132,7 +141,7 @@ impl KeyStore {
         } else {
             ring.authenticate(presented)
         };
-        outcome.map_err(AuthFailure::counted)
+        outcome.map_err(|failure| failure.counted(&self.metrics))
     }
 }
 

@@ -58,7 +58,7 @@ impl ConsoleState {
         let peer = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
         let tenant = self.keys.authenticate(presented.as_deref(), peer)?;
         if self.keys.is_open() {
-            check_host(headers)?;
+            check_host(headers, self.keys.metrics())?;
         }
         Ok(tenant)
     }
@@ -172,7 +172,7 @@ pub(crate) async fn health(
     let tenant = state.authenticate(&headers, peer)?;
     Ok(json_response(
         StatusCode::OK,
-        &state.health.snapshot(tenant.name()),
+        &state.health.snapshot(&tenant),
     ))
 }
 

@@ -7,9 +7,12 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::observability::metrics::{metrics, HistogramSnapshot};
+use crate::auth::Tenant;
+use crate::ingest::metrics::IngestMetrics;
+use crate::observability::metrics::HistogramSnapshot;
 use crate::observability::readiness::Readiness;
-use crate::pipeline::Ingress;
+use crate::pipeline::{Ingress, ShardMetrics};
+use crate::query::metrics::QueryMetrics;
 
 /// What the snapshot is taken from.
 #[derive(Clone)]
@@ -20,25 +23,28 @@ pub(crate) struct HealthSource {
     pub ingress: Ingress,
     /// `sqlite` or `postgres`.
     pub backend: &'static str,
+    /// Open push streams.
+    pub ingest: Arc<IngestMetrics>,
+    /// Open tails.
+    pub query: Arc<QueryMetrics>,
 }
 
 impl HealthSource {
     /// The snapshot as JSON, as `tenant` may see it: its own records' counters and the shared
     /// pipeline's health.
-    pub(crate) fn snapshot(&self, tenant: &str) -> Value {
+    pub(crate) fn snapshot(&self, tenant: &Tenant) -> Value {
         self.ingress.sample_gauges();
-        let series = metrics();
-        let own = series.tenant(tenant);
+        let pipeline = self.ingress.metrics();
+        let own = tenant.metrics();
         let shards = self.ingress.shard_series();
-        let over_shards =
-            |pick: fn(&crate::observability::metrics::ShardMetrics) -> HistogramSnapshot| {
-                shards
-                    .iter()
-                    .fold(HistogramSnapshot::default(), |mut total, shard| {
-                        total.merge(&pick(shard));
-                        total
-                    })
-            };
+        let over_shards = |pick: fn(&ShardMetrics) -> HistogramSnapshot| {
+            shards
+                .iter()
+                .fold(HistogramSnapshot::default(), |mut total, shard| {
+                    total.merge(&pick(shard));
+                    total
+                })
+        };
         let shard_rows: Vec<Value> = shards
             .iter()
             .enumerate()
@@ -63,19 +69,19 @@ impl HealthSource {
                 "rejected": own.rejected_total(),
                 "failed": own.failed.get(),
                 "rate_limited": own.rate_limited.get(),
-                "backpressure_timeouts": series.backpressure_timeouts.total(),
-                "insert_errors": series.insert_errors.total(),
+                "backpressure_timeouts": pipeline.backpressure_timeouts.total(),
+                "insert_errors": pipeline.insert_errors.total(),
             },
             "gauges": {
-                "buffered_bytes": series.buffered_bytes.get(),
-                "buffered_bytes_limit": series.buffered_bytes_limit.get(),
-                "active_streams": series.active_streams.get(),
-                "tail_subscribers": series.tail_subscribers.get(),
+                "buffered_bytes": pipeline.buffered_bytes.get(),
+                "buffered_bytes_limit": pipeline.buffered_bytes_limit.get(),
+                "active_streams": self.ingest.active_streams.get(),
+                "tail_subscribers": self.query.tail_subscribers.get(),
             },
             "histograms": {
                 "batch_rows": histogram(&over_shards(|shard| shard.batch_rows.snapshot())),
                 "flush_seconds": histogram(&over_shards(|shard| shard.flush_duration.snapshot())),
-                "backpressure_wait_seconds": histogram(&series.backpressure_wait.snapshot()),
+                "backpressure_wait_seconds": histogram(&pipeline.backpressure_wait.snapshot()),
             },
             "shards": shard_rows,
         })

@@ -11,6 +11,7 @@
 //! - [`params`]: the query string → the wire `Filter`, `QueryRequest` and `TailRequest`.
 //! - [`health`]: the snapshot the Health view samples, from the service's own metrics.
 //! - [`error`]: JSON error answers.
+//! - [`metrics`]: the console's answers, counted.
 //! - [`assets`]: the page, script and style sheet, embedded in the binary.
 
 pub(crate) mod api;
@@ -18,22 +19,24 @@ pub(crate) mod assets;
 pub(crate) mod error;
 pub(crate) mod health;
 pub(crate) mod histogram;
+pub(crate) mod metrics;
 pub(crate) mod params;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 
+use self::metrics::ConsoleMetrics;
 use crate::auth::KeyStore;
-use crate::observability::metrics::metrics;
 use crate::query::Reads;
 use crate::web::listener::{serve_http, HttpLimits};
+use crate::web::metrics::ListenerMetrics;
 use health::HealthSource;
 
 /// What the console's handlers share.
@@ -42,15 +45,23 @@ pub(crate) struct ConsoleState {
     keys: Arc<KeyStore>,
     reads: Reads,
     health: HealthSource,
+    metrics: Arc<ConsoleMetrics>,
 }
 
 impl ConsoleState {
-    /// The console's view of a running service, reading through the same `reads` as gRPC.
-    pub(crate) fn new(keys: Arc<KeyStore>, reads: Reads, health: HealthSource) -> Self {
+    /// The console's view of a running service, reading through the same `reads` as gRPC, its
+    /// answers counted in `metrics`.
+    pub(crate) fn new(
+        keys: Arc<KeyStore>,
+        reads: Reads,
+        health: HealthSource,
+        metrics: Arc<ConsoleMetrics>,
+    ) -> Self {
         ConsoleState {
             keys,
             reads,
             health,
+            metrics,
         }
     }
 }
@@ -71,14 +82,21 @@ pub(crate) fn router(state: ConsoleState) -> Router {
         .route("/favicon.svg", get(assets::favicon))
         .nest("/api/v1", api)
         .fallback(assets::not_found)
-        .layer(middleware::from_fn(count))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state.metrics),
+            count,
+        ))
         .with_state(state)
 }
 
 /// Counts every answer in `loghaul_console_requests_total{endpoint,status}`, so refused requests
 /// (400, 401, 403) show up in metrics as they do on gRPC. Both labels are bounded: the endpoint by
 /// this list, the status by what the handlers answer.
-async fn count(request: Request, next: Next) -> Response {
+async fn count(
+    State(metrics): State<Arc<ConsoleMetrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let endpoint = match request.uri().path() {
         "/api/v1/logs" => "logs",
         "/api/v1/tail" => "tail",
@@ -90,7 +108,7 @@ async fn count(request: Request, next: Next) -> Response {
     };
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
-    metrics().console_requests.increment([endpoint, &status], 1);
+    metrics.requests.increment([endpoint, &status], 1);
     response
 }
 
@@ -100,7 +118,9 @@ pub(crate) async fn serve(
     listener: TcpListener,
     state: ConsoleState,
     limits: HttpLimits,
+    listeners: Arc<ListenerMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_http(listener, router(state), limits, None, "console", shutdown).await
+    let app = router(state);
+    serve_http(listener, app, limits, None, "console", listeners, shutdown).await
 }

@@ -12,7 +12,7 @@ use crate::ingest::rejections::RequestTally;
 use crate::ingest::transcode::Refused;
 use crate::ingest::validate::Invalid;
 use crate::model::reject::RejectionCounts;
-use crate::observability::metrics::{metrics, CounterVec, Protocol};
+use crate::observability::metrics::{Counter, CounterVec};
 use crate::pipeline::{ChunkSource, Ingress, Meter};
 use crate::record::{Record, RECORD_OVERHEAD_BYTES};
 use crate::storage::StoreError;
@@ -33,15 +33,15 @@ pub(crate) fn admit(tenant: &Tenant, records: &[Record]) -> Result<usize, Ingest
     }
 }
 
-/// Counts a message's records: all of them received (by tenant and by `protocol`), and the
-/// rejected ones by reason.
+/// Counts a message's records: all of them received (by tenant, and in `by_protocol`, the
+/// counter of the protocol they came by), and the rejected ones by reason.
 pub(crate) fn count_received(
     tenant: &Tenant,
-    protocol: Protocol,
+    by_protocol: &Counter,
     received: u64,
     rejections: &RejectionCounts,
 ) {
-    metrics().ingest_records(protocol).increment(received);
+    by_protocol.increment(received);
     let counts = tenant.metrics();
     counts.received.increment(received);
     for (reason, count) in rejections.nonzero() {
@@ -102,14 +102,15 @@ impl Collected {
         Ok(())
     }
 
-    /// Counts the request's records for `tenant` and `protocol`, queues the valid ones as one
-    /// chunk on the least loaded shard (its rate limit charged first), and waits for their commit;
-    /// returns the tally, the rows the database refused included.
+    /// Counts the request's records for `tenant` and in `by_protocol` (the counter of the
+    /// protocol they came by), queues the valid ones as one chunk on the least loaded shard (its
+    /// rate limit charged first), and waits for their commit; returns the tally, the rows the
+    /// database refused included.
     pub(crate) async fn store(
         self,
         ingress: &Ingress,
         tenant: &Tenant,
-        protocol: Protocol,
+        by_protocol: &Counter,
         meter: Meter<'_>,
     ) -> Result<RequestTally, IngestError> {
         let Collected {
@@ -118,7 +119,7 @@ impl Collected {
             mut tally,
         } = self;
         tally.end_of_records();
-        count_received(tenant, protocol, tally.received, &tally.by_reason);
+        count_received(tenant, by_protocol, tally.received, &tally.by_reason);
         if records.is_empty() {
             return Ok(tally);
         }

@@ -10,11 +10,13 @@
 //! - [`charge`]: around the pipeline: a tenant's rate limit charged before records are queued, a
 //!   unary request's records collected until their commit, and how each call ended counted.
 //! - [`rejections`]: what a unary request reports about its refused records.
+//! - [`metrics`]: the series ingest emits, by protocol and outcome.
 //!
 //! The transport underneath (gRPC bodies, HTTP auth and bodies, inflation) is in [`crate::wire`].
 
 pub(crate) mod charge;
 pub mod loki;
+pub(crate) mod metrics;
 pub mod otlp;
 pub(crate) mod push;
 pub(crate) mod rejections;

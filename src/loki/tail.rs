@@ -129,7 +129,9 @@ impl LokiTail {
 mod tests {
     use super::*;
     use crate::loki::logql::ast::Query;
+    use crate::observability::metrics::Registry;
     use crate::query::admission::{Admission, AdmissionLimits};
+    use crate::query::metrics::QueryMetrics;
     use crate::query::tail::Follow;
     use crate::query::tail_queue::queue;
     use crate::storage::StoredRow;
@@ -168,12 +170,16 @@ mod tests {
                 ts: nanos(both.ts),
                 line: output.line,
             });
-        let (sender, receiver) = queue(1 << 20);
-        let admission = Admission::new(AdmissionLimits {
-            reads_per_tenant: 1,
-            tails: 1,
-            tails_per_tenant: 1,
-        });
+        let metrics = QueryMetrics::register(&Registry::new());
+        let (sender, receiver) = queue(1 << 20, metrics.tail_queued_bytes.clone());
+        let admission = Admission::new(
+            AdmissionLimits {
+                reads_per_tenant: 1,
+                tails: 1,
+                tails_per_tenant: 1,
+            },
+            &metrics,
+        );
         let place = admission.tail(&Arc::from("tenant")).unwrap();
         let until = nanos(both.ts) + 1_000_000_000;
         let mut tail = LokiTail::new(backfill, Follow::of(receiver, place), pipeline, until);

@@ -2,30 +2,48 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use metrics::Unit;
+
+use super::metrics::{Gauge, Registry, Series};
+
+const STORE_UP: Series = Series::new(
+    "loghaul_store_up",
+    Unit::Count,
+    "1 when the database answered the last write or probe, else 0.",
+);
+const READY: Series = Series::new(
+    "loghaul_ready",
+    Unit::Count,
+    "1 when the service is ready for traffic, else 0.",
+);
+
 /// Shared readiness flags, written by the store probe, the writers and shutdown.
 #[derive(Debug)]
 pub(crate) struct Readiness {
     store_up: AtomicBool,
     draining: AtomicBool,
-}
-
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness {
-            store_up: AtomicBool::new(true),
-            draining: AtomicBool::new(false),
-        }
-    }
+    /// `loghaul_store_up`, set when the flag changes.
+    store_up_gauge: Gauge,
+    /// `loghaul_ready`, set at each scrape.
+    ready_gauge: Gauge,
 }
 
 impl Readiness {
+    /// Ready, with its gauges registered in `registry`.
+    pub(crate) fn new(registry: &Registry) -> Readiness {
+        Readiness {
+            store_up: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+            store_up_gauge: Gauge::register(registry, STORE_UP, Vec::new()),
+            ready_gauge: Gauge::register(registry, READY, Vec::new()),
+        }
+    }
+
     /// Records whether the last contact with the store succeeded.
     pub(crate) fn set_store_up(&self, up: bool) {
         let was = self.store_up.swap(up, Ordering::Relaxed);
         if was != up {
-            super::metrics::metrics()
-                .store_up
-                .set(if up { 1.0 } else { 0.0 });
+            self.store_up_gauge.set(if up { 1.0 } else { 0.0 });
             if up {
                 tracing::info!("the store answers again");
             } else {
@@ -52,5 +70,11 @@ impl Readiness {
     /// Ready for traffic: the store is up and the service is not draining.
     pub(crate) fn is_ready(&self) -> bool {
         self.store_up() && !self.draining()
+    }
+
+    /// Sets `loghaul_ready` from [`Readiness::is_ready`], just before a scrape reads it.
+    pub(crate) fn publish(&self) {
+        self.ready_gauge
+            .set(if self.is_ready() { 1.0 } else { 0.0 });
     }
 }

@@ -13,9 +13,9 @@ use super::ack::{RowRejection, Stored};
 use super::stall::Progress;
 use super::writer::{Span, Writer, Written};
 use super::Chunk;
+use super::{FlushTrigger, PipelineMetrics, ShardMetrics};
 use crate::client::deadline::sleep_until_some;
 use crate::model::reject::RejectReason;
-use crate::observability::metrics::{metrics, FlushTrigger, ShardMetrics};
 use crate::storage::{ChunkKey, Row};
 
 /// When a shard flushes.
@@ -93,6 +93,8 @@ pub(crate) struct Batcher {
     pub shard: usize,
     /// The shard's series.
     pub series: Arc<ShardMetrics>,
+    /// The series every shard shares.
+    pub metrics: Arc<PipelineMetrics>,
     /// The shard's queue.
     pub queue: mpsc::Receiver<Chunk>,
     /// Marked at every chunk taken off the queue: handlers waiting for room wait while it moves.
@@ -195,8 +197,10 @@ impl Batcher {
                         (count + 1, rows + chunk.records.len())
                     });
                 if duplicate_chunks > 0 {
-                    metrics().duplicate_chunks.increment(duplicate_chunks);
-                    metrics().duplicate_records.increment(duplicate_rows as u64);
+                    self.metrics.duplicate_chunks.increment(duplicate_chunks);
+                    self.metrics
+                        .duplicate_records
+                        .increment(duplicate_rows as u64);
                 }
                 if let Some((_, first)) = written.refused.first() {
                     // One line per batch, not per row: a stream of refused rows must not flood

@@ -11,6 +11,7 @@ pub(crate) mod ack;
 pub(crate) mod batcher;
 pub(crate) mod budget;
 pub(crate) mod meter;
+pub(crate) mod metrics;
 pub(crate) mod router;
 pub(crate) mod stall;
 pub(crate) mod writer;
@@ -23,9 +24,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::metrics::{FlushTrigger, PipelineMetrics, ShardMetrics};
+use crate::auth::TenantMetrics;
 use crate::config::PipelineOptions;
 use crate::error::IngestError;
-use crate::observability::metrics::{metrics, ShardMetrics, TenantMetrics};
 use crate::observability::readiness::Readiness;
 use crate::record::Record;
 use crate::storage::Store;
@@ -118,27 +120,36 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts one batching task per shard.
+    /// Starts one batching task per shard, each registering its series in `metrics`.
     pub(crate) fn start(
         config: PipelineConfig,
         store: Store,
         readiness: Arc<Readiness>,
+        metrics: Arc<PipelineMetrics>,
     ) -> Pipeline {
         let closing = CancellationToken::new();
-        let writer = Writer::new(store, config.store_retry_timeout, readiness);
+        let writer = Writer::new(
+            store,
+            config.store_retry_timeout,
+            readiness,
+            Arc::clone(&metrics),
+        );
+        let mut shard_series = Vec::with_capacity(config.shards);
         let mut queues = Vec::with_capacity(config.shards);
         let mut dequeued = Vec::with_capacity(config.shards);
         let mut batchers = Vec::with_capacity(config.shards);
         for shard in 0..config.shards {
             let (sender, queue) = mpsc::channel(config.queue_capacity);
-            let series = metrics().shard(shard);
+            let series = Arc::new(metrics.shard(shard));
             series.queue_capacity.set(config.queue_capacity as f64);
+            shard_series.push(Arc::clone(&series));
             queues.push(sender);
             let progress = Arc::new(Progress::default());
             dequeued.push(Arc::clone(&progress));
             let batcher = Batcher {
                 shard,
                 series,
+                metrics: Arc::clone(&metrics),
                 queue,
                 dequeued: progress,
                 writer: writer.clone(),
@@ -152,13 +163,12 @@ impl Pipeline {
             tenant_share: config.tenant_buffer_share,
             stall_timeout: config.enqueue_timeout,
         });
-        metrics()
+        metrics
             .buffered_bytes_limit
             .set(config.max_buffered_bytes as f64);
         let ingress = Ingress {
-            shard_series: (0..config.shards)
-                .map(|shard| metrics().shard(shard))
-                .collect(),
+            shard_series: shard_series.into(),
+            metrics,
             queues: queues.into(),
             pins: (0..config.shards)
                 .map(|_| std::sync::atomic::AtomicUsize::new(0))
@@ -198,6 +208,7 @@ pub struct Ingress {
     /// Streams pinned to each shard.
     pins: router::PinCounts,
     shard_series: Arc<[Arc<ShardMetrics>]>,
+    metrics: Arc<PipelineMetrics>,
     /// Moves when each shard's batcher takes a chunk off its queue.
     dequeued: Arc<[Arc<Progress>]>,
     budget: Budget,
@@ -216,7 +227,7 @@ impl Ingress {
                 .queue_depth
                 .set((queue.max_capacity() - queue.capacity()) as f64);
         }
-        let metrics = metrics();
+        let metrics = &self.metrics;
         metrics.buffered_bytes.set(self.budget.charged() as f64);
         let (claimed, waiting) = self.budget.reserved_and_waiting();
         metrics.buffer_claimed_bytes.set(claimed as f64);
@@ -226,6 +237,11 @@ impl Ingress {
     /// The series of each shard, in shard order.
     pub fn shard_series(&self) -> &[Arc<ShardMetrics>] {
         &self.shard_series
+    }
+
+    /// The series every shard shares.
+    pub(crate) fn metrics(&self) -> &PipelineMetrics {
+        &self.metrics
     }
 
     /// The shard a request's records go to.
@@ -271,7 +287,7 @@ impl Ingress {
             .await
             .map_err(|stalled| self.backpressure("shard queue", stalled))?
             .map_err(|_| IngestError::ShuttingDown)?;
-        metrics()
+        self.metrics
             .backpressure_wait
             .record(started.elapsed().as_secs_f64());
         let (ack, receiver) = ack::channel();
@@ -288,10 +304,10 @@ impl Ingress {
 
     /// The refusal of a wait for `resource` that saw it stand still, counted.
     fn backpressure(&self, resource: &'static str, stalled: Stalled) -> IngestError {
-        metrics()
+        self.metrics
             .backpressure_wait
             .record(stalled.waited.as_secs_f64());
-        metrics()
+        self.metrics
             .backpressure_timeouts
             .increment_static([resource], 1);
         IngestError::Backpressure {

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::PipelineMetrics;
 use crate::client::backoff::Backoff;
-use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::storage::{ChunkKey, Claim, Row, Store, StoreError};
 
@@ -45,6 +45,7 @@ pub(crate) struct Writer {
     store: Store,
     retry_timeout: Duration,
     readiness: Arc<Readiness>,
+    metrics: Arc<PipelineMetrics>,
 }
 
 enum Attempt<'c> {
@@ -53,12 +54,19 @@ enum Attempt<'c> {
 }
 
 impl Writer {
-    /// A writer that gives up on an unavailable store after `retry_timeout`.
-    pub(crate) fn new(store: Store, retry_timeout: Duration, readiness: Arc<Readiness>) -> Self {
+    /// A writer that gives up on an unavailable store after `retry_timeout`, counting failed
+    /// attempts in `metrics`.
+    pub(crate) fn new(
+        store: Store,
+        retry_timeout: Duration,
+        readiness: Arc<Readiness>,
+        metrics: Arc<PipelineMetrics>,
+    ) -> Self {
         Writer {
             store,
             retry_timeout,
             readiness,
+            metrics,
         }
     }
 
@@ -210,7 +218,7 @@ impl Writer {
                 }
                 Err(err) => err,
             };
-            metrics().insert_errors.increment_static([err.kind()], 1);
+            self.metrics.insert_errors.increment_static([err.kind()], 1);
             let StoreError::Unavailable(reason) = &err else {
                 return Err(err);
             };

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::metrics::QueryMetrics;
 use crate::error::QueryError;
-use crate::observability::metrics::metrics;
+use crate::observability::metrics::CounterVec;
 
 /// How long a read beyond its tenant's limit waits for one of the tenant's reads to finish before
 /// it is refused: enough to smooth a burst of quick reads, not to queue slow ones.
@@ -38,6 +39,8 @@ pub(crate) struct Admission {
     limits: AdmissionLimits,
     tails: Arc<Semaphore>,
     tenants: Mutex<HashMap<Arc<str>, TenantSlots>>,
+    /// `loghaul_reads_refused_total`.
+    refused: CounterVec<2>,
 }
 
 /// One tenant's semaphores.
@@ -60,11 +63,12 @@ pub(crate) struct TenantReads {
     tenant: Arc<str>,
     limit: usize,
     slots: Arc<Semaphore>,
+    refused: CounterVec<2>,
 }
 
 impl Admission {
-    /// Admission within `limits` (each at least 1).
-    pub(crate) fn new(limits: AdmissionLimits) -> Self {
+    /// Admission within `limits` (each at least 1), counting refusals in `metrics`.
+    pub(crate) fn new(limits: AdmissionLimits, metrics: &QueryMetrics) -> Self {
         let limits = AdmissionLimits {
             reads_per_tenant: limits.reads_per_tenant.max(1),
             tails: limits.tails.max(1),
@@ -74,6 +78,7 @@ impl Admission {
             limits,
             tails: Arc::new(Semaphore::new(limits.tails)),
             tenants: Mutex::new(HashMap::new()),
+            refused: metrics.reads_refused.clone(),
         }
     }
 
@@ -97,6 +102,7 @@ impl Admission {
             tenant: Arc::clone(tenant),
             limit: self.limits.reads_per_tenant,
             slots,
+            refused: self.refused.clone(),
         }
     }
 
@@ -104,7 +110,7 @@ impl Admission {
     /// has as many as it may: a tail lasts until its client leaves, so waiting would not help.
     pub(crate) fn tail(&self, tenant: &Arc<str>) -> Result<TailSlot, QueryError> {
         let refuse = |reason: &'static str, err: QueryError| {
-            metrics().reads_refused.increment([reason, tenant], 1);
+            self.refused.increment([reason, tenant], 1);
             Err(err)
         };
         let Ok(own) =
@@ -145,9 +151,7 @@ impl TenantReads {
         if let Ok(Some(permit)) = waited {
             return Ok(permit);
         }
-        metrics()
-            .reads_refused
-            .increment(["tenant_reads", &self.tenant], 1);
+        self.refused.increment(["tenant_reads", &self.tenant], 1);
         Err(QueryError::TooManyReads {
             tenant: Arc::clone(&self.tenant),
             limit: self.limit,
@@ -164,13 +168,17 @@ impl TenantReads {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::Registry;
 
     fn admission(reads_per_tenant: usize, tails: usize, tails_per_tenant: usize) -> Admission {
-        Admission::new(AdmissionLimits {
-            reads_per_tenant,
-            tails,
-            tails_per_tenant,
-        })
+        Admission::new(
+            AdmissionLimits {
+                reads_per_tenant,
+                tails,
+                tails_per_tenant,
+            },
+            &QueryMetrics::register(&Registry::new()),
+        )
     }
 
     #[test]

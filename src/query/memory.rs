@@ -12,9 +12,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::metrics::QueryMetrics;
 use crate::config::ByteSize;
 use crate::error::QueryError;
-use crate::observability::metrics::metrics;
+use crate::observability::metrics::{CounterVec, Gauge};
 
 /// The two bounds, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,14 +40,19 @@ impl Default for MemoryLimits {
 pub(crate) struct ReadMemory {
     limits: MemoryLimits,
     held: AtomicUsize,
+    /// `loghaul_read_memory_bytes`: what `held` says.
+    held_gauge: Gauge,
+    refusals: CounterVec<2>,
 }
 
 impl ReadMemory {
-    /// Nothing held yet, within `limits`.
-    pub(crate) fn new(limits: MemoryLimits) -> Self {
+    /// Nothing held yet, within `limits`, shown and refused in `metrics`.
+    pub(crate) fn new(limits: MemoryLimits, metrics: &QueryMetrics) -> Self {
         ReadMemory {
             limits,
             held: AtomicUsize::new(0),
+            held_gauge: metrics.read_memory_bytes.clone(),
+            refusals: metrics.read_memory_refusals.clone(),
         }
     }
 
@@ -107,7 +113,7 @@ impl ReadCharge {
             ));
         }
         self.held += bytes;
-        metrics().read_memory_bytes.add(bytes as f64);
+        self.memory.held_gauge.add(bytes as f64);
         Ok(())
     }
 
@@ -119,7 +125,7 @@ impl ReadCharge {
         }
         self.held -= bytes;
         self.memory.held.fetch_sub(bytes, Ordering::Relaxed);
-        metrics().read_memory_bytes.add(-(bytes as f64));
+        self.memory.held_gauge.add(-(bytes as f64));
     }
 
     /// Bytes this read holds (read by tests only).
@@ -129,9 +135,7 @@ impl ReadCharge {
     }
 
     fn refuse(&self, limit: &'static str, err: QueryError) -> QueryError {
-        metrics()
-            .read_memory_refusals
-            .increment([limit, &self.tenant], 1);
+        self.memory.refusals.increment([limit, &self.tenant], 1);
         err
     }
 }
@@ -145,12 +149,17 @@ impl Drop for ReadCharge {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::Registry;
 
     fn memory(per_read: usize, all_reads: usize) -> Arc<ReadMemory> {
-        Arc::new(ReadMemory::new(MemoryLimits {
-            per_read,
-            all_reads,
-        }))
+        let metrics = QueryMetrics::register(&Registry::new());
+        Arc::new(ReadMemory::new(
+            MemoryLimits {
+                per_read,
+                all_reads,
+            },
+            &metrics,
+        ))
     }
 
     #[test]

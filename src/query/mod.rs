@@ -11,6 +11,7 @@
 //! - [`tail`]: the follow loop of one subscriber: polls the database (so records committed by any
 //!   replica show up) as far as its queue has room, dropped when too slow.
 //! - [`tail_queue`]: one subscriber's queue, bounded in bytes until its transport takes them.
+//! - [`metrics`]: the series every read is counted in, whichever API made it.
 //!
 //! The SQL lives with the other storage code, in each backend's `read.rs` and `tail.rs` under
 //! `storage/`.
@@ -19,6 +20,7 @@ pub(crate) mod admission;
 pub(crate) use crate::model::{cursor, filter};
 pub(crate) mod limits;
 pub(crate) mod memory;
+pub(crate) mod metrics;
 pub(crate) mod render;
 pub(crate) mod service;
 pub(crate) mod tail;
@@ -31,10 +33,10 @@ use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
+use self::metrics::QueryMetrics;
 use crate::config::QueryOptions;
 use crate::error::QueryError;
 use crate::model::time;
-use crate::observability::metrics::metrics;
 use crate::proto::v1::{QueryRequest, QueryResponse, StoredRecord};
 use crate::storage::{Reader, StoredRow};
 use admission::{Admission, AdmissionLimits};
@@ -54,25 +56,28 @@ pub(crate) struct Reads {
     memory: Arc<ReadMemory>,
     tail: TailConfig,
     draining: CancellationToken,
+    metrics: Arc<QueryMetrics>,
 }
 
 impl Reads {
-    /// Reads through `reader` within `limits`, admitted by `admission`; tails end when `draining`
-    /// is cancelled.
+    /// Reads through `reader` within `limits`, admitted by `admission`, counted in `metrics`;
+    /// tails end when `draining` is cancelled.
     pub(crate) fn new(
         reader: Reader,
         limits: ReadLimits,
         admission: Admission,
         tail: TailConfig,
         draining: CancellationToken,
+        metrics: Arc<QueryMetrics>,
     ) -> Self {
         Reads {
             reader,
-            memory: Arc::new(ReadMemory::new(limits.memory)),
+            memory: Arc::new(ReadMemory::new(limits.memory, &metrics)),
             limits,
             admission: Arc::new(admission),
             tail,
             draining,
+            metrics,
         }
     }
 
@@ -81,18 +86,28 @@ impl Reads {
         reader: Reader,
         config: &QueryOptions,
         draining: CancellationToken,
+        metrics: Arc<QueryMetrics>,
     ) -> Self {
         Reads::new(
             reader,
             ReadLimits::from(config),
-            Admission::new(AdmissionLimits {
-                reads_per_tenant: config.max_concurrent_reads_per_tenant,
-                tails: config.max_tails,
-                tails_per_tenant: config.max_tails_per_tenant,
-            }),
+            Admission::new(
+                AdmissionLimits {
+                    reads_per_tenant: config.max_concurrent_reads_per_tenant,
+                    tails: config.max_tails,
+                    tails_per_tenant: config.max_tails_per_tenant,
+                },
+                &metrics,
+            ),
             TailConfig::from(config),
             draining,
+            metrics,
         )
+    }
+
+    /// Where every read is counted.
+    pub(crate) fn metrics(&self) -> &QueryMetrics {
+        &self.metrics
     }
 
     /// An empty memory charge for one read of `tenant`, against the limits every read shares.
@@ -131,14 +146,15 @@ pub(crate) async fn search(
 ) -> Result<QueryResponse, QueryError> {
     let started = Instant::now();
     let outcome = page(reads, tenant, request).await;
-    metrics()
+    reads
+        .metrics
         .query_duration
         .record(started.elapsed().as_secs_f64());
     let label = match &outcome {
         Ok(_) => "ok",
         Err(err) => err.kind(),
     };
-    metrics().queries.increment_static([label], 1);
+    reads.metrics.queries.increment_static([label], 1);
     outcome
 }
 

@@ -23,7 +23,6 @@ use super::tail_queue::{queue, QueueReceiver, QueueSender, Room};
 use super::{to_wire, Reads};
 use crate::config::QueryOptions;
 use crate::error::QueryError;
-use crate::observability::metrics::metrics;
 use crate::proto::v1::{TailRequest, TailResponse};
 use crate::storage::{PageSize, StoredRow, Tail};
 
@@ -142,18 +141,22 @@ const MAX_POLL_FAILURES: u32 = 5;
 
 /// Starts following and returns the stream the client reads.
 fn follow(reads: Reads, place: TailSlot, slots: TenantReads, filter: Filter, tail: Tail) -> Follow {
-    let (sender, receiver) = queue(reads.tail.queue_bytes);
+    let (sender, receiver) = queue(
+        reads.tail.queue_bytes,
+        reads.metrics.tail_queued_bytes.clone(),
+    );
     let place = Arc::new(place);
     let polling = Arc::clone(&place);
     tokio::spawn(async move {
-        metrics().tail_subscribers.add(1.0);
+        let metrics = Arc::clone(&reads.metrics);
+        metrics.tail_subscribers.add(1.0);
         let end = run(&reads, &slots, &filter, tail, &sender).await;
-        metrics().tail_subscribers.add(-1.0);
+        metrics.tail_subscribers.add(-1.0);
         let label = match &end {
             None => "client_gone",
             Some(err) => err.kind(),
         };
-        metrics().tails_ended.increment_static([label], 1);
+        metrics.tails_ended.increment_static([label], 1);
         if let Some(err) = &end {
             tracing::debug!(error = %err, "tail ended");
         }

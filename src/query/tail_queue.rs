@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio_stream::Stream;
 
 use crate::error::QueryError;
-use crate::observability::metrics::metrics;
+use crate::observability::metrics::Gauge;
 use crate::storage::StoredRow;
 
 /// Bytes a batch is counted as: what its records take on the wire (the JSON and Loki forms are
@@ -31,10 +31,12 @@ pub(crate) fn batch_bytes(rows: &[StoredRow]) -> usize {
     rows.iter().map(StoredRow::wire_bytes).sum()
 }
 
-/// A new queue of at most `limit` bytes: the poller's end and the reader's.
-pub(crate) fn queue(limit: usize) -> (QueueSender, QueueReceiver) {
+/// A new queue of at most `limit` bytes, whose bytes are added to `queued` while they wait: the
+/// poller's end and the reader's.
+pub(crate) fn queue(limit: usize, queued: Gauge) -> (QueueSender, QueueReceiver) {
     let shared = Arc::new(Shared {
         limit,
+        queued,
         state: Mutex::new(State::default()),
         reader: AtomicWaker::new(),
         taken: Notify::new(),
@@ -49,6 +51,8 @@ pub(crate) fn queue(limit: usize) -> (QueueSender, QueueReceiver) {
 
 struct Shared {
     limit: usize,
+    /// `loghaul_tail_queued_bytes`, shared by every subscriber.
+    queued: Gauge,
     state: Mutex<State>,
     /// Wakes the reader when a batch or the end is queued.
     reader: AtomicWaker,
@@ -81,15 +85,15 @@ impl Shared {
 
 impl State {
     /// Counts `bytes` more in this queue and in `loghaul_tail_queued_bytes`.
-    fn charge(&mut self, bytes: usize) {
+    fn charge(&mut self, bytes: usize, queued: &Gauge) {
         self.bytes += bytes;
-        metrics().tail_queued_bytes.add(bytes as f64);
+        queued.add(bytes as f64);
     }
 
     /// Counts `bytes` less.
-    fn release(&mut self, bytes: usize) {
+    fn release(&mut self, bytes: usize, queued: &Gauge) {
         self.bytes -= bytes;
-        metrics().tail_queued_bytes.add(-(bytes as f64));
+        queued.add(-(bytes as f64));
     }
 }
 
@@ -160,7 +164,7 @@ impl QueueSender {
             if state.reader_gone {
                 return false;
             }
-            state.charge(bytes);
+            state.charge(bytes, &self.shared.queued);
             state.batches.push_back((rows, bytes));
         }
         self.shared.reader.wake();
@@ -175,7 +179,7 @@ impl QueueSender {
             let mut state = self.shared.state();
             if discard {
                 let queued: usize = state.batches.drain(..).map(|(_, bytes)| bytes).sum();
-                state.release(queued);
+                state.release(queued, &self.shared.queued);
             }
             state.end = end;
             state.finished = true;
@@ -214,7 +218,7 @@ impl Stream for QueueReceiver {
         // Asking for the next batch means the transport took the last one.
         let released = std::mem::take(&mut state.in_flight);
         if released > 0 {
-            state.release(released);
+            state.release(released, &shared.queued);
         }
         let next = match state.batches.pop_front() {
             Some((rows, bytes)) => {
@@ -246,7 +250,7 @@ impl Drop for QueueReceiver {
             state.reader_gone = true;
             state.batches.clear();
             let held = state.bytes;
-            state.release(held);
+            state.release(held, &self.shared.queued);
             state.in_flight = 0;
         }
         self.shared.taken.notify_waiters();
@@ -260,6 +264,13 @@ mod tests {
     use tokio_stream::StreamExt;
 
     use super::*;
+    use crate::observability::metrics::Registry;
+    use crate::query::metrics::QueryMetrics;
+
+    /// A `loghaul_tail_queued_bytes` of the test's own.
+    fn gauge() -> Gauge {
+        QueryMetrics::register(&Registry::new()).tail_queued_bytes
+    }
 
     fn rows(count: usize, message_bytes: usize) -> Vec<StoredRow> {
         let ts = DateTime::from_timestamp(0, 0).unwrap();
@@ -282,10 +293,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_counts_until_the_reader_asks_for_the_next() {
-        let (sender, mut receiver) = queue(10_000);
+        let queued = gauge();
+        let (sender, mut receiver) = queue(10_000, queued.clone());
         let batch = rows(2, 1000);
         let bytes = batch_bytes(&batch);
         assert!(sender.push(batch));
+        assert_eq!(queued.get(), bytes as f64);
         let free = 10_000 - bytes;
         assert_eq!(sender.room(free, NOW).await, Room::Free);
         assert_eq!(sender.room(free + 1, NOW).await, Room::Stalled);
@@ -300,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_stalls_the_poller_until_the_reader_takes_a_batch() {
-        let (sender, mut receiver) = queue(5_000);
+        let (sender, mut receiver) = queue(5_000, gauge());
         assert!(sender.push(rows(2, 1000)));
         assert!(sender.push(rows(2, 1000)));
         assert_eq!(
@@ -316,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_subscriber_releases_its_queue_and_keeps_the_reason() {
-        let (sender, mut receiver) = queue(100_000);
+        let (sender, mut receiver) = queue(100_000, gauge());
         for _ in 0..3 {
             assert!(sender.push(rows(10, 1000)));
         }
@@ -332,7 +345,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_poller_learns_when_the_reader_goes() {
-        let (sender, receiver) = queue(100);
+        let (sender, receiver) = queue(100, gauge());
         let closed = tokio::spawn(async move {
             sender.closed().await;
             sender

@@ -20,15 +20,17 @@
 //!
 //! [`DELETE_CHUNK`]: crate::storage::chunked_delete::DELETE_CHUNK
 
+pub(crate) mod metrics;
 mod window;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use tokio_util::sync::CancellationToken;
 
+use self::metrics::RetentionMetrics;
 use crate::config::RetentionOptions;
-use crate::observability::metrics::metrics;
 use crate::storage::{RetentionSession, Store, StoreError};
 use window::needed_days;
 pub(crate) use window::DROP_GRACE;
@@ -106,10 +108,9 @@ pub async fn run_once(
     store: &Store,
     config: &RetentionConfig,
 ) -> Result<RunReport, RetentionError> {
-    let started = Instant::now();
     let outcome = apply(store, config.keep).await;
     // Every replica prunes: the delete is idempotent and cheap when another replica already did it.
-    let outcome = match outcome {
+    match outcome {
         Ok(mut report) => {
             let window = TimeDelta::from_std(config.dedup_window).unwrap_or(TimeDelta::MAX);
             let edge = Utc::now()
@@ -124,38 +125,18 @@ pub async fn run_once(
             }
         }
         Err(err) => Err(err),
-    };
-    let series = metrics();
-    series
-        .retention_run_duration
-        .record(started.elapsed().as_secs_f64());
-    let label = match &outcome {
-        Ok(report) if report.ran => "ok",
-        Ok(_) => "skipped_locked",
-        Err(_) => "failed",
-    };
-    series.retention_runs.increment_static([label], 1);
-    if let Ok(report) = &outcome {
-        series
-            .partitions_created
-            .increment(report.partitions_created);
-        series
-            .partitions_dropped
-            .increment(report.partitions_dropped);
-        series.rows_deleted.increment(report.rows_deleted);
-        series
-            .brin_ranges_summarized
-            .increment(report.ranges_summarized);
-        series.chunk_keys_pruned.increment(report.chunk_keys_pruned);
-        series
-            .volume_rows_deleted
-            .increment(report.volume_rows_deleted);
-        if report.ran {
-            series
-                .retention_last_run
-                .set(Utc::now().timestamp_millis() as f64 / 1000.0);
-        }
     }
+}
+
+/// [`run_once`], its time, outcome and work counted in `metrics`.
+async fn counted_run(
+    store: &Store,
+    config: &RetentionConfig,
+    metrics: &RetentionMetrics,
+) -> Result<RunReport, RetentionError> {
+    let started = Instant::now();
+    let outcome = run_once(store, config).await;
+    metrics.record(&outcome, started.elapsed());
     outcome
 }
 
@@ -210,8 +191,14 @@ fn first_run_at(started: tokio::time::Instant, interval: Duration) -> tokio::tim
 }
 
 /// Runs retention every `interval`, the first run `FIRST_RUN_DELAY` after start-up, until
-/// `stopping` is cancelled. Failures are logged and counted, and the next run tries again.
-pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationToken) {
+/// `stopping` is cancelled. Failures are logged and counted in `metrics`, and the next run tries
+/// again.
+pub(crate) async fn run(
+    store: Store,
+    config: RetentionConfig,
+    metrics: Arc<RetentionMetrics>,
+    stopping: CancellationToken,
+) {
     let first = first_run_at(tokio::time::Instant::now(), config.interval);
     let mut every = tokio::time::interval_at(first, config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -224,7 +211,7 @@ pub async fn run(store: Store, config: RetentionConfig, stopping: CancellationTo
         // its current statement, and the next chunk is never started.
         let run = tokio::select! {
             () = stopping.cancelled() => return,
-            report = run_once(&store, &config) => report,
+            report = counted_run(&store, &config, &metrics) => report,
         };
         match run {
             Ok(report) if report.ran => tracing::info!(

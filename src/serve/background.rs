@@ -18,11 +18,10 @@ use super::ServeError;
 use crate::config::ServeConfig;
 use crate::console::health::HealthSource;
 use crate::console::ConsoleState;
-use crate::observability::metrics;
 use crate::observability::readiness::Readiness;
 use crate::storage::Reader;
 use crate::web::listener::HttpLimits;
-use crate::web::probes;
+use crate::web::probes::{self, Probes};
 
 /// How often the store is probed for readiness.
 const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
@@ -65,6 +64,7 @@ impl Background {
         let retention = tokio::spawn(crate::retention::run(
             core.store.clone(),
             core.retention.clone(),
+            Arc::clone(&core.metrics.retention),
             stopping.clone(),
         ));
         let probe = tokio::spawn(probe_store(
@@ -95,11 +95,14 @@ impl Background {
         let ingress = core.pipeline.ingress();
         let http = tokio::spawn(probes::serve(
             http_listener,
-            metrics::handle(),
-            Arc::clone(&core.readiness),
-            Arc::new(move || ingress.sample_gauges()),
-            core.store.backend(),
+            Probes {
+                registry: core.metrics.registry.clone(),
+                readiness: Arc::clone(&core.readiness),
+                sample: Arc::new(move || ingress.sample_gauges()),
+                backend: core.store.backend(),
+            },
             HttpLimits::from(&config.listeners),
+            Arc::clone(&core.metrics.listeners),
             stopping.clone().cancelled_owned(),
         ));
         Ok(Background {
@@ -183,7 +186,10 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
             readiness: Arc::clone(&core.readiness),
             ingress: core.pipeline.ingress(),
             backend: core.store.backend(),
+            ingest: Arc::clone(&core.metrics.ingest),
+            query: Arc::clone(&core.metrics.query),
         },
+        Arc::clone(&core.metrics.console),
     );
     let (drain, stop) = (core.draining.clone(), core.stopping.clone());
     let shutdown = async move {
@@ -196,6 +202,7 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
         listener,
         state,
         HttpLimits::from(&config.listeners),
+        Arc::clone(&core.metrics.listeners),
         shutdown,
     ))
 }
@@ -215,6 +222,7 @@ fn serve_http_ingest(
         core.limits,
         Arc::clone(&core.keys),
         Arc::clone(&core.readiness),
+        &core.metrics,
         config,
     );
     let (drain, stop) = (core.draining.clone(), core.stopping.clone());

@@ -9,6 +9,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use super::health::set_health;
+use super::metrics::Metrics;
 use super::{ServeError, POOL_ACQUIRE_TIMEOUT};
 use crate::auth::keys::KeySources;
 use crate::auth::{KeyStore, OpenAccess};
@@ -48,6 +49,8 @@ pub(super) struct Core {
     pub draining: CancellationToken,
     /// Cancelled once the pipeline is flushed: background tasks and the HTTP listeners stop.
     pub stopping: CancellationToken,
+    /// The server's series, which `/metrics` renders.
+    pub metrics: Metrics,
 }
 
 impl Core {
@@ -63,9 +66,11 @@ impl Core {
             }
             _ => (None, None),
         };
+        let metrics = Metrics::register();
         let keys = Arc::new(KeyStore::load(
             KeySources::from(&config.auth),
             OpenAccess::from(&config.auth),
+            Arc::clone(&metrics.auth),
         )?);
         let pipeline_config = PipelineConfig::from(&config.pipeline);
         let shards = pipeline_config.shards;
@@ -79,7 +84,12 @@ impl Core {
             // connection to a store that refuses them.
             acquire_timeout: POOL_ACQUIRE_TIMEOUT.min(config.pipeline.store_retry_timeout.0),
         };
-        let store = Store::connect(&config.storage.database_url, pool).await?;
+        let store = Store::connect_counted(
+            &config.storage.database_url,
+            pool,
+            Arc::clone(&metrics.storage),
+        )
+        .await?;
         store.migrate().await?;
         tracing::info!(backend = store.backend(), url = %redact_url(&config.storage.database_url), "store ready");
         log_access(&keys);
@@ -100,12 +110,22 @@ impl Core {
                 config.query.query_timeout.0,
             )
             .await?;
-        let readiness = Arc::new(Readiness::default());
-        let pipeline = Pipeline::start(pipeline_config, store.clone(), Arc::clone(&readiness));
+        let readiness = Arc::new(Readiness::new(&metrics.registry));
+        let pipeline = Pipeline::start(
+            pipeline_config,
+            store.clone(),
+            Arc::clone(&readiness),
+            Arc::clone(&metrics.pipeline),
+        );
         let health = HealthReporter::new();
         set_health(&health, ServingStatus::Serving).await;
         let draining = CancellationToken::new();
-        let reads = Reads::from_options(reader.clone(), &config.query, draining.clone());
+        let reads = Reads::from_options(
+            reader.clone(),
+            &config.query,
+            draining.clone(),
+            Arc::clone(&metrics.query),
+        );
         let limits = Limits {
             max_message_bytes: config.ingest.max_message_bytes.as_usize(),
             max_age: retention.keep,
@@ -124,6 +144,7 @@ impl Core {
             limits,
             draining,
             stopping: CancellationToken::new(),
+            metrics,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! of grace.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -21,7 +22,6 @@ use crate::auth::AuthLayer;
 use crate::config::ServeConfig;
 use crate::ingest::otlp;
 use crate::ingest::push::IngestService;
-use crate::observability::metrics::metrics;
 use crate::proto::v1::log_query_server::LogQueryServer;
 use crate::query::service::QueryService;
 use crate::query::Reads;
@@ -59,8 +59,15 @@ pub(super) async fn serve(
         limits,
         config.ingest.max_request_bytes.0,
         pace,
+        Arc::clone(&core.metrics.ingest),
     );
-    let otlp_logs = otlp::logs_server(ingress, limits, config.ingest.max_request_bytes.0, pace);
+    let otlp_logs = otlp::logs_server(
+        ingress,
+        limits,
+        config.ingest.max_request_bytes.0,
+        pace,
+        Arc::clone(&core.metrics.ingest),
+    );
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -86,7 +93,7 @@ pub(super) async fn serve(
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .tcp_nodelay(true)
         // Every service below is authenticated here (health and reflection exempt by path).
-        .layer(AuthLayer::new(std::sync::Arc::clone(&core.keys)))
+        .layer(AuthLayer::new(Arc::clone(&core.keys)))
         .add_service(health)
         .add_service(reflection)
         .add_service(ingest)
@@ -148,7 +155,7 @@ fn start_draining(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static {
     let draining = core.draining.clone();
-    let readiness = std::sync::Arc::clone(&core.readiness);
+    let readiness = Arc::clone(&core.readiness);
     let health = core.health.clone();
     async move {
         shutdown.await;
@@ -165,15 +172,12 @@ fn query_server(
     reads: Reads,
     config: &ServeConfig,
 ) -> ExplainRefusal<LogQueryServer<QueryService>> {
+    let queries = reads.metrics().queries.clone();
     let server = LogQueryServer::new(QueryService::new(reads))
         .max_decoding_message_size(config.ingest.max_request_bytes.as_usize())
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Zstd)
         .send_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Zstd);
-    ExplainRefusal::new(
-        server,
-        config.ingest.max_request_bytes.0,
-        &metrics().queries,
-    )
+    ExplainRefusal::new(server, config.ingest.max_request_bytes.0, queries)
 }

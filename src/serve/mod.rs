@@ -2,12 +2,14 @@
 //! listeners together, and shuts them down in the order that loses nothing. [`run`] reads as its
 //! steps: `build` what every listener shares, start the `background` tasks and HTTP listeners
 //! (probes, console, the ingest listener's [`router`]), serve the `grpc` port until shutdown, then
-//! drain; `health` keeps the gRPC health statuses.
+//! drain; `health` keeps the gRPC health statuses, and `metrics` is the server's series, built
+//! with its core.
 
 mod background;
 mod build;
 mod grpc;
 mod health;
+mod metrics;
 pub(crate) mod router;
 
 use std::future::Future;

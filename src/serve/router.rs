@@ -30,17 +30,19 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use super::metrics::Metrics;
 use crate::auth::KeyStore;
 use crate::config::ServeConfig;
 use crate::ingest::loki::Pusher;
+use crate::ingest::metrics::IngestMetrics;
 use crate::ingest::otlp::export::Exporter;
 use crate::ingest::validate::Limits;
 use crate::loki::api::LokiApi;
-use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::pipeline::Ingress;
 use crate::query::Reads;
 use crate::web::listener::{serve_http, HttpLimits};
+use crate::web::metrics::ListenerMetrics;
 use crate::wire::body_rate::BodyPace;
 use crate::wire::http::auth::HttpAuth;
 use crate::wire::http::body::BodyLimits;
@@ -60,17 +62,20 @@ pub(crate) struct HttpIngest {
     pusher: Pusher,
     cors: Arc<Cors>,
     loki_api: LokiApi,
+    metrics: Arc<IngestMetrics>,
+    listeners: Arc<ListenerMetrics>,
 }
 
 impl HttpIngest {
-    /// The handlers of `loghaul serve`, feeding `ingress`, reading through `reads` and telling
-    /// Loki's readiness probe what `readiness` says.
+    /// The handlers of `loghaul serve`, feeding `ingress`, reading through `reads`, telling
+    /// Loki's readiness probe what `readiness` says, and counted in the server's `metrics`.
     pub(crate) fn new(
         ingress: Ingress,
         reads: Reads,
         limits: Limits,
         keys: Arc<KeyStore>,
         readiness: Arc<Readiness>,
+        metrics: &Metrics,
         config: &ServeConfig,
     ) -> Self {
         let cors = Arc::new(Cors::new(config.listeners.http_cors_origins.clone()));
@@ -80,7 +85,12 @@ impl HttpIngest {
             config.auth.allow_org_id_tenants,
         ));
         HttpIngest {
-            loki_api: LokiApi::new(reads, Arc::clone(&auth), readiness),
+            loki_api: LokiApi::new(
+                reads,
+                Arc::clone(&auth),
+                readiness,
+                Arc::clone(&metrics.loki),
+            ),
             reception: Reception::new(
                 ingress.clone(),
                 auth,
@@ -89,9 +99,11 @@ impl HttpIngest {
                     pace: BodyPace::from(&config.ingest),
                 },
             ),
-            exporter: Exporter::new(ingress.clone(), limits),
-            pusher: Pusher::new(ingress, limits),
+            exporter: Exporter::new(ingress.clone(), limits, Arc::clone(&metrics.ingest)),
+            pusher: Pusher::new(ingress, limits, Arc::clone(&metrics.ingest)),
             cors,
+            metrics: Arc::clone(&metrics.ingest),
+            listeners: Arc::clone(&metrics.listeners),
         }
     }
 }
@@ -106,13 +118,14 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let reads = crate::loki::api::routes(ingest.loki_api.clone());
+    let listeners = Arc::clone(&ingest.listeners);
     let app = Router::new()
         .route(OTLP_LOGS_PATH, post(otlp_logs).options(preflight))
         .route(LOKI_PUSH_PATH, post(loki_push).options(preflight))
         .fallback(unknown_path)
         .with_state(ingest)
         .merge(reads);
-    serve_http(listener, app, limits, tls, "ingest", shutdown).await
+    serve_http(listener, app, limits, tls, "ingest", listeners, shutdown).await
 }
 
 async fn otlp_logs(
@@ -124,7 +137,7 @@ async fn otlp_logs(
     let answer =
         crate::ingest::otlp::http::export(&ingest.reception, &ingest.exporter, request, peer.ip())
             .await;
-    finish("otlp_http", origin, answer)
+    finish(&ingest, "otlp_http", origin, answer)
 }
 
 async fn loki_push(
@@ -135,16 +148,17 @@ async fn loki_push(
     let origin = ingest.cors.allowed(request.headers());
     let answer =
         crate::ingest::loki::push(&ingest.reception, &ingest.pusher, request, peer.ip()).await;
-    finish("loki", origin, answer)
+    finish(&ingest, "loki", origin, answer)
 }
 
 /// Counts a protocol's answer by its outcome and lets an allowed browser origin read it.
 fn finish(
+    ingest: &HttpIngest,
     protocol: &'static str,
     origin: Option<HeaderValue>,
     (mut response, outcome): (Response<Body>, &'static str),
 ) -> Response<Body> {
-    count(protocol, outcome);
+    ingest.count(protocol, outcome);
     cors::allow(&mut response, origin);
     response
 }
@@ -156,12 +170,12 @@ async fn preflight(State(ingest): State<HttpIngest>, headers: HeaderMap) -> Resp
     } else {
         "forbidden"
     };
-    count("cors_preflight", outcome);
+    ingest.count("cors_preflight", outcome);
     response
 }
 
-async fn unknown_path() -> Response<Body> {
-    count("other", "not_found");
+async fn unknown_path(State(ingest): State<HttpIngest>) -> Response<Body> {
+    ingest.count("other", "not_found");
     let text = format!(
         "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP), POST {LOKI_PUSH_PATH} (Loki push) and GET /loki/api/v1/query_range, /query, /labels, /label/NAME/values, /series, /index/volume, /index/volume_range and the /tail WebSocket (Loki's query API)\n"
     );
@@ -172,8 +186,11 @@ async fn unknown_path() -> Response<Body> {
     )
 }
 
-fn count(protocol: &'static str, outcome: &'static str) {
-    metrics()
-        .http_ingest_requests
-        .increment_static([protocol, outcome], 1);
+impl HttpIngest {
+    /// Counts an answer in `loghaul_http_ingest_requests_total{protocol,outcome}`.
+    fn count(&self, protocol: &'static str, outcome: &'static str) {
+        self.metrics
+            .http_ingest_requests
+            .increment_static([protocol, outcome], 1);
+    }
 }

@@ -3,12 +3,14 @@
 //! backend from the URL once; every other handle comes from the store, so it is of the same
 //! backend, and no call can pair a handle of one backend with one of the other.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
 
 use super::connect::{Backend, PoolOptions};
 use super::error::StoreError;
+use super::metrics::StorageMetrics;
 use super::postgres::{PgReader, PgRetention, PgTail, PostgresStore};
 use super::row::{Claim, Row};
 use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
@@ -16,6 +18,7 @@ use super::stored::{Page, PageSize, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::model::selection::{Order, Selection, VolumeRow};
+use crate::observability::metrics::Registry;
 
 /// Runs the same code on whichever backend the handle `$handle` (an enum with a `Postgres` and a
 /// `Sqlite` variant) holds, with `$backend` bound to the backend's own value. With `into Other(…)`
@@ -45,11 +48,23 @@ pub enum Store {
 }
 
 impl Store {
-    /// Connects to the database the URL names: `postgres://…`/`postgresql://…` or `sqlite://…`.
+    /// Connects to the database the URL names: `postgres://…`/`postgresql://…` or `sqlite://…`,
+    /// counting what the store reports in a registry of its own (a server counts in its own,
+    /// through [`Store::connect_counted`]).
     pub async fn connect(url: &str, pool: PoolOptions) -> Result<Store, StoreError> {
+        let metrics = StorageMetrics::register(&Registry::new());
+        Store::connect_counted(url, pool, Arc::new(metrics)).await
+    }
+
+    /// The same, counting what the store reports (SQLite's checkpoints) in `metrics`.
+    pub(crate) async fn connect_counted(
+        url: &str,
+        pool: PoolOptions,
+        metrics: Arc<StorageMetrics>,
+    ) -> Result<Store, StoreError> {
         Ok(match Backend::of(url)? {
             Backend::Postgres => Store::Postgres(PostgresStore::connect(url, pool).await?),
-            Backend::Sqlite => Store::Sqlite(SqliteStore::connect(url).await?),
+            Backend::Sqlite => Store::Sqlite(SqliteStore::connect(url, metrics).await?),
         })
     }
 

@@ -17,13 +17,14 @@
 //! `read.rs`). Callers bound reads in time by dropping them at their deadline.
 //!
 //! The backends use only the neutral modules beside them (`row`, `stored`, `error`, `connect`,
-//! [`chunked_delete`]), never the handles, so within storage too the dependencies run one way:
-//! handles → backends → shared types.
+//! [`chunked_delete`], [`metrics`]), never the handles, so within storage too the dependencies run
+//! one way: handles → backends → shared types.
 
 pub(crate) mod chunked_delete;
 mod connect;
 mod dispatch;
 mod error;
+pub(crate) mod metrics;
 pub mod postgres;
 mod row;
 pub(crate) mod sqlite;

@@ -28,8 +28,8 @@ use tower::ServiceExt;
 
 use super::slots::{Busy, Slot, Slots};
 
+use super::metrics::ListenerMetrics;
 use crate::config::ListenOptions;
-use crate::observability::metrics::metrics;
 
 /// What one HTTP listener tolerates from its clients.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +52,7 @@ impl From<&ListenOptions> for HttpLimits {
 }
 
 /// Serves `app` on `listener` until `shutdown` completes, then lets the open connections finish
-/// their request in flight and waits for them. `name` labels the listener's metrics
+/// their request in flight and waits for them. `name` labels the listener's series in `metrics`
 /// (`loghaul_http_*{listener}`), so it must be one of a few fixed names. With `tls`, every
 /// connection speaks TLS first. Handlers can read the peer address with axum's
 /// `ConnectInfo<SocketAddr>`.
@@ -62,9 +62,10 @@ pub(crate) async fn serve_http(
     limits: HttpLimits,
     tls: Option<TlsAcceptor>,
     name: &'static str,
+    metrics: Arc<ListenerMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let slots = Slots::new(limits.max_connections as usize, name);
+    let slots = Slots::new(limits.max_connections as usize, name, Arc::clone(&metrics));
     let closing = CancellationToken::new();
     let mut builder = http1::Builder::new();
     builder
@@ -92,6 +93,7 @@ pub(crate) async fn serve_http(
             closing: closing.clone(),
             slot,
             name,
+            metrics: Arc::clone(&metrics),
         };
         match tls.clone() {
             None => tokio::spawn(connection.serve(stream)),
@@ -129,6 +131,7 @@ struct Connection {
     closing: CancellationToken,
     slot: Slot,
     name: &'static str,
+    metrics: Arc<ListenerMetrics>,
 }
 
 impl Connection {
@@ -143,8 +146,9 @@ impl Connection {
             closing,
             slot,
             name,
+            metrics,
         } = self;
-        let open = metrics().http_connections.handle(name);
+        let open = metrics.connections.handle(name);
         open.add(1.0);
         let activity = Arc::clone(slot.activity());
         let service = {
@@ -182,7 +186,7 @@ impl Connection {
         };
         if let Err(err) = outcome {
             if err.is_timeout() {
-                metrics().http_header_timeouts.increment_static([name], 1);
+                metrics.header_timeouts.increment_static([name], 1);
             } else {
                 tracing::debug!(listener = name, error = %err, "HTTP connection ended with an error");
             }

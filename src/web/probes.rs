@@ -9,38 +9,43 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 use super::listener::{serve_http, HttpLimits};
+use super::metrics::ListenerMetrics;
+use crate::observability::metrics::Registry;
 use crate::observability::readiness::Readiness;
 
+/// What the port answers from.
 #[derive(Clone)]
-struct Probes {
-    metrics: PrometheusHandle,
-    readiness: Arc<Readiness>,
-    sample: GaugeSampler,
-    backend: &'static str,
+pub(crate) struct Probes {
+    /// The server's series, which `/metrics` renders.
+    pub registry: Registry,
+    /// What `/readyz` answers.
+    pub readiness: Arc<Readiness>,
+    /// Sets the gauges sampled at scrape time.
+    pub sample: GaugeSampler,
+    /// `sqlite` or `postgres`, named when the store is down.
+    pub backend: &'static str,
 }
 
 /// Sets the gauges whose values live elsewhere (queue depths, buffered bytes) just before a
 /// scrape, so that the hot path never touches a gauge.
 pub(crate) type GaugeSampler = Arc<dyn Fn() + Send + Sync>;
 
-/// Serves the probes and metrics until `shutdown` completes.
+/// Serves the probes and metrics until `shutdown` completes; the port's own connections are
+/// counted in `listeners`.
 pub(crate) async fn serve(
     listener: TcpListener,
-    metrics: PrometheusHandle,
-    readiness: Arc<Readiness>,
-    sample: GaugeSampler,
-    backend: &'static str,
+    probes: Probes,
     limits: HttpLimits,
+    listeners: Arc<ListenerMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Histograms and summaries are kept in buckets that the exporter rolls over in upkeep; with our
     // own route nobody else runs it.
     let upkeep = tokio::spawn({
-        let metrics = metrics.clone();
+        let metrics = probes.registry.handle();
         async move {
             let mut every = tokio::time::interval(Duration::from_secs(5));
             loop {
@@ -49,29 +54,20 @@ pub(crate) async fn serve(
             }
         }
     });
-    let state = Probes {
-        metrics,
-        readiness,
-        sample,
-        backend,
-    };
     let app = Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(state);
-    let served = serve_http(listener, app, limits, None, "metrics", shutdown).await;
+        .with_state(probes);
+    let served = serve_http(listener, app, limits, None, "metrics", listeners, shutdown).await;
     upkeep.abort();
     served
 }
 
 async fn render_metrics(State(probes): State<Probes>) -> String {
     (probes.sample)();
-    let ready = probes.readiness.is_ready();
-    crate::observability::metrics::metrics()
-        .ready
-        .set(if ready { 1.0 } else { 0.0 });
-    probes.metrics.render()
+    probes.readiness.publish();
+    probes.registry.render()
 }
 
 async fn ready(State(probes): State<Probes>) -> (StatusCode, String) {

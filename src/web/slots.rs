@@ -19,7 +19,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::observability::metrics::metrics;
+use super::metrics::ListenerMetrics;
 
 /// The connections of one listener.
 #[derive(Debug)]
@@ -27,6 +27,7 @@ pub(crate) struct Slots {
     cap: usize,
     /// The listener's name, the `listener` label of its metrics.
     name: &'static str,
+    metrics: Arc<ListenerMetrics>,
     /// What `idle_since` counts from.
     epoch: Instant,
     held: Mutex<Held>,
@@ -44,11 +45,13 @@ struct Held {
 }
 
 impl Slots {
-    /// Room for `cap` connections on the listener `name`.
-    pub(crate) fn new(cap: usize, name: &'static str) -> Arc<Slots> {
+    /// Room for `cap` connections on the listener `name`, whose refusals and evictions are
+    /// counted in `metrics`.
+    pub(crate) fn new(cap: usize, name: &'static str, metrics: Arc<ListenerMetrics>) -> Arc<Slots> {
         Arc::new(Slots {
             cap,
             name,
+            metrics,
             epoch: Instant::now(),
             held: Mutex::default(),
             emptied: Notify::new(),
@@ -67,16 +70,12 @@ impl Slots {
                 .min_by_key(|activity| activity.idle_since.load(Ordering::Relaxed))
                 .cloned();
             let Some(victim) = victim else {
-                metrics()
-                    .http_connections_refused
-                    .increment_static([self.name], 1);
+                self.metrics.refused.increment_static([self.name], 1);
                 return None;
             };
             victim.leave.cancel();
             held.leaving += 1;
-            metrics()
-                .http_connections_evicted
-                .increment_static([self.name], 1);
+            self.metrics.evicted.increment_static([self.name], 1);
         }
         let id = held.next_id;
         held.next_id += 1;
@@ -193,10 +192,19 @@ impl Drop for Busy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observability::metrics::Registry;
+
+    fn slots(cap: usize) -> Arc<Slots> {
+        Slots::new(
+            cap,
+            "test",
+            Arc::new(ListenerMetrics::register(&Registry::new())),
+        )
+    }
 
     #[test]
     fn past_the_cap_the_connection_idle_longest_makes_room() {
-        let slots = Slots::new(2, "test");
+        let slots = slots(2);
         let first = slots.admit().unwrap();
         let second = slots.admit().unwrap();
         // The first answered a request after the second opened: the second is idle longest.
@@ -212,14 +220,16 @@ mod tests {
         assert_eq!(slots.lock().leaving, 0);
         drop((third, fourth));
         assert!(slots.lock().connections.is_empty());
+        assert_eq!(slots.metrics.evicted.total(), 2);
     }
 
     #[test]
     fn a_connection_with_a_request_in_flight_is_never_told_to_leave() {
-        let slots = Slots::new(1, "test");
+        let slots = slots(1);
         let serving = slots.admit().unwrap();
         let busy = serving.activity().begin();
         assert!(slots.admit().is_none(), "every connection is busy: refused");
+        assert_eq!(slots.metrics.refused.total(), 1);
         assert!(!serving.activity().leave.is_cancelled());
         drop(busy);
         let next = slots.admit().expect("idle again, it makes room");
@@ -229,7 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn closed_waits_for_every_connection() {
-        let slots = Slots::new(4, "test");
+        let slots = slots(4);
         let open = slots.admit().unwrap();
         let waiting = tokio::spawn({
             let slots = Arc::clone(&slots);

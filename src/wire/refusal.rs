@@ -31,13 +31,13 @@ use crate::observability::metrics::CounterVec;
 pub(crate) struct ExplainRefusal<S> {
     inner: S,
     max_request_bytes: u64,
-    calls: &'static CounterVec<1>,
+    calls: CounterVec<1>,
 }
 
 impl<S> ExplainRefusal<S> {
     /// Wraps `inner`, whose decoding limit is `max_request_bytes`; a rewritten answer is counted
     /// in the service's own outcome counter `calls`.
-    pub(crate) fn new(inner: S, max_request_bytes: u64, calls: &'static CounterVec<1>) -> Self {
+    pub(crate) fn new(inner: S, max_request_bytes: u64, calls: CounterVec<1>) -> Self {
         ExplainRefusal {
             inner,
             max_request_bytes,
@@ -65,8 +65,8 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let answer = self.inner.call(request);
-        let (limit, calls) = (self.max_request_bytes, self.calls);
-        Box::pin(async move { Ok(explain(answer.await?, limit, calls)) })
+        let (limit, calls) = (self.max_request_bytes, self.calls.clone());
+        Box::pin(async move { Ok(explain(answer.await?, limit, &calls)) })
     }
 }
 
@@ -95,7 +95,13 @@ fn explain(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observability::metrics::metrics;
+    use crate::observability::metrics::{Registry, Series};
+
+    /// An outcome counter of the test's own.
+    fn calls() -> CounterVec<1> {
+        let series = Series::new("loghaul_test_calls_total", metrics::Unit::Count, "test");
+        CounterVec::register(&Registry::new(), series, ["outcome"])
+    }
 
     fn status_of(response: &http::Response<Body>) -> Status {
         Status::from_header_map(response.headers()).unwrap()
@@ -111,7 +117,7 @@ mod tests {
                 "Error decompressing: size limit, of 65536 bytes, exceeded while decompressing message",
             ),
         ] {
-            let explained = status_of(&explain(tonic_says.into_http(), 65536, &metrics().otlp_exports));
+            let explained = status_of(&explain(tonic_says.into_http(), 65536, &calls()));
             assert_eq!(explained.code(), Code::ResourceExhausted);
             assert!(
                 explained.message().contains("--max-request-bytes"),
@@ -127,11 +133,7 @@ mod tests {
         let tonic_says = Status::internal(
             "failed to decode Protobuf message: AnyValue.value: recursion limit reached",
         );
-        let explained = status_of(&explain(
-            tonic_says.into_http(),
-            65536,
-            &metrics().otlp_exports,
-        ));
+        let explained = status_of(&explain(tonic_says.into_http(), 65536, &calls()));
         assert_eq!(explained.code(), Code::InvalidArgument);
         assert!(
             explained.message().contains("recursion limit reached"),
@@ -143,14 +145,8 @@ mod tests {
     #[test]
     fn other_answers_pass_untouched() {
         let invalid = Status::invalid_argument("nope").into_http();
-        assert_eq!(
-            status_of(&explain(invalid, 1, &metrics().otlp_exports)).message(),
-            "nope"
-        );
+        assert_eq!(status_of(&explain(invalid, 1, &calls())).message(), "nope");
         let success = http::Response::new(Body::empty());
-        assert!(
-            Status::from_header_map(explain(success, 1, &metrics().otlp_exports).headers())
-                .is_none()
-        );
+        assert!(Status::from_header_map(explain(success, 1, &calls()).headers()).is_none());
     }
 }

@@ -340,8 +340,8 @@ async fn the_tail_streams_records_pushed_over_grpc(db: &TestDb) {
 on_both_backends!(tail, the_tail_streams_records_pushed_over_grpc);
 
 async fn health_shows_the_pipeline_readiness_and_backend(db: &TestDb) {
-    // A process of its own: the health snapshot is read from the metrics recorder, which every
-    // in-process server of this test binary shares, and the numbers below are exact.
+    // The health snapshot is read from the server's own metric handles: the numbers below are
+    // exact.
     let server = Process::serve(
         &db.url,
         &["--api-keys", "health-key-p=pusher,health-key-v=viewer"],

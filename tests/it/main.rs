@@ -2,12 +2,11 @@
 //! databases (see `common`). Run one module with `cargo test --test it hostile::`.
 //!
 //! Every test shares this process with the others, running in parallel: its databases, files,
-//! ports and tenants are its own, and so are the numbers it asserts on. The metrics recorder is
-//! one per process, so an in-process server's /metrics shows the counters and gauges of every
-//! server the tests run: an exact value is read from a [`common::process::Process`] of the test's
-//! own, or from a series only that test touches. A test that waits for something (a tail connected, a queue full, rows stored) polls
-//! for it with [`common::wait_until`]; a sleep is only ever what is tested (an outage, a pace, a
-//! window in which nothing may happen), and says so.
+//! ports and tenants are its own, and so are the numbers it asserts on. Each server has a metrics
+//! registry of its own, so an in-process server's /metrics shows only its own series, and a test
+//! can assert exact values on it. A test that waits for something (a tail connected, a queue
+//! full, rows stored) polls for it with [`common::wait_until`]; a sleep is only ever what is tested
+//! (an outage, a pace, a window in which nothing may happen), and says so.
 
 #[macro_use]
 mod common;

@@ -23,8 +23,7 @@ async fn channel(server: &TestServer) -> tonic::transport::Channel {
         .unwrap()
 }
 
-/// A process of its own: the gauges below (queue capacities, readiness) would be any in-process
-/// server's, since they all share one metrics recorder.
+/// The binary's own /metrics, end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_queues_batches_and_records() {
     let db = TestDb::create(Backend::Sqlite, "metrics").await.unwrap();

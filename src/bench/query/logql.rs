@@ -18,13 +18,16 @@ use super::load::SERVICES;
 use super::report::{Agreement, Report, Samples};
 use super::{BenchQueryArgs, QueryBenchError};
 use crate::error::HttpError;
+use crate::loki::api::metrics::LokiMetrics;
 use crate::loki::logql::eval::{Series, Steps, Value};
 use crate::loki::logql::plan::Placement;
 use crate::loki::logql::Query;
 use crate::loki::read::{nanos, Stats, TimeRange};
 use crate::model::selection::Order;
+use crate::observability::metrics::Registry;
 use crate::query::admission::{Admission, AdmissionLimits};
 use crate::query::limits::ReadLimits;
+use crate::query::metrics::QueryMetrics;
 use crate::query::tail::TailConfig;
 use crate::query::Reads;
 use crate::storage::Reader;
@@ -227,6 +230,7 @@ impl Scenario {
                 let range = self.range.num_nanoseconds().expect("hours fit");
                 let step = step.num_nanoseconds().expect("minutes fit");
                 let steps = Steps::new(end - range, end, step).map_err(|err| failed(err.into()))?;
+                let sources = LokiMetrics::register(&Registry::new()).metric_sources;
                 let began = Instant::now();
                 let (value, stats) = reads
                     .loki_metric(
@@ -235,6 +239,7 @@ impl Scenario {
                         steps,
                         Placement::Exact,
                         &mut reads.charge(tenant),
+                        &sources,
                     )
                     .await
                     .map_err(failed)?;
@@ -282,16 +287,21 @@ fn totals(value: Option<Value>) -> BTreeMap<String, f64> {
 /// What the LogQL queries are read through: one read at a time, within the read limits of a
 /// server with the default settings.
 pub(super) fn reads(reader: &Reader) -> Reads {
+    let metrics = Arc::new(QueryMetrics::register(&Registry::new()));
     Reads::new(
         reader.clone(),
         ReadLimits::default(),
-        Admission::new(AdmissionLimits {
-            reads_per_tenant: 1,
-            tails: 1,
-            tails_per_tenant: 1,
-        }),
+        Admission::new(
+            AdmissionLimits {
+                reads_per_tenant: 1,
+                tails: 1,
+                tails_per_tenant: 1,
+            },
+            &metrics,
+        ),
         TailConfig::default(),
         CancellationToken::new(),
+        metrics,
     )
 }
 

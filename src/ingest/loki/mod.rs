@@ -49,6 +49,7 @@ pub mod proto {
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -61,10 +62,10 @@ use crate::auth::Tenant;
 use crate::error::HttpError;
 use crate::error::IngestError;
 use crate::ingest::charge::Collected;
+use crate::ingest::metrics::{IngestMetrics, Protocol};
 use crate::ingest::rejections::RequestTally;
 use crate::ingest::transcode::Refused;
 use crate::ingest::validate::{validate_with, Invalid, Limits, RejectReason};
-use crate::observability::metrics::Protocol;
 use crate::pipeline::{Ingress, Meter};
 use crate::proto::v1::LogRecord;
 use crate::wire::fields::{last, repeated};
@@ -176,12 +177,17 @@ async fn store(
 pub struct Pusher {
     ingress: Ingress,
     limits: Limits,
+    metrics: Arc<IngestMetrics>,
 }
 
 impl Pusher {
-    /// A pusher feeding `ingress`, checking records against `limits`.
-    pub fn new(ingress: Ingress, limits: Limits) -> Self {
-        Pusher { ingress, limits }
+    /// A pusher feeding `ingress`, checking records against `limits`, counting them in `metrics`.
+    pub fn new(ingress: Ingress, limits: Limits, metrics: Arc<IngestMetrics>) -> Self {
+        Pusher {
+            ingress,
+            limits,
+            metrics,
+        }
     }
 
     /// Stores the encoded `message`, which `meter` holds, for `tenant`; `upfront` holds the
@@ -198,7 +204,12 @@ impl Pusher {
         self.decode(message, &mut meter, &mut collected).await?;
         meter.release(wire_bytes);
         collected
-            .store(&self.ingress, tenant, Protocol::Loki, meter)
+            .store(
+                &self.ingress,
+                tenant,
+                self.metrics.records(Protocol::Loki),
+                meter,
+            )
             .await
     }
 

@@ -4,6 +4,8 @@
 //! records are reported through `partial_success`, as the OTLP specification asks, while the rest
 //! of the request is stored.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use chrono::Utc;
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -18,10 +20,10 @@ use super::mapping::{self, Shared};
 use crate::auth::Tenant;
 use crate::error::IngestError;
 use crate::ingest::charge::Collected;
+use crate::ingest::metrics::{IngestMetrics, Protocol};
 use crate::ingest::rejections::RequestTally;
 use crate::ingest::transcode::Refused;
 use crate::ingest::validate::{validate_with, Invalid, Limits};
-use crate::observability::metrics::Protocol;
 use crate::pipeline::{Ingress, Meter};
 use crate::wire::fields::{last, repeated};
 
@@ -30,12 +32,23 @@ use crate::wire::fields::{last, repeated};
 pub struct Exporter {
     ingress: Ingress,
     limits: Limits,
+    metrics: Arc<IngestMetrics>,
 }
 
 impl Exporter {
-    /// An exporter feeding `ingress`, checking records against `limits`.
-    pub fn new(ingress: Ingress, limits: Limits) -> Self {
-        Exporter { ingress, limits }
+    /// An exporter feeding `ingress`, checking records against `limits`, counting them in
+    /// `metrics`.
+    pub fn new(ingress: Ingress, limits: Limits, metrics: Arc<IngestMetrics>) -> Self {
+        Exporter {
+            ingress,
+            limits,
+            metrics,
+        }
+    }
+
+    /// Where exports are counted.
+    pub(crate) fn metrics(&self) -> &IngestMetrics {
+        &self.metrics
     }
 
     /// The pipeline it feeds, for the transports' meters.
@@ -59,7 +72,7 @@ impl Exporter {
         self.decode(message, &mut meter, &mut collected).await?;
         meter.release(wire_bytes);
         let tally = collected
-            .store(&self.ingress, tenant, protocol, meter)
+            .store(&self.ingress, tenant, self.metrics.records(protocol), meter)
             .await?;
         Ok(response(tally))
     }

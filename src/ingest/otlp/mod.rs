@@ -15,10 +15,12 @@ pub mod mapping;
 pub(crate) mod service;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use prost::Message;
 use prost_types::FileDescriptorSet;
 
+use crate::ingest::metrics::IngestMetrics;
 use crate::ingest::validate::Limits;
 use crate::pipeline::Ingress;
 use crate::wire::body_rate::BodyPace;
@@ -31,15 +33,16 @@ pub use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::SE
 const SERVICE_FILE: &str = "opentelemetry/proto/collector/logs/v1/logs_service.proto";
 
 /// The gRPC service as it is mounted: requests of up to `max_request_bytes` (after
-/// decompression) arriving at `pace`, gzip and zstd accepted.
+/// decompression) arriving at `pace`, gzip and zstd accepted, counted in `metrics`.
 pub fn logs_server(
     ingress: Ingress,
     limits: Limits,
     max_request_bytes: u64,
     pace: BodyPace,
+    metrics: Arc<IngestMetrics>,
 ) -> OtlpLogsService {
     OtlpLogsService::new(
-        Exporter::new(ingress, limits),
+        Exporter::new(ingress, limits, metrics),
         usize::try_from(max_request_bytes).unwrap_or(usize::MAX),
         pace,
     )

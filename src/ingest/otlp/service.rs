@@ -11,8 +11,8 @@ use super::export::Exporter;
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::IngestError;
 use crate::ingest::charge::respond;
+use crate::ingest::metrics::Protocol;
 use crate::ingest::transcode::Refused;
-use crate::observability::metrics::{metrics, Protocol};
 use crate::wire::body_rate::BodyPace;
 use crate::wire::grpc_body::{answer, message_encoding, serve_raw_grpc, MessageReader};
 use crate::wire::EXPECTED_DECODED_RATIO;
@@ -59,7 +59,8 @@ impl OtlpLogsService {
             self.pace,
         );
         let outcome = self.store(&tenant, &mut reader).await;
-        answer(respond(outcome, &metrics().otlp_exports).map(tonic::Response::into_inner))
+        let exports = &self.exporter.metrics().otlp_exports;
+        answer(respond(outcome, exports).map(tonic::Response::into_inner))
     }
 
     async fn store(

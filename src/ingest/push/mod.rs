@@ -25,9 +25,10 @@ use tonic::Status;
 use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
 use crate::ingest::charge::{admit, count_received, respond};
+use crate::ingest::metrics::{IngestMetrics, Protocol};
 use crate::ingest::validate::{validate, Invalid, Limits};
 use crate::model::reject::RejectionCounts;
-use crate::observability::metrics::{metrics, Protocol};
+use crate::observability::metrics::Gauge;
 use crate::pipeline::ack::{AckReceiver, AckResult};
 use crate::pipeline::router::ShardPin;
 use crate::pipeline::{ChunkSource, Ingress, Meter, ProducerSequence};
@@ -80,22 +81,26 @@ pub(crate) struct IngestService {
     limits: Limits,
     max_request_bytes: u64,
     pace: BodyPace,
+    metrics: Arc<IngestMetrics>,
 }
 
 impl IngestService {
     /// A service feeding `ingress`, taking messages of up to `max_request_bytes` that arrive at
-    /// `pace` (which also ends streams that send nothing for its idle timeout).
+    /// `pace` (which also ends streams that send nothing for its idle timeout), counting streams
+    /// and records in `metrics`.
     pub(crate) fn new(
         ingress: Ingress,
         limits: Limits,
         max_request_bytes: u64,
         pace: BodyPace,
+        metrics: Arc<IngestMetrics>,
     ) -> Self {
         IngestService {
             ingress,
             limits,
             max_request_bytes,
             pace,
+            metrics,
         }
     }
 
@@ -112,11 +117,11 @@ impl IngestService {
             Ok(encoding) => encoding,
             Err(status) => return status.into_http(),
         };
-        let _open = OpenStream::start();
+        let _open = OpenStream::start(&self.metrics.active_streams);
         let max_message = usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX);
         let reader = MessageReader::new(request.into_body(), encoding, max_message, self.pace);
         let outcome = self.ingest(&tenant, reader).await;
-        answer(respond(outcome, &metrics().streams_ended).map(tonic::Response::into_inner))
+        answer(respond(outcome, &self.metrics.streams_ended).map(tonic::Response::into_inner))
     }
 
     /// Reads the stream to its end and answers with what was stored; or, when something stops
@@ -273,7 +278,12 @@ impl IngestService {
                 _ => {}
             }
         }
-        count_received(tenant, Protocol::Push, position as u64, &rejections);
+        count_received(
+            tenant,
+            self.metrics.records(Protocol::Push),
+            position as u64,
+            &rejections,
+        );
         let key = chunk_key(producer_id, sequence)?;
         Ok((records, invalid, key))
     }
@@ -347,18 +357,18 @@ fn settle_later(ack: AckReceiver, queued: QueuedMessage) -> Settling {
 }
 
 /// Counts the stream in `loghaul_active_streams` for as long as it lives, however it ends.
-struct OpenStream;
+struct OpenStream(Gauge);
 
 impl OpenStream {
-    fn start() -> Self {
-        metrics().active_streams.add(1.0);
-        OpenStream
+    fn start(active: &Gauge) -> Self {
+        active.add(1.0);
+        OpenStream(active.clone())
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        metrics().active_streams.add(-1.0);
+        self.0.add(-1.0);
     }
 }
 

@@ -259,13 +259,19 @@ mod tests {
 
     use super::*;
     use crate::loki::read::Entry;
+    use crate::observability::metrics::Registry;
     use crate::query::memory::{MemoryLimits, ReadMemory};
+    use crate::query::metrics::QueryMetrics;
 
     fn memory(per_read: usize) -> Arc<ReadMemory> {
-        Arc::new(ReadMemory::new(MemoryLimits {
-            per_read,
-            all_reads: per_read,
-        }))
+        let metrics = QueryMetrics::register(&Registry::new());
+        Arc::new(ReadMemory::new(
+            MemoryLimits {
+                per_read,
+                all_reads: per_read,
+            },
+            &metrics,
+        ))
     }
 
     /// What `write` writes, as JSON.

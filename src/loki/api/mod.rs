@@ -9,9 +9,11 @@
 //! - [`params`]: the query string as Loki reads it.
 //! - [`answer`]: Loki's JSON shapes.
 //! - [`charged`]: an answer written piece by piece, charged to its read's memory until sent.
+//! - [`metrics`]: the API's series: requests, their time, and what answered metric queries.
 
 pub(crate) mod answer;
 pub(crate) mod charged;
+pub(crate) mod metrics;
 pub(crate) mod params;
 mod tail;
 
@@ -29,12 +31,12 @@ use axum::Router;
 use chrono::Utc;
 use serde_json::json;
 
+use self::metrics::LokiMetrics;
 use crate::error::HttpError;
 use crate::loki::logql::ast::{LogQuery, Query};
 use crate::loki::logql::eval::{Steps, Value};
 use crate::loki::logql::plan::Placement;
 use crate::loki::read::{nanos, VolumeAsk};
-use crate::observability::metrics::metrics;
 use crate::observability::readiness::Readiness;
 use crate::query::Reads;
 use crate::wire::http::auth::HttpAuth;
@@ -48,16 +50,23 @@ pub(crate) struct LokiApi {
     reads: Reads,
     auth: Arc<HttpAuth>,
     readiness: Arc<Readiness>,
+    metrics: Arc<LokiMetrics>,
 }
 
 impl LokiApi {
-    /// The endpoints reading through `reads`, authenticating as pushes are (`auth`); `/ready`
-    /// answers what `readiness` says.
-    pub(crate) fn new(reads: Reads, auth: Arc<HttpAuth>, readiness: Arc<Readiness>) -> Self {
+    /// The endpoints reading through `reads`, authenticating as pushes are (`auth`), counted in
+    /// `metrics`; `/ready` answers what `readiness` says.
+    pub(crate) fn new(
+        reads: Reads,
+        auth: Arc<HttpAuth>,
+        readiness: Arc<Readiness>,
+        metrics: Arc<LokiMetrics>,
+    ) -> Self {
         LokiApi {
             reads,
             auth,
             readiness,
+            metrics,
         }
     }
 }
@@ -90,6 +99,7 @@ pub(crate) fn routes(api: LokiApi) -> Router {
 /// none), and its query string.
 struct Call {
     reads: Reads,
+    metrics: Arc<LokiMetrics>,
     tenant: Result<Arc<str>, HttpError>,
     params: Params,
     /// Where a metric query may count a line: at its minute's end for Grafana's volume
@@ -108,6 +118,7 @@ impl FromRequestParts<LokiApi> for Call {
             .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
         Ok(Call {
             reads: api.reads.clone(),
+            metrics: Arc::clone(&api.metrics),
             tenant: api
                 .auth
                 .tenant(&parts.headers, peer)
@@ -194,12 +205,13 @@ impl Call {
             }
             Err(refused) => Err(refused),
         };
-        metrics()
-            .loki_query_duration
+        let metrics = self.metrics;
+        metrics
+            .query_duration
             .record(started.elapsed().as_secs_f64());
         match outcome {
             Ok(answer) => {
-                metrics().loki_queries.increment_static([endpoint, "ok"], 1);
+                metrics.queries.increment_static([endpoint, "ok"], 1);
                 let mut response = Response::new(answer.into_body());
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -208,8 +220,8 @@ impl Call {
                 response
             }
             Err(refusal) => {
-                metrics()
-                    .loki_queries
+                metrics
+                    .queries
                     .increment_static([endpoint, refusal.kind()], 1);
                 if refusal.status().is_server_error() {
                     tracing::warn!(endpoint, error = %refusal, "Loki query API request failed");
@@ -268,6 +280,7 @@ async fn log_answer(
 
 async fn query_range(call: Call) -> Response<Body> {
     let placement = call.placement;
+    let metrics = Arc::clone(&call.metrics);
     call.answer(
         "query_range",
         |reads, tenant, params, mut answer| async move {
@@ -280,7 +293,14 @@ async fn query_range(call: Call) -> Response<Body> {
                     let step = params.step(range)?;
                     let steps = Steps::aligned(nanos(range.from), nanos(range.to), step)?;
                     let (value, stats) = reads
-                        .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                        .loki_metric(
+                            &tenant,
+                            &expr,
+                            steps,
+                            placement,
+                            answer.charge(),
+                            &metrics.metric_sources,
+                        )
                         .await?;
                     answer::matrix(value, steps, &stats, &mut answer)?;
                     Ok(answer)
@@ -293,6 +313,7 @@ async fn query_range(call: Call) -> Response<Body> {
 
 async fn query(call: Call) -> Response<Body> {
     let placement = call.placement;
+    let metrics = Arc::clone(&call.metrics);
     call.answer("query", |reads, tenant, params, mut answer| async move {
         let time = params.time("time", Utc::now())?;
         match logql(&params)? {
@@ -304,7 +325,14 @@ async fn query(call: Call) -> Response<Body> {
                 let at = nanos(time);
                 let steps = Steps::new(at, at, 1)?;
                 let (value, stats) = reads
-                    .loki_metric(&tenant, &expr, steps, placement, answer.charge())
+                    .loki_metric(
+                        &tenant,
+                        &expr,
+                        steps,
+                        placement,
+                        answer.charge(),
+                        &metrics.metric_sources,
+                    )
                     .await?;
                 answer::instant(value, at, &stats, &mut answer)?;
                 Ok(answer)

@@ -10,7 +10,7 @@ use crate::loki::logql::pipeline::{Output, ERROR_LABEL};
 use crate::loki::logql::plan::VolumePlan;
 use crate::loki::read::{nanos, RollupRead, Scan, Stats, TimeRange};
 use crate::model::selection::Order;
-use crate::observability::metrics::metrics;
+use crate::observability::metrics::CounterVec;
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
 use crate::storage::StoredRow;
@@ -26,6 +26,8 @@ pub(super) struct Fetch<'a> {
     pub stats: &'a mut Stats,
     /// What the query holds.
     pub charge: &'a mut ReadCharge,
+    /// Where each read counts what answered it.
+    pub sources: &'a CounterVec<1>,
 }
 
 impl Reads {
@@ -37,9 +39,7 @@ impl Reads {
     ) -> Result<Vec<Series>, HttpError> {
         match read {
             Read::Rollup(plan) => {
-                metrics()
-                    .loki_metric_sources
-                    .increment_static(["rollup"], 1);
+                fetch.sources.increment_static(["rollup"], 1);
                 self.rollup(plan, fetch).await
             }
             Read::Scan { range, sum_by } => self.range_series(*range, *sum_by, fetch).await,
@@ -59,7 +59,7 @@ impl Reads {
         sum_by: Option<&Option<Grouping>>,
         fetch: &mut Fetch<'_>,
     ) -> Result<Vec<Series>, HttpError> {
-        metrics().loki_metric_sources.increment_static(["scan"], 1);
+        fetch.sources.increment_static(["scan"], 1);
         let steps = fetch.steps;
         let range = range.as_nanos() as i64;
         let mut accumulator = RangeAccumulator::new(function, range, steps);

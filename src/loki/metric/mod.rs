@@ -18,6 +18,7 @@ use super::logql::plan::Placement;
 use super::read::Stats;
 use crate::error::HttpError;
 use crate::loki::logql::ast::MetricExpr;
+use crate::observability::metrics::CounterVec;
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
 use fetch::Fetch;
@@ -26,7 +27,8 @@ use program::Step;
 impl Reads {
     /// A metric query at `steps` (one step for an instant query), counting each line where
     /// `placement` allows; its series are charged to `charge` as they are made, and the value
-    /// still holds its charge ([`Value::bytes`]) when it is given.
+    /// still holds its charge ([`Value::bytes`]) when it is given. What answered each range
+    /// function (the rollup or a scan) is counted in `sources`.
     pub(crate) async fn loki_metric(
         &self,
         tenant: &Arc<str>,
@@ -34,6 +36,7 @@ impl Reads {
         steps: Steps,
         placement: Placement,
         charge: &mut ReadCharge,
+        sources: &CounterVec<1>,
     ) -> Result<(Value, Stats), HttpError> {
         let started = Instant::now();
         let program = program::plan(expr, steps, placement);
@@ -48,6 +51,7 @@ impl Reads {
                             steps,
                             stats: &mut stats,
                             charge: &mut *charge,
+                            sources,
                         };
                         values.push(Value::Matrix(self.fetch(read, &mut fetch).await?));
                     }

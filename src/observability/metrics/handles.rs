@@ -1,39 +1,14 @@
-//! Handles to registered series. Each one writes to the Prometheus recorder and keeps its own
-//! copy of the value, so that the console reads the numbers `/metrics` shows without parsing the
-//! exposition text back.
+//! Handles to registered series. Each one writes to its [`Registry`]'s Prometheus recorder and
+//! keeps its own copy of the value, so that the console reads the numbers `/metrics` shows
+//! without parsing the exposition text back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, Label, Unit};
+use metrics::Label;
 
-/// A series' name, unit and help text: what `# HELP` says and what every handle of it registers.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Series {
-    /// The Prometheus name.
-    pub name: &'static str,
-    unit: Unit,
-    help: &'static str,
-}
-
-impl Series {
-    /// A series of `unit` named `name` (with the `loghaul_` prefix and Prometheus suffixes).
-    pub(crate) const fn new(name: &'static str, unit: Unit, help: &'static str) -> Series {
-        Series { name, unit, help }
-    }
-
-    fn counter(self, labels: Vec<Label>) -> metrics::Counter {
-        metrics::counter!(self.name, labels)
-    }
-
-    fn gauge(self, labels: Vec<Label>) -> metrics::Gauge {
-        metrics::gauge!(self.name, labels)
-    }
-
-    fn histogram(self, labels: Vec<Label>) -> metrics::Histogram {
-        metrics::histogram!(self.name, labels)
-    }
-}
+use super::registry::Registry;
+use super::series::Series;
 
 fn static_labels<const N: usize>(
     keys: &[&'static str; N],
@@ -53,10 +28,11 @@ pub struct Counter {
 }
 
 impl Counter {
-    pub(super) fn register(series: Series, labels: Vec<Label>) -> Counter {
-        describe_counter!(series.name, series.unit, series.help);
+    /// The series `series` with `labels`, registered in `registry`.
+    pub(crate) fn register(registry: &Registry, series: Series, labels: Vec<Label>) -> Counter {
+        registry.describe_counter(series);
         Counter {
-            exported: series.counter(labels),
+            exported: registry.counter(series, labels),
             value: Arc::default(),
         }
     }
@@ -84,10 +60,11 @@ pub struct Gauge {
 }
 
 impl Gauge {
-    pub(super) fn register(series: Series, labels: Vec<Label>) -> Gauge {
-        describe_gauge!(series.name, series.unit, series.help);
+    /// The series `series` with `labels`, registered in `registry`.
+    pub(crate) fn register(registry: &Registry, series: Series, labels: Vec<Label>) -> Gauge {
+        registry.describe_gauge(series);
         Gauge {
-            exported: series.gauge(labels),
+            exported: registry.gauge(series, labels),
             bits: Arc::new(AtomicU64::new(0f64.to_bits())),
         }
     }
@@ -156,14 +133,13 @@ impl HistogramSnapshot {
 }
 
 impl Histogram {
-    pub(super) fn register(
-        series: Series,
-        labels: Vec<Label>,
-        bounds: &'static [f64],
-    ) -> Histogram {
-        describe_histogram!(series.name, series.unit, series.help);
+    /// The series `series` with `labels`, registered in `registry`, with the buckets the exporter
+    /// gives its name.
+    pub(crate) fn register(registry: &Registry, series: Series, labels: Vec<Label>) -> Histogram {
+        registry.describe_histogram(series);
+        let bounds = Registry::buckets(series.name);
         Histogram {
-            exported: series.histogram(labels),
+            exported: registry.histogram(series, labels),
             shared: Arc::new(HistogramValues {
                 bounds,
                 counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -207,20 +183,24 @@ impl Histogram {
 
 /// A counter with `N` labels whose values are given at each increment, for events rarer than a
 /// record (a stream's end, a query, a console request); the sum over all values is readable.
-#[derive(Debug)]
+/// Clones count into the same series and the same total.
+#[derive(Clone, Debug)]
 pub(crate) struct CounterVec<const N: usize> {
+    registry: Registry,
     series: Series,
     labels: [&'static str; N],
-    total: AtomicU64,
+    total: Arc<AtomicU64>,
 }
 
 impl<const N: usize> CounterVec<N> {
-    pub(super) fn register(series: Series, labels: [&'static str; N]) -> Self {
-        describe_counter!(series.name, series.unit, series.help);
+    /// The family `series` with label names `labels`, registered in `registry`.
+    pub(crate) fn register(registry: &Registry, series: Series, labels: [&'static str; N]) -> Self {
+        registry.describe_counter(series);
         CounterVec {
+            registry: registry.clone(),
             series,
             labels,
-            total: AtomicU64::new(0),
+            total: Arc::default(),
         }
     }
 
@@ -232,14 +212,14 @@ impl<const N: usize> CounterVec<N> {
             .zip(values)
             .map(|(key, value)| Label::new(*key, value.to_owned()))
             .collect();
-        self.series.counter(labels).increment(n);
+        self.registry.counter(self.series, labels).increment(n);
         self.total.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Adds `n` to the series with these static label values, without allocating.
     pub(crate) fn increment_static(&self, values: [&'static str; N], n: u64) {
-        self.series
-            .counter(static_labels(&self.labels, values))
+        self.registry
+            .counter(self.series, static_labels(&self.labels, values))
             .increment(n);
         self.total.fetch_add(n, Ordering::Relaxed);
     }
@@ -253,76 +233,93 @@ impl<const N: usize> CounterVec<N> {
 /// A gauge family with one label, whose handles are taken once by their owner.
 #[derive(Debug)]
 pub(crate) struct GaugeVec {
+    registry: Registry,
     series: Series,
     label: &'static str,
 }
 
 impl GaugeVec {
-    pub(super) fn register(series: Series, label: &'static str) -> Self {
-        describe_gauge!(series.name, series.unit, series.help);
-        GaugeVec { series, label }
+    /// The family `series` with label name `label`, registered in `registry`.
+    pub(crate) fn register(registry: &Registry, series: Series, label: &'static str) -> Self {
+        registry.describe_gauge(series);
+        GaugeVec {
+            registry: registry.clone(),
+            series,
+            label,
+        }
     }
 
     /// The handle of the series with this label value.
     pub(crate) fn handle(&self, value: &str) -> Gauge {
-        Gauge::register(self.series, vec![Label::new(self.label, value.to_owned())])
+        Gauge::register(
+            &self.registry,
+            self.series,
+            vec![Label::new(self.label, value.to_owned())],
+        )
     }
 }
 
 /// A histogram family with labels given at each observation, for rare events.
 #[derive(Debug)]
 pub(crate) struct HistogramVec<const N: usize> {
+    registry: Registry,
     series: Series,
     labels: [&'static str; N],
 }
 
 impl<const N: usize> HistogramVec<N> {
-    pub(super) fn register(series: Series, labels: [&'static str; N]) -> Self {
-        describe_histogram!(series.name, series.unit, series.help);
-        HistogramVec { series, labels }
+    /// The family `series` with label names `labels`, registered in `registry`.
+    pub(crate) fn register(registry: &Registry, series: Series, labels: [&'static str; N]) -> Self {
+        registry.describe_histogram(series);
+        HistogramVec {
+            registry: registry.clone(),
+            series,
+            labels,
+        }
     }
 
     /// Records `value` in the series with these static label values.
     pub(crate) fn record(&self, values: [&'static str; N], value: f64) {
-        self.series
-            .histogram(static_labels(&self.labels, values))
+        self.registry
+            .histogram(self.series, static_labels(&self.labels, values))
             .record(value);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use metrics::Unit;
 
-    const BOUNDS: &[f64] = &[1.0, 10.0];
+    use super::*;
 
     #[test]
     fn a_histogram_reads_back_cumulative_buckets_like_prometheus() {
         let histogram = Histogram::register(
-            Series::new("loghaul_test_histogram", Unit::Count, "test"),
+            &Registry::new(),
+            Series::new("loghaul_test_seconds", Unit::Seconds, "test"),
             Vec::new(),
-            BOUNDS,
         );
-        for value in [0.5, 1.0, 5.0, 50.0] {
+        for value in [0.0005, 0.001, 0.005, 50.0] {
             histogram.record(value);
         }
         let snapshot = histogram.snapshot();
         assert_eq!(snapshot.count, 4);
-        assert_eq!(snapshot.sum, 56.5);
-        assert_eq!(
-            snapshot.buckets,
-            vec![(1.0, 2), (10.0, 3), (f64::INFINITY, 4)]
-        );
+        assert!((snapshot.sum - 50.0065).abs() < 1e-9, "{}", snapshot.sum);
+        assert_eq!(snapshot.buckets[0], (0.001, 2));
+        assert_eq!(snapshot.buckets[2], (0.005, 3));
+        assert_eq!(snapshot.buckets.last(), Some(&(f64::INFINITY, 4)));
         let mut merged = HistogramSnapshot::default();
         merged.merge(&snapshot);
         merged.merge(&snapshot);
         assert_eq!(merged.count, 8);
-        assert_eq!(merged.buckets[1], (10.0, 6));
+        assert_eq!(merged.buckets[2], (0.005, 6));
     }
 
     #[test]
     fn gauges_and_counters_read_back_what_was_written() {
+        let registry = Registry::new();
         let gauge = Gauge::register(
+            &registry,
             Series::new("loghaul_test_gauge", Unit::Count, "test"),
             Vec::new(),
         );
@@ -332,6 +329,7 @@ mod tests {
         gauge.set(7.0);
         assert_eq!(gauge.get(), 7.0);
         let family = CounterVec::register(
+            &registry,
             Series::new("loghaul_test_total", Unit::Count, "test"),
             ["outcome"],
         );

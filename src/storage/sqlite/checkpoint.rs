@@ -24,7 +24,7 @@ use tokio::sync::{RwLock, RwLockReadGuard};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::observability::metrics::metrics;
+use crate::storage::metrics::StorageMetrics;
 
 /// How often the WAL is copied. Even at tens of MB of WAL a second a pass copies only a few MiB,
 /// so the RESTART that rewinds the WAL has little left to copy while it holds writers off.
@@ -49,8 +49,12 @@ pub(super) struct Checkpointer {
 type Progress = (i64, i64, i64);
 
 impl Checkpointer {
-    /// Opens a connection of its own with `options` and starts checkpointing.
-    pub(super) async fn start(options: &SqliteConnectOptions) -> Result<Checkpointer, sqlx::Error> {
+    /// Opens a connection of its own with `options` and starts checkpointing, counted in
+    /// `metrics`.
+    pub(super) async fn start(
+        options: &SqliteConnectOptions,
+        metrics: Arc<StorageMetrics>,
+    ) -> Result<Checkpointer, sqlx::Error> {
         let options = options
             .clone()
             .busy_timeout(REWIND_PATIENCE)
@@ -58,7 +62,7 @@ impl Checkpointer {
         let connection = options.connect().await?;
         let turns = Arc::new(RwLock::new(()));
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(connection, Arc::clone(&turns), stop.clone()));
+        let task = tokio::spawn(run(connection, Arc::clone(&turns), stop.clone(), metrics));
         Ok(Checkpointer {
             turns,
             stop,
@@ -125,7 +129,12 @@ impl Rewinds {
     }
 }
 
-async fn run(mut connection: SqliteConnection, turns: Arc<RwLock<()>>, stop: CancellationToken) {
+async fn run(
+    mut connection: SqliteConnection,
+    turns: Arc<RwLock<()>>,
+    stop: CancellationToken,
+    metrics: Arc<StorageMetrics>,
+) {
     let mut rewinds = Rewinds::default();
     let mut ticks = tokio::time::interval(PASS_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -134,10 +143,10 @@ async fn run(mut connection: SqliteConnection, turns: Arc<RwLock<()>>, stop: Can
             _ = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
-        if let Err(err) = pass(&mut connection, &turns, &mut rewinds).await {
+        if let Err(err) = pass(&mut connection, &turns, &mut rewinds, &metrics).await {
             // The writer reports a broken database itself; here it only means the WAL grows until
             // a later pass gets through.
-            metrics().sqlite_checkpoint_errors.increment(1);
+            metrics.sqlite_checkpoint_errors.increment(1);
             tracing::warn!(error = %err, "SQLite checkpoint failed; retrying");
         }
     }
@@ -149,6 +158,7 @@ async fn pass(
     connection: &mut SqliteConnection,
     turns: &RwLock<()>,
     rewinds: &mut Rewinds,
+    metrics: &StorageMetrics,
 ) -> Result<(), sqlx::Error> {
     let (_, frames, _): Progress = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(&mut *connection)
@@ -163,7 +173,7 @@ async fn pass(
         .await?;
     rewinds.record(frames, blocked != 0);
     let outcome = if blocked == 0 { "rewound" } else { "busy" };
-    metrics()
+    metrics
         .sqlite_checkpoint
         .record([outcome], started.elapsed().as_secs_f64());
     Ok(())
@@ -174,6 +184,7 @@ mod tests {
     use std::str::FromStr;
 
     use super::*;
+    use crate::observability::metrics::Registry;
 
     async fn open(path: &std::path::Path) -> (SqliteConnectOptions, SqliteConnection) {
         let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
@@ -210,7 +221,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wal.db");
         let (options, mut writer) = open(&path).await;
-        let checkpointer = Checkpointer::start(&options).await.unwrap();
+        let registry = Registry::new();
+        let metrics = Arc::new(StorageMetrics::register(&registry));
+        let checkpointer = Checkpointer::start(&options, metrics).await.unwrap();
         let wal = dir.path().join("wal.db-wal");
         let mut largest = 0;
         // 256 MiB through the WAL with no pause for the checkpointer to catch up in.

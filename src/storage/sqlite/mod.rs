@@ -25,6 +25,7 @@ pub(crate) use tail::SqliteTail;
 
 use crate::storage::connect::DatabaseUrl;
 use crate::storage::error::StoreError;
+use crate::storage::metrics::StorageMetrics;
 use checkpoint::Checkpointer;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -69,8 +70,12 @@ fn directory_hint(path: Option<&std::path::Path>) -> String {
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the database file named by a `sqlite://` URL.
-    pub(in crate::storage) async fn connect(url: &str) -> Result<Self, StoreError> {
+    /// Opens (creating if missing) the database file named by a `sqlite://` URL; its checkpoints
+    /// are counted in `metrics`.
+    pub(in crate::storage) async fn connect(
+        url: &str,
+        metrics: Arc<StorageMetrics>,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)
             .map_err(|err| StoreError::Url(format!("{url}: {err}")))?
             .create_if_missing(true)
@@ -101,7 +106,9 @@ impl SqliteStore {
         // An in-memory database has no WAL to checkpoint.
         let checkpointer = match options_path(url) {
             Some(_) => Some(Arc::new(
-                Checkpointer::start(&options).await.map_err(cannot_open)?,
+                Checkpointer::start(&options, metrics)
+                    .await
+                    .map_err(cannot_open)?,
             )),
             None => None,
         };

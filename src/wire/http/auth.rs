@@ -76,16 +76,16 @@ impl HttpAuth {
         } else {
             AuthFailure::OrgIdMismatch
         };
-        Err(failure.counted().into())
+        Err(failure.counted(self.keys.metrics()).into())
     }
 
     /// What a service without keys refuses of a web page; see the module documentation.
     fn check_browser(&self, headers: &HeaderMap) -> Result<(), AuthFailure> {
         if headers.contains_key(header::ORIGIN) && self.cors.allowed(headers).is_none() {
-            return Err(AuthFailure::ForeignOrigin.counted());
+            return Err(AuthFailure::ForeignOrigin.counted(self.keys.metrics()));
         }
         if self.keys.open_access() == OpenAccess::LoopbackOnly {
-            check_host(headers)?;
+            check_host(headers, self.keys.metrics())?;
         }
         Ok(())
     }
@@ -95,14 +95,16 @@ impl HttpAuth {
 mod tests {
     use super::*;
     use crate::auth::keys::KeySources;
-    use crate::auth::DEFAULT_TENANT;
+    use crate::auth::{AuthMetrics, DEFAULT_TENANT};
+    use crate::observability::metrics::Registry;
 
     fn auth(keys: Option<&str>, access: OpenAccess, cors: &str, org_id_tenants: bool) -> HttpAuth {
         let sources = KeySources {
             inline: keys.map(str::to_owned),
             ..KeySources::default()
         };
-        let store = Arc::new(KeyStore::load(sources, access).unwrap());
+        let metrics = Arc::new(AuthMetrics::register(&Registry::new()));
+        let store = Arc::new(KeyStore::load(sources, access, metrics).unwrap());
         let cors = Arc::new(Cors::new(cors.parse().unwrap()));
         HttpAuth::new(store, cors, org_id_tenants)
     }

@@ -505,9 +505,7 @@ impl TestServer {
             .into_inner()
     }
 
-    /// The Prometheus text of /metrics. The metrics recorder is one per process, so this shows
-    /// the sums over every server that the tests of this binary run: a number that must be this
-    /// server's alone is read from a [`process::Process`], or from a series only its test touches.
+    /// The Prometheus text of /metrics: this server's series alone, from its own registry.
     pub async fn metrics(&self) -> String {
         http_get(self.http, "/metrics").await.unwrap().1
     }

@@ -1,5 +1,5 @@
-//! The real binary as a child process, for tests that signal it, measure its memory or read
-//! metrics of its own.
+//! The real binary as a child process, for tests that signal it, measure its memory, or check
+//! what the binary itself serves.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -128,8 +128,7 @@ impl Process {
         }
     }
 
-    /// The Prometheus text of this process's /metrics: numbers of its own, where an in-process
-    /// [`TestServer`](super::TestServer) shows those of every server of the test binary.
+    /// The Prometheus text of this process's /metrics.
     pub async fn metrics(&self) -> String {
         super::http_get(self.http, "/metrics").await.unwrap().1
     }
