@@ -31,12 +31,15 @@ pub(crate) struct Readiness {
 impl Readiness {
     /// Ready, with its gauges registered in `registry`.
     pub(crate) fn new(registry: &Registry) -> Readiness {
-        Readiness {
+        let readiness = Readiness {
             store_up: AtomicBool::new(true),
             draining: AtomicBool::new(false),
             store_up_gauge: Gauge::register(registry, STORE_UP, Vec::new()),
             ready_gauge: Gauge::register(registry, READY, Vec::new()),
-        }
+        };
+        // The gauge only moves when the flag flips: it starts where the flag does, up.
+        readiness.store_up_gauge.set(1.0);
+        readiness
     }
 
     /// Records whether the last contact with the store succeeded.
@@ -76,5 +79,21 @@ impl Readiness {
     pub(crate) fn publish(&self) {
         self.ready_gauge
             .set(if self.is_ready() { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_service_reports_its_store_up_until_a_contact_fails() {
+        let registry = Registry::new();
+        let readiness = Readiness::new(&registry);
+        assert!(registry.render().contains("loghaul_store_up 1\n"));
+        readiness.set_store_up(false);
+        assert!(registry.render().contains("loghaul_store_up 0\n"));
+        readiness.set_store_up(true);
+        assert!(registry.render().contains("loghaul_store_up 1\n"));
     }
 }
