@@ -1895,6 +1895,60 @@ on_both_backends!(
     stream_labels_stay_labels_and_levels_are_detected_from_lines
 );
 
+/// A POST of `params` as a form body, as Grafana's data source sends its queries.
+async fn post_form(addr: SocketAddr, path: &str, params: &[(&str, &str)]) -> HttpAnswer {
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    http_request(addr, "POST", path, &form, body.as_bytes())
+        .await
+        .unwrap()
+}
+
+/// `format_query`, which Grafana's query editor calls: the query written back as Loki 3.7.6
+/// writes it (by GET and by POST), and a query that does not parse refused with 400.
+async fn format_query_writes_a_query_back_as_loki_does(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let path = "/loki/api/v1/format_query";
+    let written = ok(
+        addr,
+        path,
+        &[(
+            "query",
+            r#"sum by(level)(count_over_time({service_name="checkout"}|json|status>=500[5m]))"#,
+        )],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        written,
+        json!({"status": "success", "data": r#"sum by (level)(count_over_time({service_name="checkout"} | json | status>=500[5m]))"#})
+    );
+    let posted = post_form(
+        addr,
+        path,
+        &[(
+            "query",
+            r#"{service_name="checkout",level=~"warn|error"}|="x"|json"#,
+        )],
+    )
+    .await;
+    assert_eq!(posted.status, 200, "{}", posted.text());
+    let posted: Json = serde_json::from_slice(&posted.body).unwrap();
+    assert_eq!(
+        posted["data"],
+        r#"{service_name="checkout", level=~"warn|error"} |= "x" | json"#
+    );
+    refused(addr, path, &[("query", "{service_name=")], "parse error").await;
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_format_query,
+    format_query_writes_a_query_back_as_loki_does
+);
+
 /// `query` and `query_range` by POST with a form body, as Loki and Grafana's data source send
 /// them: the body's parameters win over the query string's; a body past its limit is a 400.
 async fn the_query_endpoints_take_a_form_body(db: &TestDb) {
@@ -1910,15 +1964,7 @@ async fn the_query_endpoints_take_a_form_body(db: &TestDb) {
         db.count().await >= 3
     })
     .await;
-    let post = async |path: &str, params: &[(&str, &str)]| -> HttpAnswer {
-        let body = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(params)
-            .finish();
-        let form = [("content-type", "application/x-www-form-urlencoded")];
-        http_request(addr, "POST", path, &form, body.as_bytes())
-            .await
-            .unwrap()
-    };
+    let post = async |path: &str, params: &[(&str, &str)]| post_form(addr, path, params).await;
     let (start, end, time) = (
         (base - 60).to_string(),
         (base + 120).to_string(),

@@ -5,7 +5,7 @@ use metrics::Unit;
 
 use crate::observability::metrics::{CounterVec, Histogram, Registry, Series};
 
-const QUERIES: Series = Series::new("loghaul_loki_queries_total", Unit::Count, "Loki query API requests (the HTTP listener's /loki/api/v1/... reads), by endpoint (query_range, query, labels, label_values, series, volume, volume_range, tail) and outcome (ok, bad_request, unauthenticated, forbidden, too_many_reads, read_too_large, read_memory_full, deadline_exceeded, store_unavailable, ...).");
+const QUERIES: Series = Series::new("loghaul_loki_queries_total", Unit::Count, "Loki query API requests (the HTTP listener's /loki/api/v1/... reads), by endpoint (query_range, query, labels, label_values, series, volume, volume_range, index_stats, format_query, tail) and outcome (ok, bad_request, unauthenticated, forbidden, too_many_reads, read_too_large, read_memory_full, deadline_exceeded, store_unavailable, ...).");
 const QUERY_DURATION: Series = Series::new(
     "loghaul_loki_query_duration_seconds",
     Unit::Seconds,

@@ -90,6 +90,10 @@ pub(crate) fn routes(api: LokiApi) -> Router {
         .route("/loki/api/v1/index/volume_range", get(volume_range))
         .route("/loki/api/v1/index/stats", get(index_stats))
         .route("/loki/api/v1/tail", get(tail::tail))
+        .route(
+            "/loki/api/v1/format_query",
+            get(format_query).post(|FormCall(call): FormCall| format_query(call)),
+        )
         .route("/loki/api/v1/status/buildinfo", get(buildinfo))
         .route("/ready", get(ready))
         .with_state(api)
@@ -338,6 +342,16 @@ async fn query(call: Call) -> Response<Body> {
                 Ok(answer)
             }
         }
+    })
+    .await
+}
+
+/// The query written back as Loki writes it, for Grafana's query editor: parsed, not run.
+async fn format_query(call: Call) -> Response<Body> {
+    call.answer("format_query", |_, _, params, mut answer| async move {
+        let query = logql(&params)?;
+        answer::success(json!(query.to_string()), &mut answer)?;
+        Ok(answer)
     })
     .await
 }

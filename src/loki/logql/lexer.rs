@@ -192,8 +192,36 @@ fn quoted(text: &str, start: usize) -> Result<(String, usize), ParseError> {
                     'n' => value.push('\n'),
                     't' => value.push('\t'),
                     'r' => value.push('\r'),
+                    'a' => value.push('\u{7}'),
+                    'f' => value.push('\u{c}'),
+                    'v' => value.push('\u{b}'),
                     '"' => value.push('"'),
                     '\\' => value.push('\\'),
+                    // Go's byte and code point escapes, as Loki unquotes them.
+                    'x' | 'u' | 'U' => {
+                        let digits = match escaped {
+                            'x' => 2,
+                            'u' => 4,
+                            _ => 8,
+                        };
+                        let hex: String = chars.clone().take(digits).map(|(_, c)| c).collect();
+                        let code = u32::from_str_radix(&hex, 16)
+                            .ok()
+                            .filter(|_| hex.len() == digits)
+                            .and_then(char::from_u32);
+                        match code {
+                            Some(c) => {
+                                value.push(c);
+                                for _ in 0..digits {
+                                    chars.next();
+                                }
+                            }
+                            None => {
+                                value.push('\\');
+                                value.push(escaped);
+                            }
+                        }
+                    }
                     // Regular expressions keep their own escapes: `"\\d+"` and `"\d+"` alike.
                     other => {
                         value.push('\\');
@@ -210,9 +238,21 @@ fn quoted(text: &str, start: usize) -> Result<(String, usize), ParseError> {
 /// A number at `start`, with the unit that may follow it (`5m`, `1h30m`, `10KB`).
 fn number(text: &str, start: usize) -> Result<(Token, usize), ParseError> {
     let rest = &text[start..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+    let mut end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == 'µ'))
         .unwrap_or(rest.len());
+    // An exponent with its sign, `1e+21` or `1.5e-05`, as Loki writes numbers back.
+    let mantissa = &rest[..end.saturating_sub(1)];
+    let signed_exponent = rest[..end].ends_with(['e', 'E'])
+        && !mantissa.is_empty()
+        && mantissa.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && rest[end..].starts_with(['+', '-'])
+        && rest[end + 1..].starts_with(|c: char| c.is_ascii_digit());
+    if signed_exponent {
+        end += 1 + rest[end + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len() - end - 1);
+    }
     let written = &rest[..end];
     if let Ok(value) = written.parse::<f64>() {
         return Ok((Token::Number(value), start + end));

@@ -10,6 +10,7 @@
 
 pub(crate) mod ast;
 pub(crate) mod eval;
+mod format;
 pub(crate) mod labels;
 pub(crate) mod lexer;
 pub(crate) mod parser;

@@ -267,6 +267,8 @@ impl Parser {
             match self.peek() {
                 Some(Token::Ident(word)) if word == "and" => self.next += 1,
                 Some(Token::Comma) => self.next += 1,
+                // Loki also reads two filters side by side as both: `a="1" b="2"`.
+                Some(Token::Ident(word)) if word != "or" => {}
                 _ => return Ok(left),
             }
             let right = self.label_filter_primary()?;
