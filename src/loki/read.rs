@@ -477,19 +477,26 @@ impl Reads {
         .await
     }
 
-    /// The label names of `range`: the indexed ones, and the attribute labels of the newest rows.
+    /// The label names of `range` (of the streams `query` selects, when given): those every
+    /// record has, and the labels of the newest rows.
     pub(crate) async fn loki_label_names(
         &self,
         tenant: &Arc<str>,
         range: TimeRange,
+        query: Option<&LogQuery>,
     ) -> Result<Vec<String>, HttpError> {
+        let everything = LogQuery::default();
+        let query = query.unwrap_or(&everything);
         self.admitted(tenant, async {
-            let mut names = BTreeSet::from([
-                labels::DETECTED_LEVEL_LABEL.to_owned(),
-                labels::LEVEL_LABEL.to_owned(),
-                labels::SERVICE_LABEL.to_owned(),
-            ]);
-            self.sample(tenant, &LogQuery::default(), range, &mut |labels| {
+            let mut names = BTreeSet::new();
+            if query.selector.is_empty() {
+                // Every record has these; `level` only one of a known level, as the sample says.
+                names.extend([
+                    labels::DETECTED_LEVEL_LABEL.to_owned(),
+                    labels::SERVICE_LABEL.to_owned(),
+                ]);
+            }
+            self.sample(tenant, query, range, &mut |labels| {
                 names.extend(labels.into_keys());
             })
             .await?;

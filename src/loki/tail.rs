@@ -13,7 +13,7 @@ use tokio_stream::StreamExt;
 use super::read::{nanos, Entry, Streams, TimeRange};
 use crate::error::HttpError;
 use crate::loki::logql::ast::LogQuery;
-use crate::loki::logql::labels::Labels;
+use crate::loki::logql::labels::{Labels, DETECTED_LEVEL_LABEL};
 use crate::loki::logql::pipeline::Pipeline;
 use crate::loki::logql::plan;
 use crate::model::selection::Order;
@@ -114,7 +114,11 @@ impl LokiTail {
                     line: output.line,
                 };
                 if !self.already_sent(&output.labels, &entry) {
-                    lines.streams.entry(output.labels).or_default().push(entry);
+                    // Loki's ingesters send a live line with its stream's labels, without the
+                    // `detected_level` its queries (and so the backfill) add.
+                    let mut labels = output.labels;
+                    labels.remove(DETECTED_LEVEL_LABEL);
+                    lines.streams.entry(labels).or_default().push(entry);
                 }
             }
             if !lines.streams.is_empty() {
@@ -193,7 +197,10 @@ mod tests {
         sender.finish(None, false);
 
         let live = tail.next().await.unwrap().unwrap();
-        let sent: Vec<(i64, &str)> = live.streams[&output.labels]
+        let mut live_labels = output.labels.clone();
+        assert!(live_labels.remove(DETECTED_LEVEL_LABEL).is_some());
+        assert_eq!(live.streams.len(), 1, "live lines carry no detected_level");
+        let sent: Vec<(i64, &str)> = live.streams[&live_labels]
             .iter()
             .map(|e| (e.ts / 1_000_000_000, e.line.as_str()))
             .collect();

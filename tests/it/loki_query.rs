@@ -963,6 +963,18 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
     ] {
         assert!(names.contains(&name), "{name} in {names:?}");
     }
+    // With a selector, the labels of its streams only.
+    let mut narrowed = span.to_vec();
+    narrowed.push(("query", r#"{service_name="billing"}"#));
+    let billing = ok(addr, "/loki/api/v1/labels", &narrowed, &[]).await;
+    let billing: Vec<&str> = billing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(billing.contains(&"region"), "{billing:?}");
+    assert!(!billing.contains(&"env"), "env is api's: {billing:?}");
     assert!(!names.contains(&"http.method"), "{names:?}");
     let mut sorted = names.clone();
     sorted.sort();

@@ -359,7 +359,10 @@ async fn format_query(call: Call) -> Response<Body> {
 async fn labels(call: Call) -> Response<Body> {
     call.answer("labels", |reads, tenant, params, mut answer| async move {
         let range = params.range(Utc::now())?;
-        let names = reads.loki_label_names(&tenant, range).await?;
+        let query = params.get("query").map(selector).transpose()?;
+        let names = reads
+            .loki_label_names(&tenant, range, query.as_ref())
+            .await?;
         answer::success(json!(names), &mut answer)?;
         Ok(answer)
     })

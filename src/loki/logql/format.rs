@@ -207,8 +207,8 @@ impl Display for Literal {
     }
 }
 
-/// A text quoted as Go's `strconv.Quote` does.
-struct Quoted<'a>(&'a str);
+/// A text quoted as Go's `strconv.Quote` does (and its `%q`).
+pub(crate) struct Quoted<'a>(pub(crate) &'a str);
 
 impl Display for Quoted<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {

@@ -5,6 +5,7 @@
 use regex::{Regex, RegexBuilder};
 
 use super::ast::*;
+use super::format::Quoted;
 use super::labels::{self, Labels};
 use super::lexer;
 use crate::storage::StoredRow;
@@ -115,6 +116,75 @@ enum NumberKind {
     Plain,
     Duration,
     Bytes,
+}
+
+impl NumberKind {
+    /// The number a label's text stands for, or why it stands for none in the words of the Go
+    /// functions Loki reads it with (its `__error_details__`).
+    fn parse(self, text: &str) -> Result<f64, String> {
+        match self {
+            NumberKind::Plain => go_float(text),
+            NumberKind::Duration => lexer::duration(text)
+                .map(|d| d.as_secs_f64())
+                .ok_or_else(|| go_duration_error(text)),
+            // A bare number is bytes, as `humanize.ParseBytes` reads it.
+            NumberKind::Bytes => match lexer::bytes(text) {
+                Some(bytes) => Ok(bytes as f64),
+                None => {
+                    let digits = text
+                        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                        .unwrap_or(text.len());
+                    let (number, unit) = text.split_at(digits);
+                    match go_float(number) {
+                        Ok(value) if unit.trim().is_empty() => Ok(value),
+                        Ok(_) => Err(format!("unhandled size name: {}", unit.trim())),
+                        Err(err) => Err(err),
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// `strconv.ParseFloat` as Go answers it: the number, or its error text.
+fn go_float(text: &str) -> Result<f64, String> {
+    let invalid = || {
+        format!(
+            "strconv.ParseFloat: parsing {}: invalid syntax",
+            Quoted(text)
+        )
+    };
+    let value: f64 = text.parse().map_err(|_| invalid())?;
+    let spelled_infinite = text.to_ascii_lowercase().contains("inf");
+    if value.is_infinite() && !spelled_infinite {
+        return Err(format!(
+            "strconv.ParseFloat: parsing {}: value out of range",
+            Quoted(text)
+        ));
+    }
+    Ok(value)
+}
+
+/// Why `time.ParseDuration` refuses `text`, in its words.
+fn go_duration_error(text: &str) -> String {
+    let digits = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, rest) = text.split_at(digits);
+    let unit_len = rest
+        .find(|c: char| c.is_ascii_digit() || c == '.')
+        .unwrap_or(rest.len());
+    if number.is_empty() || number == "." {
+        format!("time: invalid duration {}", Quoted(text))
+    } else if rest.is_empty() {
+        format!("time: missing unit in duration {}", Quoted(text))
+    } else {
+        format!(
+            "time: unknown unit {} in duration {}",
+            Quoted(&rest[..unit_len]),
+            Quoted(text)
+        )
+    }
 }
 
 /// A piece of a `line_format` template.
@@ -305,22 +375,17 @@ impl Condition {
                 value,
                 kind,
             } => {
-                let Some(text) = labels.get(label) else {
+                // An empty label is no label, as in Loki: it matches no comparison.
+                let Some(text) = labels.get(label).filter(|text| !text.is_empty()) else {
                     return false;
                 };
-                let parsed = match kind {
-                    NumberKind::Plain => text.trim().parse::<f64>().ok(),
-                    NumberKind::Duration => lexer::duration(text.trim()).map(|d| d.as_secs_f64()),
-                    // A label's size may be a bare number of bytes, as Loki reads it.
-                    NumberKind::Bytes => lexer::bytes(text.trim())
-                        .map(|b| b as f64)
-                        .or_else(|| text.trim().parse::<f64>().ok().filter(|b| *b >= 0.0)),
-                };
-                let Some(actual) = parsed else {
-                    let details = format!("{label}: {text:?} is not a {kind:?} value");
-                    labels.insert(ERROR_LABEL.into(), "LabelFilterErr".into());
-                    labels.insert(ERROR_DETAILS_LABEL.into(), details);
-                    return true;
+                let actual = match kind.parse(text) {
+                    Ok(actual) => actual,
+                    Err(details) => {
+                        labels.insert(ERROR_LABEL.into(), "LabelFilterErr".into());
+                        labels.insert(ERROR_DETAILS_LABEL.into(), details);
+                        return true;
+                    }
                 };
                 match op {
                     CompareOp::Eq => actual == *value,
@@ -563,6 +628,50 @@ mod tests {
             "{:?}",
             small.labels
         );
+    }
+
+    /// Loki 3.7.6's `__error_details__` for labels a comparison cannot read, and no error for
+    /// an empty or missing label (it matches no comparison).
+    #[test]
+    fn a_label_that_is_not_a_number_is_explained_in_gos_words() {
+        let line = "path=/x d=abc s=xyz n=1.5.2 e= big=1e400 z=12zz w=5 v=1.5MB u=1,5";
+        let details = |filter: &str| {
+            let query = format!(r#"{{service_name="api"}} | logfmt | {filter}"#);
+            pipeline(&query)
+                .process(&row("api", 9, line, "{}"))
+                .map(|out| out.labels.get(ERROR_DETAILS_LABEL).cloned())
+        };
+        let said = |text: &str| Some(Some(text.to_owned()));
+        assert_eq!(
+            details("path > 5"),
+            said(r#"strconv.ParseFloat: parsing "/x": invalid syntax"#)
+        );
+        assert_eq!(details("d > 1s"), said(r#"time: invalid duration "abc""#));
+        assert_eq!(
+            details("s > 1KB"),
+            said(r#"strconv.ParseFloat: parsing "": invalid syntax"#)
+        );
+        assert_eq!(
+            details("n > 1"),
+            said(r#"strconv.ParseFloat: parsing "1.5.2": invalid syntax"#)
+        );
+        assert_eq!(
+            details("big > 1"),
+            said(r#"strconv.ParseFloat: parsing "1e400": value out of range"#)
+        );
+        assert_eq!(details("z > 1KB"), said("unhandled size name: zz"));
+        assert_eq!(
+            details("w > 1s"),
+            said(r#"time: missing unit in duration "5""#)
+        );
+        assert_eq!(
+            details("u > 1"),
+            said(r#"strconv.ParseFloat: parsing "1,5": invalid syntax"#)
+        );
+        assert_eq!(details("v > 1KB"), Some(None), "1.5MB is a size");
+        for filter in ["e > 1", "e > 1s", "e > 1KB", "missing > 1"] {
+            assert_eq!(details(filter), None, "{filter}");
+        }
     }
 
     /// Loki 3.7.6's labels for these lines, asked of the binary itself.
