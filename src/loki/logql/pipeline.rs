@@ -456,14 +456,38 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
     }
 }
 
-/// `| json`: each field of the line's object a label, nested objects joined with `_`.
+/// `| json`: each field of the line's object a label, nested objects joined with `_`. What
+/// follows the object is ignored, as Loki's parser ignores it.
 fn parse_json(line: &str, labels: &mut Labels) {
-    match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line) {
+    use serde::Deserialize;
+    let mut reader = serde_json::Deserializer::from_str(line);
+    match serde_json::Map::<String, serde_json::Value>::deserialize(&mut reader) {
         Ok(object) => flatten(&object, "", labels),
         Err(err) => {
             labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
-            labels.insert(ERROR_DETAILS_LABEL.into(), err.to_string());
+            labels.insert(ERROR_DETAILS_LABEL.into(), json_error_details(line, &err));
         }
+    }
+}
+
+/// Why a line is not a JSON object, in the words of the parser Loki uses (`jsonparser`): every
+/// line that is not an object says it cannot find its closing `}`.
+fn json_error_details(line: &str, err: &serde_json::Error) -> String {
+    const NOT_AN_OBJECT: &str = "Value looks like object, but can't find closing '}' symbol";
+    if !line.trim_start().starts_with('{') {
+        return NOT_AN_OBJECT.into();
+    }
+    let said = err.to_string();
+    if err.is_eof() {
+        if said.starts_with("EOF while parsing an object") {
+            "Value is array, but can't find closing ']' symbol".into()
+        } else {
+            "Malformed JSON error".into()
+        }
+    } else if said.starts_with("expected ident") || said.starts_with("expected value") {
+        "Unknown value type".into()
+    } else {
+        NOT_AN_OBJECT.into()
     }
 }
 
@@ -628,6 +652,45 @@ mod tests {
             "{:?}",
             small.labels
         );
+    }
+
+    /// Loki 3.7.6's `__error_details__` for lines `| json` cannot read, and what it reads past.
+    #[test]
+    fn json_errors_are_explained_in_lokis_words() {
+        let p = pipeline(r#"{service_name="api"} | json"#);
+        let details = |line: &str| {
+            p.process(&row("api", 9, line, "{}"))
+                .unwrap()
+                .labels
+                .get(ERROR_DETAILS_LABEL)
+                .cloned()
+        };
+        let not_an_object = "Value looks like object, but can't find closing '}' symbol";
+        for line in [
+            "plain text",
+            "10.0",
+            "[1,2]",
+            r#""str""#,
+            "null",
+            "true",
+            "{bad}",
+            " ",
+            r#"x{"a":1}"#,
+        ] {
+            assert_eq!(details(line).as_deref(), Some(not_an_object), "{line}");
+        }
+        assert_eq!(details(r#"{"a":"#).as_deref(), Some("Malformed JSON error"));
+        assert_eq!(
+            details(r#"{"a":tru}"#).as_deref(),
+            Some("Unknown value type")
+        );
+        assert_eq!(
+            details(r#"{"a":1"#).as_deref(),
+            Some("Value is array, but can't find closing ']' symbol")
+        );
+        for line in [r#"{"a":1}x"#, r#" {"a":1}"#, "{}"] {
+            assert_eq!(details(line), None, "{line}");
+        }
     }
 
     /// Loki 3.7.6's `__error_details__` for labels a comparison cannot read, and no error for
