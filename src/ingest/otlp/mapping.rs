@@ -9,6 +9,11 @@
 //! `resource.<key>` (resource attributes, except `service.name` which becomes the service) →
 //! `scope.<key>` (scope attributes) → `scope.name` / `scope.version` → log attributes (unprefixed)
 //! → `severity_text` / `event_name` (fields of the record itself).
+//!
+//! Two fallbacks serve shippers that speak OTLP without an SDK (Fluent Bit's `opentelemetry`
+//! output tailing a file): a record with severity number 0 takes the number its `severity_text`
+//! names, as the data model allows a receiver to do, and a record whose resource names no service
+//! takes its own `service.name` attribute, the only place such a shipper can put one.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +25,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost_types::Timestamp;
 
 use crate::ingest::validate::{Invalid, RejectReason};
+use crate::model::severity::Severity;
 use crate::proto::v1::LogRecord;
 
 /// The resource attribute that names the emitting service (OpenTelemetry semantic conventions).
@@ -43,8 +49,8 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 /// the record's own as it serializes them ([`crate::ingest::validate::validate_with`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Shared {
-    /// The resource's `service.name`, empty when it has none (validation then stores
-    /// `unknown_service`).
+    /// The resource's `service.name`, empty when it has none (a record then takes its own
+    /// `service.name` attribute, and validation stores `unknown_service` when it has none either).
     pub service: String,
     /// Flattened `resource.*` and `scope.*` attributes.
     pub attributes: BTreeMap<String, String>,
@@ -114,7 +120,14 @@ pub fn to_wire(record: OtlpLogRecord, shared: &Shared) -> Result<LogRecord, Inva
     for KeyValue { key, value, .. } in record.attributes {
         attributes.insert(key, text(value));
     }
-    if severity_text_is_informative(&record.severity_text, record.severity_number) {
+    let service = if shared.service.is_empty() {
+        // Moved, not copied: it is the `service` column, as it would be on the resource.
+        attributes.remove(SERVICE_NAME_KEY).unwrap_or_default()
+    } else {
+        shared.service.clone()
+    };
+    let severity = severity_number(record.severity_number, &record.severity_text);
+    if severity_text_is_informative(&record.severity_text, severity) {
         attributes.insert(SEVERITY_TEXT_KEY.to_owned(), record.severity_text);
     }
     if !record.event_name.is_empty() {
@@ -122,8 +135,8 @@ pub fn to_wire(record: OtlpLogRecord, shared: &Shared) -> Result<LogRecord, Inva
     }
     Ok(LogRecord {
         timestamp: timestamp(record.time_unix_nano, record.observed_time_unix_nano),
-        severity: record.severity_number,
-        service: shared.service.clone(),
+        severity,
+        service,
         message: text(record.body),
         attributes,
         trace_id,
@@ -147,6 +160,26 @@ fn timestamp(time_unix_nano: u64, observed_time_unix_nano: u64) -> Option<Timest
         seconds: (nanos / NANOS_PER_SECOND) as i64,
         nanos: (nanos % NANOS_PER_SECOND) as i32,
     })
+}
+
+/// The severity number a record is stored with: its own, unless that is 0 (unspecified) and its
+/// `severity_text` names a level. The data model lets a receiver derive the number from the text
+/// when the source gave none, and shippers that read a `level` key from a log line (Fluent Bit's
+/// `opentelemetry` output) send only the text. Read in any case, with surrounding blanks ignored:
+/// OTLP's short names (`WARN`, `INFO2`), its full names (`SEVERITY_NUMBER_ERROR`), and the
+/// spellings loggers use (`warning`, `err`, `notice`, `critical`), each at the lowest number of its
+/// level. Any other text leaves the severity at 0.
+fn severity_number(number: i32, text: &str) -> i32 {
+    if number != 0 {
+        return number;
+    }
+    let upper = text.trim().to_ascii_uppercase();
+    let named = SeverityNumber::from_str_name(&upper)
+        .or_else(|| SeverityNumber::from_str_name(&format!("SEVERITY_NUMBER_{upper}")));
+    match named {
+        Some(known) => known as i32,
+        None => Severity::from_name(&upper).map_or(0, Severity::number),
+    }
 }
 
 /// `severity_text` is kept only when it tells something the number does not: not empty, and not
@@ -466,7 +499,9 @@ mod tests {
             record.severity_number = number;
             record.severity_text = text.into();
             let wire = to_wire(record, &Shared::default()).unwrap();
-            assert_eq!(wire.severity, number);
+            if number != 0 {
+                assert_eq!(wire.severity, number);
+            }
             wire.attributes.get(SEVERITY_TEXT_KEY).cloned()
         };
         assert_eq!(mapped(13, "WARN"), None);
@@ -478,8 +513,75 @@ mod tests {
         assert_eq!(mapped(14, "WARN").as_deref(), Some("WARN"));
         assert_eq!(mapped(0, "notice").as_deref(), Some("notice"));
         assert_eq!(mapped(0, "UNSPECIFIED"), None);
+        // A number read from the text: the text is kept by the same rule.
+        assert_eq!(mapped(0, "WARN"), None);
+        assert_eq!(mapped(0, "warning").as_deref(), Some("warning"));
         // Out-of-range numbers pass through for validation to reject; their text is kept.
         assert_eq!(mapped(99, "INFO").as_deref(), Some("INFO"));
+    }
+
+    #[test]
+    fn a_severity_text_without_a_number_gives_the_number() {
+        let severity = |number: i32, text: &str| {
+            let mut record = record();
+            record.severity_number = number;
+            record.severity_text = text.into();
+            to_wire(record, &Shared::default()).unwrap().severity
+        };
+        for (text, number) in [
+            ("WARN", 13),
+            ("warn", 13),
+            ("warning", 13),
+            ("Error", 17),
+            ("err", 17),
+            ("info", 9),
+            ("INFO", 9),
+            ("Information", 9),
+            ("notice", 9),
+            (" debug ", 5),
+            ("trace", 1),
+            ("FATAL", 21),
+            ("critical", 21),
+            ("panic", 21),
+            ("INFO2", 10),
+            ("warn4", 16),
+            ("SEVERITY_NUMBER_ERROR3", 19),
+            ("severity_number_debug", 5),
+        ] {
+            assert_eq!(severity(0, text), number, "{text:?}");
+        }
+        for text in ["", "UNSPECIFIED", "unknown", "loud", "WARN5", "-", "13"] {
+            assert_eq!(severity(0, text), 0, "{text:?}");
+        }
+        // A number the record names is never overridden by its text.
+        assert_eq!(severity(9, "ERROR"), 9);
+        assert_eq!(severity(99, "INFO"), 99, "left for validation to reject");
+    }
+
+    #[test]
+    fn a_record_names_its_service_when_its_resource_does_not() {
+        let mut named = record();
+        named
+            .attributes
+            .push(kv("service.name", string("checkout")));
+        let wire = to_wire(named.clone(), &Shared::default()).unwrap();
+        assert_eq!(wire.service, "checkout");
+        assert!(
+            !wire.attributes.contains_key("service.name"),
+            "moved to the service: {:?}",
+            wire.attributes
+        );
+        // The resource's name wins, and the record's stays one of its attributes.
+        let shared = Shared::from_resource(Some(&resource(vec![kv(
+            "service.name",
+            string("payments"),
+        )])));
+        let wire = to_wire(named, &shared).unwrap();
+        assert_eq!(wire.service, "payments");
+        assert_eq!(
+            wire.attributes.get("service.name").map(String::as_str),
+            Some("checkout")
+        );
     }
 
     #[test]

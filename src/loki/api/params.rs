@@ -71,7 +71,10 @@ impl Params {
     }
 
     /// `start`/`end` (or `since` before `end`), by default the hour before now; `end` is
-    /// exclusive, so an entry at `start` is in and one at `end` is not.
+    /// exclusive, so an entry at `start` is in and one at `end` is not. Both are rounded up to a
+    /// whole microsecond, the precision of stored times, which keeps that rule exact: `logcli`
+    /// pages a backward query with `end` one nanosecond after its last entry, and an end cut
+    /// down to that entry's microsecond would lose the entries sharing it not yet printed.
     pub(crate) fn range(&self, now: DateTime<Utc>) -> Result<TimeRange, HttpError> {
         let to = self.time("end", now)?;
         let since = match self.get("since") {
@@ -85,6 +88,7 @@ impl Params {
                 })?,
         };
         let from = self.time("start", to.checked_sub_signed(since).unwrap_or(to))?;
+        let (from, to) = (ceil_micros(from), ceil_micros(to));
         if to < from {
             return Err(bad(
                 "the end timestamp must not be before the start time".into()
@@ -183,6 +187,17 @@ pub(crate) fn parse_step(text: &str) -> Option<Duration> {
     lexer::duration(text)
 }
 
+/// `at` rounded up to a whole microsecond: an entry stored at a whole microsecond is before `at`
+/// exactly when it is before this.
+fn ceil_micros(at: DateTime<Utc>) -> DateTime<Utc> {
+    match at.timestamp_subsec_nanos() % 1000 {
+        0 => at,
+        below => at
+            .checked_add_signed(TimeDelta::nanoseconds(i64::from(1000 - below)))
+            .unwrap_or(at),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +211,27 @@ mod tests {
         assert_eq!(at("2023-11-14T22:13:20Z"), 1_700_000_000_000_000_000);
         assert_eq!(parse_time("yesterday"), None);
         assert_eq!(parse_time("1e400.0"), None);
+    }
+
+    #[test]
+    fn a_range_keeps_every_entry_of_its_bounds_microseconds() {
+        let now = parse_time("1700000000").unwrap();
+        let nanos = |at: DateTime<Utc>| at.timestamp_nanos_opt().unwrap();
+        // logcli's next page ends 1 ns after the last entry it printed, at …001_000 ns.
+        let range = Params::parse(Some("start=1699990000000000001&end=1699999999000001001"))
+            .range(now)
+            .unwrap();
+        assert_eq!(nanos(range.to), 1_699_999_999_000_002_000);
+        assert_eq!(nanos(range.from), 1_699_990_000_000_001_000);
+        let whole = Params::parse(Some("start=1699990000000001000&end=1700000000"))
+            .range(now)
+            .unwrap();
+        assert_eq!(
+            nanos(whole.from),
+            1_699_990_000_000_001_000,
+            "already whole"
+        );
+        assert_eq!(nanos(whole.to), 1_700_000_000_000_000_000);
     }
 
     #[test]

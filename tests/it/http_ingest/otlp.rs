@@ -1,10 +1,14 @@
 //! OTLP/HTTP bodies as exporters send them: protobuf (gzip), and OTLP/JSON written by hand after
-//! the specification's logs example, stored field by field as docs/opentelemetry.md maps them.
+//! the specification's logs example, stored field by field as docs/opentelemetry.md maps them;
+//! and records as Fluent Bit's `opentelemetry` output sends them (a severity text, no number).
+
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
 use super::{gzip, now_nanos, post, text, JSON, OTLP, PROTOBUF};
 use crate::common::{config, TestDb, TestServer};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -230,4 +234,127 @@ async fn a_json_record_that_does_not_deserialize_is_rejected_alone(db: &TestDb) 
 on_both_backends!(
     otlp_json_bad_record,
     a_json_record_that_does_not_deserialize_is_rejected_alone
+);
+
+/// What Fluent Bit's `opentelemetry` output sends for a tailed line with a `level` key: a
+/// severity text and no number, and `service.name` as a record attribute because a tail input has
+/// no resource. Each protocol (gRPC, OTLP/HTTP protobuf, OTLP/JSON) stores the level the text
+/// names and the record's service.
+async fn a_severity_text_without_a_number_is_stored_as_its_level(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let at = now_nanos();
+    let record = |body: &str, severity_text: &str| LogRecord {
+        time_unix_nano: at,
+        severity_text: severity_text.into(),
+        body: text(body),
+        attributes: vec![
+            KeyValue {
+                key: "service.name".into(),
+                value: text("checkout"),
+                ..KeyValue::default()
+            },
+            KeyValue {
+                key: "level".into(),
+                value: text(severity_text),
+                ..KeyValue::default()
+            },
+        ],
+        ..LogRecord::default()
+    };
+    let unnamed_resource = |records: Vec<LogRecord>| ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: records,
+                ..ScopeLogs::default()
+            }],
+            ..ResourceLogs::default()
+        }],
+    };
+
+    let mut grpc = LogsServiceClient::connect(format!("http://{}", server.grpc))
+        .await
+        .unwrap();
+    let answer = grpc
+        .export(unnamed_resource(vec![record("over gRPC", "WARN")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.partial_success, None);
+
+    let protobuf = unnamed_resource(vec![
+        record("over OTLP/HTTP", "warning"),
+        record("unknown level", "loud"),
+    ]);
+    let answer = post(
+        server.http_ingest,
+        OTLP,
+        &[PROTOBUF],
+        &protobuf.encode_to_vec(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+
+    let json_record = |body: &str, severity: serde_json::Value| {
+        let mut record = json!({
+            "timeUnixNano": at.to_string(),
+            "body": {"stringValue": body},
+            "attributes": [{"key": "service.name", "value": {"stringValue": "checkout"}}],
+        });
+        record
+            .as_object_mut()
+            .unwrap()
+            .extend(severity.as_object().unwrap().clone());
+        record
+    };
+    let body = json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        json_record("over OTLP/JSON", json!({"severityText": "Error"})),
+        json_record("INFO alone", json!({"severityText": "INFO"})),
+        json_record("the number wins", json!({"severityNumber": 5, "severityText": "ERROR"})),
+    ]}]}]});
+    let answer = post(
+        server.http_ingest,
+        OTLP,
+        &[JSON],
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+
+    // By message in Rust's order: the stores sort text by their own collations.
+    let stored: BTreeMap<String, (i64, String, serde_json::Value)> = db
+        .stored()
+        .await
+        .into_iter()
+        .map(|row| (row.message, (row.severity, row.service, row.attributes)))
+        .collect();
+    let expected: BTreeMap<String, (i64, String, serde_json::Value)> = [
+        ("over gRPC", 13, json!({"level": "WARN"})),
+        (
+            "over OTLP/HTTP",
+            13,
+            json!({"level": "warning", "severity_text": "warning"}),
+        ),
+        (
+            "unknown level",
+            0,
+            json!({"level": "loud", "severity_text": "loud"}),
+        ),
+        ("over OTLP/JSON", 17, json!({})), // `Error` is ERROR's name in another case
+        ("INFO alone", 9, json!({})),
+        ("the number wins", 5, json!({"severity_text": "ERROR"})),
+    ]
+    .into_iter()
+    .map(|(message, severity, attributes)| {
+        (
+            message.to_owned(),
+            (severity, "checkout".to_owned(), attributes),
+        )
+    })
+    .collect();
+    assert_eq!(stored, expected);
+    server.stop().await;
+}
+on_both_backends!(
+    otlp_severity_text,
+    a_severity_text_without_a_number_is_stored_as_its_level
 );
