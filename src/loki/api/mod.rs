@@ -1,7 +1,8 @@
 //! Loki's query API on the HTTP listener, what Grafana's Loki data source, `logcli` and scripts
 //! call: `query_range`, `query`, `labels`, `label/{name}/values`, `series`, `index/volume`,
 //! `index/volume_range`, `index/stats`, `detected_labels`, `detected_fields`,
-//! `detected_field/{name}/values`, `tail`, `status/buildinfo` and `/ready`. Each request is authenticated as a push
+//! `detected_field/{name}/values`, `format_query`, `tail`, `status/buildinfo` and `/ready`; and
+//! `patterns`, which answers 404. Each request is authenticated as a push
 //! is (`x-api-key`, `Bearer`, or Basic with the key as password), read in the caller's tenant by
 //! [`crate::loki::read`], and answered in Loki's JSON; errors as Loki sends them, a line of text
 //! with 400 (the parse error and where, or a read too large for `--max-query-bytes`), 401, 429,
