@@ -177,7 +177,7 @@ async fn preflight(State(ingest): State<HttpIngest>, headers: HeaderMap) -> Resp
 async fn unknown_path(State(ingest): State<HttpIngest>) -> Response<Body> {
     ingest.count("other", "not_found");
     let text = format!(
-        "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP), POST {LOKI_PUSH_PATH} (Loki push) and GET /loki/api/v1/query_range, /query, /labels, /label/NAME/values, /series, /index/volume, /index/volume_range and the /tail WebSocket (Loki's query API)\n"
+        "no such endpoint; this port takes POST {OTLP_LOGS_PATH} (OTLP/HTTP), POST {LOKI_PUSH_PATH} (Loki push) and GET /loki/api/v1/query_range, /query, /labels, /label/NAME/values, /series, /index/volume, /index/volume_range, /index/stats, /detected_labels, /detected_fields, /detected_field/NAME/values and the /tail WebSocket (Loki's query API)\n"
     );
     reply::response(
         StatusCode::NOT_FOUND,

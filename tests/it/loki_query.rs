@@ -2082,3 +2082,226 @@ on_both_backends!(
     loki_query_index_stats,
     index_stats_count_what_a_selector_holds
 );
+
+// ---------------------------------------------------------------------------------------------
+// 7. Grafana's label and field pickers.
+
+/// `detected_labels`, `detected_fields` and `detected_field/NAME/values`, which Explore and Logs
+/// Drilldown ask before they show a selector's logs: stream labels with their number of values,
+/// and the fields of the newest lines, from JSON (nested keys, their path) or logfmt (durations,
+/// sizes), structured metadata among them; each in its tenant, and bad requests refused as Loki
+/// refuses them.
+async fn detected_labels_and_fields_are_lokis(db: &TestDb) {
+    let mut settings = config(db);
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    let server = TestServer::start(settings).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let ts = |n: i64| ((base + 10) * NANOS + n * 1_000_000).to_string();
+    let json_lines = json!({"stream": {"service_name": "shop", "level": "info", "env": "prod"}, "values": [
+        [ts(1), r#"{"status":200,"user":{"name":"ann","id":"u-1"},"ratio":0.5,"tags":["a"],"gone":null}"#],
+        [ts(2), r#"{"status":404,"user":{"name":"bob","id":"u-2"},"ratio":1.5}"#, {"trace_id": "t-1"}],
+        [ts(3), r#"{"status":200,"user":{"name":"ann","id":"u-3"},"ratio":2.5}"#],
+    ]});
+    let logfmt_lines = json!({"stream": {"service_name": "shop", "level": "error", "env": "staging"}, "values": [
+        [ts(4), r#"method=GET took=250ms size=2KB ok=true empty= msg="slow call""#],
+        [ts(5), r#"method=POST took=1m30s size=1.5MB ok=false"#],
+    ]});
+    push_json(
+        addr,
+        &[("x-api-key", "key-a")],
+        json!({ "streams": [json_lines, logfmt_lines] }),
+    )
+    .await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 5
+    })
+    .await;
+    let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
+    let shop = r#"{service_name="shop"}"#;
+    let ask = async |path: &str, params: &[(&str, &str)], key: &str| -> (u16, Json) {
+        let mut all = vec![("start", start.as_str()), ("end", end.as_str())];
+        all.extend_from_slice(params);
+        let answer = get(addr, path, &all, &[("x-api-key", key)]).await;
+        let body = serde_json::from_slice(&answer.body).unwrap_or(Json::Null);
+        (answer.status, body)
+    };
+    let by_name = |list: &Json, key: &str| -> BTreeMap<String, Json> {
+        list[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{list}"))
+            .iter()
+            .map(|item| (item["label"].as_str().unwrap().to_owned(), item.clone()))
+            .collect()
+    };
+
+    // Stream labels with their number of values; metadata and `detected_level` are not among them.
+    let (status, labels) = ask("/loki/api/v1/detected_labels", &[("query", shop)], "key-a").await;
+    assert_eq!(status, 200, "{labels}");
+    let labels = by_name(&labels, "detectedLabels");
+    let cardinality: BTreeMap<&str, &Json> = labels
+        .iter()
+        .map(|(name, item)| (name.as_str(), &item["cardinality"]))
+        .collect();
+    assert_eq!(
+        cardinality,
+        BTreeMap::from([
+            ("env", &json!(2)),
+            ("level", &json!(2)),
+            ("service_name", &json!(1))
+        ])
+    );
+    // Without a query, every stream of the tenant, as in Loki.
+    let (status, all) = ask("/loki/api/v1/detected_labels", &[], "key-a").await;
+    assert_eq!(status, 200, "{all}");
+    assert!(by_name(&all, "detectedLabels").contains_key("service_name"));
+
+    let (status, fields) = ask("/loki/api/v1/detected_fields", &[("query", shop)], "key-a").await;
+    assert_eq!(status, 200, "{fields}");
+    assert_eq!(fields["limit"], 1000, "{fields}");
+    let fields = by_name(&fields, "fields");
+    let field = |name: &str| {
+        fields
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} among {:?}", fields.keys()))
+    };
+    assert_eq!(
+        field("user_name"),
+        &json!({"label": "user_name", "type": "string", "cardinality": 2, "parsers": ["json"], "jsonPath": ["user", "name"]})
+    );
+    assert_eq!(field("status")["type"], "int");
+    assert_eq!(field("ratio")["type"], "float");
+    assert_eq!(field("took")["type"], "duration");
+    assert_eq!(
+        field("size"),
+        &json!({"label": "size", "type": "bytes", "cardinality": 2, "parsers": ["logfmt"]})
+    );
+    assert_eq!(field("ok")["type"], "boolean");
+    assert_eq!(
+        field("trace_id"),
+        &json!({"label": "trace_id", "type": "string", "cardinality": 1, "parsers": null})
+    );
+    assert_eq!(field("detected_level")["cardinality"], 2);
+    for absent in ["tags", "gone", "empty", "env", "service_name", "level"] {
+        assert!(!fields.contains_key(absent), "{absent}: {fields:?}");
+    }
+
+    // A pipeline narrows the lines read; `line_limit` takes the newest; `limit` counts fields.
+    let (_, narrowed) = ask(
+        "/loki/api/v1/detected_fields",
+        &[("query", r#"{service_name="shop"} | json | status = 404"#)],
+        "key-a",
+    )
+    .await;
+    assert_eq!(by_name(&narrowed, "fields")["user_name"]["cardinality"], 1);
+    let (_, newest) = ask(
+        "/loki/api/v1/detected_fields",
+        &[("query", shop), ("line_limit", "1")],
+        "key-a",
+    )
+    .await;
+    assert!(by_name(&newest, "fields").contains_key("took"));
+    assert!(!by_name(&newest, "fields").contains_key("status"));
+    let (_, two) = ask(
+        "/loki/api/v1/detected_fields",
+        &[("query", shop), ("limit", "2")],
+        "key-a",
+    )
+    .await;
+    assert_eq!(
+        (two["fields"].as_array().unwrap().len(), &two["limit"]),
+        (2, &json!(2))
+    );
+
+    // Values, a size written as Loki writes it for a query.
+    let (status, sizes) = ask(
+        "/loki/api/v1/detected_field/size/values",
+        &[("query", shop)],
+        "key-a",
+    )
+    .await;
+    assert_eq!(status, 200, "{sizes}");
+    assert_eq!(sizes, json!({"limit": 1000, "values": ["1.5MB", "2.0kB"]}));
+    let (_, names) = ask(
+        "/loki/api/v1/detected_field/user_name/values",
+        &[("query", shop)],
+        "key-a",
+    )
+    .await;
+    assert_eq!(names, json!({"limit": 1000, "values": ["ann", "bob"]}));
+
+    // Another tenant sees none of it: Loki answers `{}`.
+    for path in [
+        "/loki/api/v1/detected_labels",
+        "/loki/api/v1/detected_fields",
+        "/loki/api/v1/detected_field/size/values",
+    ] {
+        let (status, body) = ask(path, &[("query", shop)], "key-b").await;
+        assert_eq!((status, &body), (200, &json!({})), "{path}");
+        // An unknown key reads nothing at all.
+        let (status, _) = ask(path, &[("query", shop)], "key-c").await;
+        assert_eq!(status, 401, "{path}");
+    }
+
+    // Bad requests, refused with 400 as Loki refuses them.
+    let month_ago = (base - 40 * 86_400).to_string();
+    for (path, params, says) in [
+        (
+            "/loki/api/v1/detected_fields",
+            vec![],
+            "query parameter is missing",
+        ),
+        (
+            "/loki/api/v1/detected_field/size/values",
+            vec![],
+            "query parameter is missing",
+        ),
+        (
+            "/loki/api/v1/detected_fields",
+            vec![("query", r#"count_over_time({service_name="shop"}[1m])"#)],
+            "only log selector is supported",
+        ),
+        (
+            "/loki/api/v1/detected_labels",
+            vec![("query", r#"{service_name="shop"} | json"#)],
+            "only label matchers are supported",
+        ),
+        (
+            "/loki/api/v1/detected_labels",
+            vec![("query", r#"{service_name=~".*"}"#)],
+            "",
+        ),
+        (
+            "/loki/api/v1/detected_fields",
+            vec![("query", shop), ("line_limit", "0")],
+            "limit must be a positive value",
+        ),
+        (
+            "/loki/api/v1/detected_fields",
+            vec![("query", shop), ("line_limit", "5001")],
+            "max entries limit per query exceeded",
+        ),
+        (
+            "/loki/api/v1/detected_fields",
+            vec![("query", shop), ("start", month_ago.as_str())],
+            "the query time range exceeds the limit",
+        ),
+        (
+            "/loki/api/v1/detected_labels",
+            vec![("query", shop), ("start", month_ago.as_str())],
+            "the query time range exceeds the limit",
+        ),
+    ] {
+        let mut all = vec![("start", start.as_str()), ("end", end.as_str())];
+        all.extend(params);
+        let answer = get(addr, path, &all, &[("x-api-key", "key-a")]).await;
+        assert_eq!(answer.status, 400, "{path} {all:?}: {}", answer.text());
+        assert!(answer.text().contains(says), "{path}: {}", answer.text());
+    }
+
+    // No patterns are mined: 404, as Loki answers while its pattern ingester is off.
+    let (status, _) = ask("/loki/api/v1/patterns", &[("query", shop)], "key-a").await;
+    assert_eq!(status, 404);
+    server.stop().await;
+}
+on_both_backends!(loki_query_detected, detected_labels_and_fields_are_lokis);

@@ -11,6 +11,7 @@ use serde_json::{json, Value as Json};
 
 use super::charged::Answer;
 use crate::error::QueryError;
+use crate::loki::detected::{DetectedField, DetectedLabel};
 use crate::loki::logql::eval::{self, Series, Steps, Value};
 use crate::loki::logql::labels::Labels;
 use crate::loki::read::{Entry, Stats, Streams};
@@ -251,6 +252,43 @@ pub(crate) fn volume(
         }
         Ok(())
     })
+}
+
+/// `detected_labels`' answer: `{"detectedLabels": [{"label", "cardinality"}, …]}`, or `{}` when
+/// there are none, as Loki leaves an empty list out.
+pub(crate) fn detected_labels(
+    labels: &[DetectedLabel],
+    answer: &mut Answer,
+) -> Result<(), QueryError> {
+    match labels {
+        [] => answer.json(true, &json!({})),
+        _ => answer.json(true, &json!({ "detectedLabels": labels })),
+    }
+}
+
+/// `detected_fields`' answer: `{"fields": [{"label", "type", "cardinality", "parsers",
+/// "jsonPath"}, …], "limit": limit}`, or `{}` when there are none.
+pub(crate) fn detected_fields(
+    fields: &[DetectedField],
+    limit: usize,
+    answer: &mut Answer,
+) -> Result<(), QueryError> {
+    match fields {
+        [] => answer.json(true, &json!({})),
+        _ => answer.json(true, &json!({ "fields": fields, "limit": limit })),
+    }
+}
+
+/// A detected field's values: `{"limit": limit, "values": […]}`, or `{}` when there are none.
+pub(crate) fn detected_values(
+    values: &[String],
+    limit: usize,
+    answer: &mut Answer,
+) -> Result<(), QueryError> {
+    match values {
+        [] => answer.json(true, &json!({})),
+        _ => answer.json(true, &json!({ "limit": limit, "values": values })),
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Loki's query API on the HTTP listener, what Grafana's Loki data source, `logcli` and scripts
 //! call: `query_range`, `query`, `labels`, `label/{name}/values`, `series`, `index/volume`,
-//! `index/volume_range`, `status/buildinfo` and `/ready`. Each request is authenticated as a push
+//! `index/volume_range`, `index/stats`, `detected_labels`, `detected_fields`,
+//! `detected_field/{name}/values`, `format_query`, `tail`, `status/buildinfo` and `/ready`; and
+//! `patterns`, which answers 404. Each request is authenticated as a push
 //! is (`x-api-key`, `Bearer`, or Basic with the key as password), read in the caller's tenant by
 //! [`crate::loki::read`], and answered in Loki's JSON; errors as Loki sends them, a line of text
 //! with 400 (the parse error and where, or a read too large for `--max-query-bytes`), 401, 429,
@@ -9,10 +11,12 @@
 //! - [`params`]: the query string as Loki reads it.
 //! - [`answer`]: Loki's JSON shapes.
 //! - [`charged`]: an answer written piece by piece, charged to its read's memory until sent.
+//! - [`detected`]: the detected labels, fields and field values Grafana's pickers ask for.
 //! - [`metrics`]: the API's series: requests, their time, and what answered metric queries.
 
 pub(crate) mod answer;
 pub(crate) mod charged;
+mod detected;
 pub(crate) mod metrics;
 pub(crate) mod params;
 mod tail;
@@ -89,6 +93,13 @@ pub(crate) fn routes(api: LokiApi) -> Router {
         .route("/loki/api/v1/index/volume", get(volume))
         .route("/loki/api/v1/index/volume_range", get(volume_range))
         .route("/loki/api/v1/index/stats", get(index_stats))
+        .route("/loki/api/v1/detected_labels", get(detected::labels))
+        .route("/loki/api/v1/detected_fields", get(detected::fields))
+        .route(
+            "/loki/api/v1/detected_field/{name}/values",
+            get(detected::values),
+        )
+        .route("/loki/api/v1/patterns", get(patterns))
         .route("/loki/api/v1/tail", get(tail::tail))
         .route(
             "/loki/api/v1/format_query",
@@ -470,6 +481,17 @@ async fn volume_range(call: Call) -> Response<Body> {
         },
     )
     .await
+}
+
+/// Loki answers `patterns` only from its pattern ingester, which mines the lines as they arrive,
+/// and 404 while that is off. loghaul mines none: 404 as such a Loki does, which Grafana reads as
+/// "patterns are not available", rather than an empty list, which would say the logs have none.
+async fn patterns() -> Response<Body> {
+    reply::response(
+        StatusCode::NOT_FOUND,
+        "text/plain; charset=utf-8",
+        b"patterns are not available: loghaul does not mine log patterns\n".to_vec(),
+    )
 }
 
 /// Loki's build information, which Grafana reads to learn what the server supports.

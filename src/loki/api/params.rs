@@ -105,21 +105,35 @@ impl Params {
 
     /// `limit`, at most [`MAX_ENTRIES`].
     pub(crate) fn limit(&self) -> Result<usize, HttpError> {
-        let Some(text) = self.get("limit") else {
-            return Ok(DEFAULT_LIMIT);
-        };
-        let limit: usize = text
-            .parse()
-            .map_err(|_| bad(format!("invalid limit {text:?}: expected a whole number")))?;
-        if limit == 0 {
-            return Err(bad("limit must be a positive value".into()));
-        }
+        self.entries("limit", DEFAULT_LIMIT)
+    }
+
+    /// `name`, a count of lines to read (`default` when not given), at most [`MAX_ENTRIES`].
+    pub(crate) fn entries(&self, name: &str, default: usize) -> Result<usize, HttpError> {
+        let limit = self.count(&[name], default)?;
         if limit > MAX_ENTRIES {
             return Err(bad(format!(
                 "max entries limit per query exceeded, limit > max_entries_limit ({limit} > {MAX_ENTRIES})"
             )));
         }
         Ok(limit)
+    }
+
+    /// The first of `names` given, a positive whole number, or `default`.
+    pub(crate) fn count(&self, names: &[&str], default: usize) -> Result<usize, HttpError> {
+        let Some((name, text)) = names
+            .iter()
+            .find_map(|name| self.get(name).map(|text| (name, text)))
+        else {
+            return Ok(default);
+        };
+        let count: usize = text
+            .parse()
+            .map_err(|_| bad(format!("invalid {name} {text:?}: expected a whole number")))?;
+        if count == 0 {
+            return Err(bad("limit must be a positive value".into()));
+        }
+        Ok(count)
     }
 
     /// `direction`: `backward` (newest first, the default) or `forward`.

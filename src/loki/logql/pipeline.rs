@@ -456,18 +456,34 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
     }
 }
 
-/// `| json`: each field of the line's object a label, nested objects joined with `_`. What
-/// follows the object is ignored, as Loki's parser ignores it.
+/// `| json`: each field of the line's object a label, nested objects joined with `_`.
 fn parse_json(line: &str, labels: &mut Labels) {
+    let parsed = json_fields(line, &mut |name, value, _| {
+        let value = match value {
+            serde_json::Value::Null => String::new(),
+            other => labels::label_value(other),
+        };
+        extracted(labels, name, value);
+    });
+    if let Err(err) = parsed {
+        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+        labels.insert(ERROR_DETAILS_LABEL.into(), json_error_details(line, &err));
+    }
+}
+
+/// Gives `each` the fields of a JSON object line as `| json` reads them: the label name (nested
+/// objects' keys joined with `_`), the value, and the keys that lead to it. Arrays and empty
+/// objects give none, as in Loki. An error when the line does not start with a JSON object;
+/// what follows the object is ignored, as Loki's parser ignores it.
+pub(crate) fn json_fields(
+    line: &str,
+    each: &mut dyn FnMut(String, &serde_json::Value, &[&str]),
+) -> Result<(), serde_json::Error> {
     use serde::Deserialize;
     let mut reader = serde_json::Deserializer::from_str(line);
-    match serde_json::Map::<String, serde_json::Value>::deserialize(&mut reader) {
-        Ok(object) => flatten(&object, "", labels),
-        Err(err) => {
-            labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
-            labels.insert(ERROR_DETAILS_LABEL.into(), json_error_details(line, &err));
-        }
-    }
+    let object = serde_json::Map::<String, serde_json::Value>::deserialize(&mut reader)?;
+    walk(&object, "", &mut Vec::new(), each);
+    Ok(())
 }
 
 /// Why a line is not a JSON object, in the words of the parser Loki uses (`jsonparser`): every
@@ -491,16 +507,22 @@ fn json_error_details(line: &str, err: &serde_json::Error) -> String {
     }
 }
 
-fn flatten(object: &serde_json::Map<String, serde_json::Value>, prefix: &str, labels: &mut Labels) {
+fn walk<'a>(
+    object: &'a serde_json::Map<String, serde_json::Value>,
+    prefix: &str,
+    path: &mut Vec<&'a str>,
+    each: &mut dyn FnMut(String, &serde_json::Value, &[&str]),
+) {
     for (key, value) in object {
         let name = format!("{prefix}{}", labels::label_name(key));
+        path.push(key);
         match value {
-            serde_json::Value::Object(inner) => flatten(inner, &format!("{name}_"), labels),
+            serde_json::Value::Object(inner) => walk(inner, &format!("{name}_"), path, each),
             // Loki leaves arrays out.
             serde_json::Value::Array(_) => {}
-            serde_json::Value::Null => extracted(labels, name, String::new()),
-            other => extracted(labels, name, labels::label_value(other)),
+            other => each(name, other, path),
         }
+        path.pop();
     }
 }
 
@@ -508,6 +530,12 @@ fn flatten(object: &serde_json::Map<String, serde_json::Value>, prefix: &str, la
 /// alone is a label with an empty value. As in Loki, no line is an error: what cannot be read
 /// is left out.
 fn parse_logfmt(line: &str, labels: &mut Labels) {
+    logfmt_pairs(line, &mut |name, value| extracted(labels, name, value));
+}
+
+/// Gives `each` the pairs of a logfmt line as `| logfmt` reads them: the label name and the
+/// value (empty for a key alone).
+pub(crate) fn logfmt_pairs(line: &str, each: &mut dyn FnMut(String, String)) {
     let mut chars = line.chars().peekable();
     loop {
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
@@ -560,7 +588,7 @@ fn parse_logfmt(line: &str, labels: &mut Labels) {
         if malformed || key.is_empty() {
             continue;
         }
-        extracted(labels, labels::label_name(&key), value);
+        each(labels::label_name(&key), value);
     }
 }
 
