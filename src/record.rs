@@ -1,5 +1,7 @@
 //! The record as the pipeline carries and the database stores it, after validation.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 /// A validated log record, ready to be written. Strings are moved from the wire message, not copied.
@@ -13,12 +15,16 @@ pub struct Record {
     pub service: String,
     /// The log line.
     pub message: String,
-    /// Attributes as a JSON object, serialized once at validation.
+    /// The labels of the stream it came in (a Loki stream's, an OpenTelemetry resource's
+    /// attributes) as a JSON object of strings, serialized once per stream and shared by its
+    /// records.
+    pub labels: Arc<str>,
+    /// Its own attributes (structured metadata) as a JSON object, serialized once at validation.
     pub attributes: String,
     /// W3C trace id as 32 lowercase hex characters.
-    pub trace_id: Option<String>,
+    pub trace_id: Option<Box<str>>,
     /// W3C span id as 16 lowercase hex characters.
-    pub span_id: Option<String>,
+    pub span_id: Option<Box<str>>,
 }
 
 /// What a record costs in memory beyond its strings: its slot in a `Vec<Record>`, plus the
@@ -27,13 +33,16 @@ pub struct Record {
 pub const RECORD_OVERHEAD_BYTES: usize = std::mem::size_of::<Record>() + 64;
 
 impl Record {
-    /// Approximate heap and inline size, used for batch sizing and the memory budget.
+    /// Approximate heap and inline size, used for batch sizing and the memory budget. The
+    /// stream's labels count with each record: held once, they are written with each row, and
+    /// a batch's statement holds them once per row.
     pub fn size_bytes(&self) -> usize {
         RECORD_OVERHEAD_BYTES
             + self.service.len()
             + self.message.len()
+            + self.labels.len()
             + self.attributes.len()
-            + self.trace_id.as_ref().map_or(0, String::len)
-            + self.span_id.as_ref().map_or(0, String::len)
+            + self.trace_id.as_ref().map_or(0, |id| id.len())
+            + self.span_id.as_ref().map_or(0, |id| id.len())
     }
 }

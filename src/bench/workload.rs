@@ -418,7 +418,7 @@ mod tests {
                     let labels = crate::ingest::loki::labels::parse(&stream.labels).unwrap();
                     assert_eq!(labels.keys().collect::<Vec<_>>(), ["level", "service_name"]);
                     let fields = crate::ingest::loki::labels::StreamFields::from_labels(labels);
-                    assert!(fields.attributes.is_empty(), "{}", stream.labels);
+                    assert_eq!(fields.labels.map().len(), 1, "{}", stream.labels);
                     assert!(groups.insert((fields.service.clone(), fields.severity)));
                     for entry in stream.entries {
                         assert!(entry.timestamp.is_some(), "a Loki entry has a timestamp");

@@ -13,7 +13,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::error::QueryError;
 use crate::loki::logql::ast::{LogQuery, MatchOp, Matcher};
-use crate::loki::logql::labels::{LEVEL_LABEL, SERVICE_LABEL};
+use crate::loki::logql::labels::SERVICE_LABEL;
 use crate::loki::read::{Stats, TimeRange};
 use crate::model::severity::Severity;
 use crate::proto::v1;
@@ -95,9 +95,8 @@ pub(crate) fn bucket_minutes(minutes: i64) -> i64 {
         })
 }
 
-/// The rollup's selection of `filter`: its services (any of them) and the levels that hold
-/// severities at or above its minimum. A level can hold severities below the minimum too (warn
-/// holds 13 to 16); those rows are dropped after the read.
+/// The rollup's selection of `filter`: its services (any of them). The rollup's rows below the
+/// filter's minimum severity are dropped as they are read.
 fn selector(filter: &Filter) -> LogQuery {
     let mut selector = Vec::new();
     match filter.services.as_slice() {
@@ -116,18 +115,6 @@ fn selector(filter: &Filter) -> LogQuery {
                 .collect::<Vec<_>>()
                 .join("|"),
         }),
-    }
-    if filter.min_severity > 0 {
-        let levels: Vec<&str> = Severity::ALL
-            .into_iter()
-            .filter(|level| *level.range().end() >= i32::from(filter.min_severity))
-            .map(Severity::name)
-            .collect();
-        selector.push(Matcher {
-            label: LEVEL_LABEL.into(),
-            op: MatchOp::Re,
-            value: levels.join("|"),
-        });
     }
     LogQuery {
         selector,
@@ -293,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn the_selector_takes_services_and_the_levels_of_the_minimum() {
+    fn the_selector_takes_the_services() {
         let filter = Filter {
             services: vec!["a.b".into(), "c|d".into()],
             min_severity: 14,
@@ -301,7 +288,11 @@ mod tests {
         };
         let query = selector(&filter);
         assert_eq!(query.selector[0].value, r"a\.b|c\|d");
-        assert_eq!(query.selector[1].value, "warn|error|fatal");
+        assert_eq!(
+            query.selector.len(),
+            1,
+            "the severity is checked as rows are read"
+        );
         let one = selector(&Filter {
             services: vec!["checkout".into()],
             ..Filter::default()

@@ -3,6 +3,7 @@
 //! Every check is per record: a bad record is rejected alone while the rest of its stream is stored.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -85,17 +86,45 @@ pub struct Limits {
     pub max_age: Option<TimeDelta>,
 }
 
-/// Checks one record and converts it, moving its strings. `now` stands in for a missing timestamp.
-pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<Record, Invalid> {
-    validate_with(wire, &BTreeMap::new(), limits, now)
+/// The labels every record of a stream shares (a Loki stream's, an OTLP resource's and scope's
+/// attributes): as a map, checked with each record's own attributes against the limits, and as
+/// JSON once, which each of its records points to instead of a copy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamLabels {
+    map: BTreeMap<String, String>,
+    json: Arc<str>,
 }
 
-/// [`validate`] for a record that also carries `inherited` attributes (OTLP's resource and scope
-/// attributes, shared by every record of a scope): its own attributes win on the same key, and
-/// the shared map is read, never copied per record.
+impl StreamLabels {
+    /// The labels of `map`.
+    pub fn new(map: BTreeMap<String, String>) -> Self {
+        let json = json_object(&map).into();
+        StreamLabels { map, json }
+    }
+
+    /// The labels.
+    pub fn map(&self) -> &BTreeMap<String, String> {
+        &self.map
+    }
+}
+
+impl Default for StreamLabels {
+    fn default() -> Self {
+        StreamLabels::new(BTreeMap::new())
+    }
+}
+
+/// Checks one record and converts it, moving its strings. `now` stands in for a missing timestamp.
+pub fn validate(wire: LogRecord, limits: &Limits, now: DateTime<Utc>) -> Result<Record, Invalid> {
+    validate_with(wire, &StreamLabels::default(), limits, now)
+}
+
+/// [`validate`] for a record of a stream whose labels are `stream`: they become the record's
+/// labels, its own attributes its structured metadata, and the limits on attributes count both,
+/// its own winning on the same key.
 pub fn validate_with(
     wire: LogRecord,
-    inherited: &BTreeMap<String, String>,
+    stream: &StreamLabels,
     limits: &Limits,
     now: DateTime<Utc>,
 ) -> Result<Record, Invalid> {
@@ -160,7 +189,7 @@ pub fn validate_with(
         ));
     }
     let attributes = Merged {
-        inherited,
+        inherited: &stream.map,
         own: &wire.attributes,
     };
     check_attributes(&attributes)?;
@@ -168,11 +197,8 @@ pub fn validate_with(
     reject_nul("message", &wire.message)?;
     let trace_id = hex_id(wire.trace_id, 32, RejectReason::InvalidTraceId, "trace_id")?;
     let span_id = hex_id(wire.span_id, 16, RejectReason::InvalidSpanId, "span_id")?;
-    let attributes = if attributes.is_empty() {
-        String::from("{}")
-    } else {
-        serde_json::to_string(&attributes).expect("a map of strings always serializes")
-    };
+    let labels = Arc::clone(&stream.json);
+    let attributes = json_object(&wire.attributes);
     let service = if wire.service.is_empty() {
         UNKNOWN_SERVICE.to_owned()
     } else {
@@ -183,10 +209,20 @@ pub fn validate_with(
         severity,
         service,
         message: wire.message,
+        labels,
         attributes,
         trace_id,
         span_id,
     })
+}
+
+/// A map of strings as a JSON object.
+fn json_object(map: &BTreeMap<String, String>) -> String {
+    if map.is_empty() {
+        String::from("{}")
+    } else {
+        serde_json::to_string(map).expect("a map of strings always serializes")
+    }
 }
 
 fn to_datetime(seconds: i64, nanos: i32) -> Result<DateTime<Utc>, Invalid> {
@@ -216,10 +252,6 @@ struct Merged<'a> {
 }
 
 impl<'a> Merged<'a> {
-    fn is_empty(&self) -> bool {
-        self.inherited.is_empty() && self.own.is_empty()
-    }
-
     /// The union in key order.
     fn iter(&self) -> impl Iterator<Item = (&'a String, &'a String)> {
         let mut inherited = self.inherited.iter().peekable();
@@ -233,12 +265,6 @@ impl<'a> Merged<'a> {
             (Some(_), None) => inherited.next(),
             _ => own.next(),
         })
-    }
-}
-
-impl serde::Serialize for Merged<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.iter())
     }
 }
 
@@ -287,6 +313,15 @@ fn reject_nul(field: &str, text: &str) -> Result<(), Invalid> {
 
 /// Lowercase hex of the expected length; empty and all-zero ids (W3C's "invalid") mean absent.
 fn hex_id(
+    text: String,
+    len: usize,
+    reason: RejectReason,
+    field: &str,
+) -> Result<Option<Box<str>>, Invalid> {
+    Ok(hex_text(text, len, reason, field)?.map(String::into_boxed_str))
+}
+
+fn hex_text(
     mut text: String,
     len: usize,
     reason: RejectReason,

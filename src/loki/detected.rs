@@ -7,11 +7,9 @@
 //! type and the parsers that found it. As in Loki, the newest `line_limit` lines that the query
 //! (stages included) keeps are read.
 //!
-//! loghaul stores a Loki stream's labels and an entry's structured metadata alike, as attributes
-//! ([`labels::row_labels`]), so which were the stream's is inferred from the lines read: an
-//! attribute every line of its service and level carries is taken for a stream label, one only
-//! some carry for structured metadata. `detected_level`, `trace_id` and `span_id` are always
-//! metadata, as Loki keeps them.
+//! A line's stream labels are those it was stored with ([`labels::row_stream_labels`]); the rest,
+//! `detected_level`, `trace_id` and `span_id` among them, is its structured metadata
+//! ([`labels::with_metadata`]).
 
 mod kind;
 
@@ -37,9 +35,6 @@ pub(crate) const DEFAULT_LIMIT: usize = 1000;
 
 /// Stream labels Loki lists even when every value looks like an id.
 const STATIC_LABELS: [&str; 4] = ["cluster", "namespace", "instance", "pod"];
-
-/// Labels that are never a stream's: Loki keeps them as structured metadata.
-const METADATA_ONLY: [&str; 3] = [labels::DETECTED_LEVEL_LABEL, "trace_id", "span_id"];
 
 /// A stream label and how many values it has.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -76,9 +71,10 @@ pub(crate) struct FieldsAsk {
     pub limit: usize,
 }
 
-/// A line read: its labels as stored, what the query's stages added, and its text after them.
+/// A line read: its stream labels, its labels as stored, what the query's stages added, and its
+/// text after them.
 struct Line {
-    group: (String, i16),
+    stream: Labels,
     labels: Labels,
     added: Labels,
     text: String,
@@ -86,14 +82,15 @@ struct Line {
 
 impl Line {
     fn new(row: &StoredRow, output: Output) -> Line {
-        let labels = labels::row_labels(row);
+        let stream = labels::row_stream_labels(row);
+        let labels = labels::with_metadata(stream.clone(), row);
         let added = output
             .labels
             .into_iter()
             .filter(|(name, _)| !labels.contains_key(name) && !name.starts_with("__"))
             .collect();
         Line {
-            group: (row.service.clone(), row.severity),
+            stream,
             labels,
             added,
             text: output.line,
@@ -108,7 +105,7 @@ impl Line {
                 .map(|(k, v)| k.len() + v.len() + 48)
                 .sum::<usize>()
         };
-        self.text.len() + pairs(&self.labels) + pairs(&self.added) + 96
+        self.text.len() + pairs(&self.stream) + pairs(&self.labels) + pairs(&self.added) + 96
     }
 }
 
@@ -119,75 +116,20 @@ struct Streams<'a> {
     streams: BTreeMap<String, (Labels, Vec<&'a Line>)>,
 }
 
-/// The names taken for stream labels, by (service, severity).
-type StreamNames = HashMap<(String, i16), BTreeSet<String>>;
-
-/// Counts, by (service, severity), the lines and the lines that carry each label.
-#[derive(Default)]
-struct Tally(HashMap<(String, i16), (usize, HashMap<String, usize>)>);
-
-impl Tally {
-    fn add(&mut self, group: &(String, i16), labels: &Labels) {
-        let (count, names) = match self.0.get_mut(group) {
-            Some(entry) => entry,
-            None => self.0.entry(group.clone()).or_default(),
-        };
-        *count += 1;
-        for name in labels.keys() {
-            match names.get_mut(name) {
-                Some(n) => *n += 1,
-                None => {
-                    names.insert(name.clone(), 1);
-                }
-            }
-        }
-    }
-
-    /// The labels every line of a group carries, but those Loki keeps as metadata.
-    fn stream_names(self) -> StreamNames {
-        self.0
-            .into_iter()
-            .map(|(group, (count, names))| {
-                let every_line = names
-                    .into_iter()
-                    .filter(|(name, n)| *n == count && !METADATA_ONLY.contains(&name.as_str()))
-                    .map(|(name, _)| name)
-                    .collect();
-                (group, every_line)
-            })
-            .collect()
-    }
-}
-
 impl<'a> Streams<'a> {
-    /// Groups `lines` (newest first) by their stream labels: those `known` names for their
-    /// service and level, or else those every line of it here carries.
-    fn of(lines: &'a [Line], known: &StreamNames) -> Self {
-        let mut tally = Tally::default();
-        for line in lines.iter().filter(|line| !known.contains_key(&line.group)) {
-            tally.add(&line.group, &line.labels);
-        }
-        let inferred = tally.stream_names();
+    /// Groups `lines` (newest first) by their stream labels.
+    fn of(lines: &'a [Line]) -> Self {
         let mut streams: BTreeMap<String, (Labels, Vec<&Line>)> = BTreeMap::new();
         for line in lines {
-            let names = known
-                .get(&line.group)
-                .or_else(|| inferred.get(&line.group))
-                .expect("every line's group is known or inferred");
-            let stream: Labels = line
-                .labels
-                .iter()
-                .filter(|(name, _)| names.contains(name.as_str()))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let key = stream
+            let key = line
+                .stream
                 .iter()
                 .map(|(k, v)| format!("{k}={v:?}"))
                 .collect::<Vec<_>>()
                 .join(", ");
             streams
                 .entry(format!("{{{key}}}"))
-                .or_insert_with(|| (stream, Vec::new()))
+                .or_insert_with(|| (line.stream.clone(), Vec::new()))
                 .1
                 .push(line);
         }
@@ -310,36 +252,6 @@ fn is_uuid(value: &str) -> bool {
 }
 
 impl Reads {
-    /// The stream labels of each service and level that `query`'s selector selects over
-    /// `range`, inferred from its newest [`LABEL_SAMPLE_ROWS`] lines: the query's own lines may
-    /// be too few to tell (one line carries all its labels), or filtered.
-    async fn stream_names(
-        &self,
-        tenant: &str,
-        query: &LogQuery,
-        range: TimeRange,
-    ) -> Result<StreamNames, HttpError> {
-        let selector = LogQuery {
-            selector: query.selector.clone(),
-            pipeline: Vec::new(),
-        };
-        let mut tally = Tally::default();
-        let mut read = 0;
-        let mut each = |row: &StoredRow, output: Output| {
-            tally.add(&(row.service.clone(), row.severity), &output.labels);
-            read += 1;
-            read < LABEL_SAMPLE_ROWS
-        };
-        let scan = Scan {
-            range,
-            order: Order::Newest,
-            limit: Some(LABEL_SAMPLE_ROWS),
-        };
-        self.each_output(tenant, &selector, scan, &mut Stats::default(), &mut each)
-            .await?;
-        Ok(tally.stream_names())
-    }
-
     /// The newest `count` lines of `query` over `range` (its stages run), each charged to `charge`.
     async fn detection_lines(
         &self,
@@ -388,11 +300,10 @@ impl Reads {
             let mut values: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             if plan::is_indexed_selector(query) {
                 let mut stats = Stats::default();
-                self.selected_streams(tenant, query, range, &mut stats, &mut |stream, _| {
+                self.selected_streams(tenant, query, range, &mut stats, &mut |mut stream, _| {
+                    stream.remove(labels::DETECTED_LEVEL_LABEL);
                     for (name, value) in stream {
-                        if name != labels::DETECTED_LEVEL_LABEL {
-                            values.entry(name).or_default().insert(value);
-                        }
+                        values.entry(name).or_default().insert(value);
                     }
                     Ok(())
                 })
@@ -401,11 +312,8 @@ impl Reads {
             let lines = self
                 .detection_lines(tenant, query, range, LABEL_SAMPLE_ROWS, charge)
                 .await?;
-            // The lines are the selector's own newest: the stream labels are inferred from them.
-            for (stream, _) in Streams::of(&lines, &StreamNames::new())
-                .streams
-                .into_values()
-            {
+            // The selector's own newest lines, for the stream labels the rollup does not keep.
+            for (stream, _) in Streams::of(&lines).streams.into_values() {
                 for (name, value) in stream {
                     values.entry(name).or_default().insert(value);
                 }
@@ -433,14 +341,13 @@ impl Reads {
         charge: &mut ReadCharge,
     ) -> Result<Vec<DetectedField>, HttpError> {
         self.admitted(tenant, async {
-            let known = self.stream_names(tenant, query, range).await?;
             let lines = self
                 .detection_lines(tenant, query, range, ask.lines, charge)
                 .await?;
             let mut order: Vec<String> = Vec::new();
             let mut found: HashMap<String, Found> = HashMap::new();
             let mut held = 0;
-            Streams::of(&lines, &known).fields(&mut |seen| {
+            Streams::of(&lines).fields(&mut |seen| {
                 let Seen {
                     name,
                     value,
@@ -505,12 +412,11 @@ impl Reads {
         charge: &mut ReadCharge,
     ) -> Result<Vec<String>, HttpError> {
         self.admitted(tenant, async {
-            let known = self.stream_names(tenant, query, range).await?;
             let lines = self
                 .detection_lines(tenant, query, range, ask.lines, charge)
                 .await?;
             let mut values = BTreeSet::new();
-            Streams::of(&lines, &known).fields(&mut |seen| {
+            Streams::of(&lines).fields(&mut |seen| {
                 if seen.name == name && values.len() < ask.limit {
                     values.insert(match seen.parser {
                         Some(_) => kind::listed(seen.value),

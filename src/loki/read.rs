@@ -244,15 +244,18 @@ fn minute_at(minute: i64, steps: Steps) -> i64 {
     (minute.saturating_mul(1_000_000_000) + plan::MINUTE_NANOS).min(steps.end())
 }
 
-/// Refuses what the rollup cannot answer: a matcher or target label other than the indexed ones, or
-/// a pipeline.
+/// Refuses what the rollup cannot answer: a matcher on a label other than its stream labels, a
+/// target label it cannot group by, or a pipeline.
 fn rollup_selector(query: &LogQuery, targets: &[String]) -> Result<(), HttpError> {
-    if let Some(other) = query
-        .selector
-        .iter()
-        .map(|m| &m.label)
-        .chain(targets)
-        .find(|label| !labels::is_indexed(label))
+    let matched = query.selector.iter().map(|m| &m.label);
+    if let Some(other) = matched
+        .filter(|label| !labels::is_indexed(label))
+        .chain(
+            targets
+                .iter()
+                .filter(|label| !labels::is_rollup_label(label)),
+        )
+        .next()
     {
         return Err(HttpError::BadRequest(format!(
             "volume is kept for service_name and level only, not for {other:?}; use a metric query such as sum by ({other}) (bytes_over_time({{…}}[5m])) instead"
@@ -314,10 +317,10 @@ impl Reads {
                 )));
                 return false;
             }
-            let stream = labels::stream_labels(&row.service, row.severity);
-            if !pipeline.selects(&stream) {
+            if !pipeline.selects(&labels::volume_stream_labels(&row.service, &row.level)) {
                 return true;
             }
+            let stream = labels::volume_labels(&row.service, &row.level, row.severity);
             match each(stream, row) {
                 Ok(()) => true,
                 Err(err) => {
@@ -447,8 +450,9 @@ impl Reads {
         .await
     }
 
-    /// Rows of `query` over `range`, newest first, until [`LABEL_SAMPLE_ROWS`] were read, through
-    /// its selector and stages: what attribute labels are sampled from.
+    /// The stream labels of the rows of `query` over `range`, newest first, until
+    /// [`LABEL_SAMPLE_ROWS`] were read, through its selector and stages: what stream labels
+    /// other than the rollup's are sampled from.
     async fn sample(
         &self,
         tenant: &str,
@@ -458,8 +462,8 @@ impl Reads {
     ) -> Result<(), HttpError> {
         let mut stats = Stats::default();
         let mut read = 0;
-        let mut sink = |_: &StoredRow, output: Output| {
-            each(output.labels);
+        let mut sink = |row: &StoredRow, _: Output| {
+            each(labels::row_stream_labels(row));
             read += 1;
             read < LABEL_SAMPLE_ROWS
         };
@@ -477,8 +481,8 @@ impl Reads {
         .await
     }
 
-    /// The label names of `range` (of the streams `query` selects, when given): those every
-    /// record has, and the labels of the newest rows.
+    /// The stream label names of `range` (of the streams `query` selects, when given):
+    /// `service_name`, which every record has, and the stream labels of the newest rows.
     pub(crate) async fn loki_label_names(
         &self,
         tenant: &Arc<str>,
@@ -490,11 +494,8 @@ impl Reads {
         self.admitted(tenant, async {
             let mut names = BTreeSet::new();
             if query.selector.is_empty() {
-                // Every record has these; `level` only one of a known level, as the sample says.
-                names.extend([
-                    labels::DETECTED_LEVEL_LABEL.to_owned(),
-                    labels::SERVICE_LABEL.to_owned(),
-                ]);
+                // Every record has a service.
+                names.insert(labels::SERVICE_LABEL.to_owned());
             }
             self.sample(tenant, query, range, &mut |labels| {
                 names.extend(labels.into_keys());
@@ -541,7 +542,9 @@ impl Reads {
         .await
     }
 
-    /// The streams (service and level label sets) over `range` that any of `selectors` selects.
+    /// The streams (their stream labels) over `range` that any of `selectors` selects: those
+    /// of the newest rows, and for a selector of the rollup's labels every (service, level) of
+    /// the range that those rows did not show, with the labels the rollup keeps.
     pub(crate) async fn loki_series(
         &self,
         tenant: &Arc<str>,
@@ -550,6 +553,7 @@ impl Reads {
     ) -> Result<Vec<Labels>, HttpError> {
         self.admitted(tenant, async {
             let mut series = BTreeSet::new();
+            let mut rollup = BTreeSet::new();
             for query in selectors {
                 if plan::is_indexed_selector(query) {
                     self.selected_streams(
@@ -557,25 +561,31 @@ impl Reads {
                         query,
                         range,
                         &mut Stats::default(),
-                        &mut |stream, _| {
-                            series.insert(stream);
+                        &mut |mut stream, _| {
+                            stream.remove(labels::DETECTED_LEVEL_LABEL);
+                            rollup.insert(stream);
                             Ok(())
                         },
                     )
                     .await?;
-                } else {
-                    let stream_names = [
-                        labels::SERVICE_LABEL,
-                        labels::LEVEL_LABEL,
-                        labels::DETECTED_LEVEL_LABEL,
-                    ]
-                    .map(String::from);
-                    self.sample(tenant, query, range, &mut |labels| {
-                        series.insert(only(labels, &stream_names));
-                    })
-                    .await?;
                 }
+                self.sample(tenant, query, range, &mut |labels| {
+                    series.insert(labels);
+                })
+                .await?;
             }
+            let rollup_key = |labels: &Labels| {
+                (
+                    labels.get(labels::SERVICE_LABEL).cloned(),
+                    labels.get(labels::LEVEL_LABEL).cloned(),
+                )
+            };
+            let sampled: BTreeSet<_> = series.iter().map(rollup_key).collect();
+            series.extend(
+                rollup
+                    .into_iter()
+                    .filter(|stream| !sampled.contains(&rollup_key(stream))),
+            );
             Ok(series.into_iter().collect())
         })
         .await

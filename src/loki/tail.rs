@@ -149,6 +149,7 @@ mod tests {
             severity: 9,
             service: "api".into(),
             message: message.into(),
+            labels: "{}".into(),
             attributes: "{}".into(),
             trace_id: None,
             span_id: None,

@@ -14,10 +14,10 @@ pub struct Selection {
     pub to: DateTime<Utc>,
     /// Conditions on the service, all of which hold.
     pub services: Vec<TextCondition>,
-    /// The severity lies in one of these inclusive ranges; `None`: any severity.
-    pub severities: Option<Vec<(i16, i16)>>,
-    /// Attributes whose value, as text, equals the given one.
-    pub attributes: Vec<(String, String)>,
+    /// Conditions on the stream's `level` label (the empty text without one), all of which hold.
+    pub levels: Vec<TextCondition>,
+    /// Stream labels whose value equals the given one.
+    pub labels: Vec<(String, String)>,
     /// Conditions on the message, all of which hold.
     pub lines: Vec<LineCondition>,
 }
@@ -29,8 +29,8 @@ impl Selection {
             from,
             to,
             services: Vec::new(),
-            severities: None,
-            attributes: Vec::new(),
+            levels: Vec::new(),
+            labels: Vec::new(),
             lines: Vec::new(),
         }
     }
@@ -82,7 +82,8 @@ pub struct PostgresPattern {
     pub case_insensitive: bool,
 }
 
-/// Per minute, per service and severity: how many records and how many bytes of message.
+/// Per minute, per service, severity and `level` label: how many records and how many bytes of
+/// message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VolumeRow {
     /// The minute's start, in seconds since the epoch.
@@ -91,6 +92,8 @@ pub struct VolumeRow {
     pub service: String,
     /// The severity number.
     pub severity: i16,
+    /// The stream's `level` label as sent, empty without one.
+    pub level: String,
     /// Records.
     pub count: i64,
     /// Bytes of their messages.

@@ -191,18 +191,18 @@ async fn page(
 }
 
 /// A stored row as the wire record, with its cursor.
+/// Its stream's labels and its own attributes are one map there, its own winning on a key.
 pub(crate) fn to_wire(row: StoredRow) -> StoredRecord {
-    let attributes =
-        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes) {
-            Ok(object) => object
-                .into_iter()
-                .map(|(key, value)| match value {
-                    serde_json::Value::String(text) => (key, text),
-                    other => (key, other.to_string()),
-                })
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        };
+    let mut attributes = BTreeMap::new();
+    for json in [&row.labels, &row.attributes] {
+        if let Ok(object) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)
+        {
+            attributes.extend(object.into_iter().map(|(key, value)| match value {
+                serde_json::Value::String(text) => (key, text),
+                other => (key, other.to_string()),
+            }));
+        }
+    }
     StoredRecord {
         cursor: row.cursor().encode(),
         timestamp: Some(time::to_proto(row.ts)),
@@ -231,6 +231,7 @@ mod tests {
             severity: i16::MIN,
             service: "s".repeat(256),
             message,
+            labels: "{}".into(),
             attributes,
             trace_id: Some("a".repeat(32)),
             span_id: Some("b".repeat(16)),

@@ -282,6 +282,7 @@ mod tests {
                 severity: 9,
                 service: "api".into(),
                 message: "x".repeat(message_bytes),
+                labels: "{}".into(),
                 attributes: "{}".into(),
                 trace_id: None,
                 span_id: None,

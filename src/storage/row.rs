@@ -121,6 +121,7 @@ mod tests {
             severity: 9,
             service: "s".into(),
             message: "m".into(),
+            labels: "{}".into(),
             attributes: "{}".into(),
             trace_id: None,
             span_id: None,

@@ -20,7 +20,9 @@ pub struct StoredRow {
     pub service: String,
     /// The log line.
     pub message: String,
-    /// Attributes as a JSON object.
+    /// The labels of its stream as a JSON object of strings.
+    pub labels: String,
+    /// Its own attributes (structured metadata) as a JSON object.
     pub attributes: String,
     /// Trace id, lowercase hex.
     pub trace_id: Option<String>,
@@ -43,14 +45,14 @@ impl StoredRow {
     }
 
     /// At least the bytes the row takes as a `StoredRecord` in a Query or Tail answer, so that
-    /// answers sized by it stay within their limit. Attributes are JSON here and a map on the
-    /// wire: an entry's tags and lengths take at most 6 bytes more than its quotes, colon and
+    /// answers sized by it stay within their limit. Labels and attributes are JSON here and one
+    /// map on the wire: an entry's tags and lengths take at most 6 bytes more than its quotes, colon and
     /// comma, and an entry takes at least 6 bytes of JSON, so twice the JSON bounds the map.
     pub fn wire_bytes(&self) -> usize {
         FIXED_WIRE_BYTES
             + self.service.len()
             + self.message.len()
-            + 2 * self.attributes.len()
+            + 2 * (self.labels.len() + self.attributes.len())
             + self.trace_id.as_ref().map_or(0, String::len)
             + self.span_id.as_ref().map_or(0, String::len)
     }
@@ -137,6 +139,7 @@ mod tests {
             severity: 9,
             service: "api".into(),
             message: "m".repeat(message_bytes),
+            labels: "{}".into(),
             attributes: "{}".into(),
             trace_id: None,
             span_id: None,

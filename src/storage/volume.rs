@@ -1,11 +1,12 @@
 //! The volume rollup's share of a batch: its rows counted per (tenant, minute, service,
-//! severity), which each backend adds to `log_volume` in the batch's transaction, one upsert per
+//! severity, `level` label), which each backend adds to `log_volume` in the batch's transaction, one upsert per
 //! group rather than per row.
 //!
 //! A minute row keyed `m` holds the records of `(m, m + 1 min]`, closed at its end as LogQL's
 //! ranges are (`(t − range, t]`): a record stamped exactly `hh:mm:00` is counted by a range that
 //! ends at `hh:mm`, from the rollup as from a scan.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
@@ -22,7 +23,7 @@ pub(in crate::storage) const VOLUME_TENANTS_SQL: &str = "WITH RECURSIVE tenants(
      SELECT name FROM tenants WHERE name IS NOT NULL";
 
 /// A row of the rollup as both stores select it: `minute` (seconds since the epoch), `service`,
-/// `severity`, `records` and `bytes`.
+/// `severity`, `level`, `records` and `bytes`.
 pub(in crate::storage) fn decode_volume<R>(row: &R) -> Result<VolumeRow, sqlx::Error>
 where
     R: sqlx::Row,
@@ -35,6 +36,7 @@ where
         minute: row.try_get("minute")?,
         service: row.try_get("service")?,
         severity: row.try_get("severity")?,
+        level: row.try_get("level")?,
         count: row.try_get("records")?,
         bytes: row.try_get("bytes")?,
     })
@@ -65,6 +67,8 @@ pub(in crate::storage) struct VolumeGroup<'a> {
     pub minute: i64,
     pub service: &'a str,
     pub severity: i16,
+    /// The stream's `level` label as sent, empty without one.
+    pub level: Cow<'a, str>,
     pub records: i64,
     pub bytes: i64,
 }
@@ -72,34 +76,65 @@ pub(in crate::storage) struct VolumeGroup<'a> {
 /// The groups of `rows`, sorted by key, so that two transactions upserting the same groups take
 /// their row locks in the same order and cannot deadlock.
 pub(in crate::storage) fn groups<'a>(rows: &[Row<'a>]) -> Vec<VolumeGroup<'a>> {
-    let mut sums: HashMap<(&'a str, i64, &'a str, i16), (i64, i64)> = HashMap::new();
+    type Key<'a> = (&'a str, i64, &'a str, i16, Cow<'a, str>);
+    let mut sums: HashMap<Key<'a>, (i64, i64)> = HashMap::new();
     for row in rows {
         let record = row.record;
         let minute = minute_of(record.ts);
+        let level = level_label(&record.labels);
         let sum = sums
-            .entry((row.tenant, minute, record.service.as_str(), record.severity))
+            .entry((
+                row.tenant,
+                minute,
+                record.service.as_str(),
+                record.severity,
+                level,
+            ))
             .or_default();
         sum.0 += 1;
         sum.1 += record.message.len() as i64;
     }
-    let mut groups: Vec<VolumeGroup<'a>> = sums
+    let mut groups: Vec<(Key<'a>, (i64, i64))> = sums.into_iter().collect();
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    groups
         .into_iter()
         .map(
-            |((tenant, minute, service, severity), (records, bytes))| VolumeGroup {
+            |((tenant, minute, service, severity, level), (records, bytes))| VolumeGroup {
                 tenant,
                 minute,
                 service,
                 severity,
+                level,
                 records,
                 bytes,
             },
         )
-        .collect();
-    groups.sort_by(|a, b| {
-        (a.tenant, a.minute, a.service, a.severity)
-            .cmp(&(b.tenant, b.minute, b.service, b.severity))
-    });
-    groups
+        .collect()
+}
+
+/// The value of the `level` key of a record's labels (a JSON object of strings, as validation
+/// writes it), empty without one. Read without parsing the object: keys and values are JSON
+/// strings, so `"level":"` can only start a key where it follows `{` or `,`.
+pub(in crate::storage) fn level_label(labels: &str) -> Cow<'_, str> {
+    const KEY: &str = "\"level\":";
+    let Some(at) = labels
+        .match_indices(KEY)
+        .find(|(at, _)| matches!(labels.as_bytes().get(at.wrapping_sub(1)), Some(b'{' | b',')))
+        .map(|(at, _)| at + KEY.len())
+    else {
+        return Cow::Borrowed("");
+    };
+    let rest = &labels[at..];
+    let Some(body) = rest.strip_prefix('"') else {
+        return Cow::Borrowed("");
+    };
+    match body.find(['"', '\\']) {
+        Some(end) if body.as_bytes()[end] == b'"' => Cow::Borrowed(&body[..end]),
+        _ => {
+            let mut reader = serde_json::Deserializer::from_str(rest);
+            Cow::Owned(serde::Deserialize::deserialize(&mut reader).unwrap_or_default())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +148,7 @@ mod tests {
             severity,
             service: service.into(),
             message: message.into(),
+            labels: "{}".into(),
             attributes: "{}".into(),
             trace_id: None,
             span_id: None,
@@ -151,6 +187,16 @@ mod tests {
                 (120, "c", 9, 1, 13),
             ]
         );
+    }
+
+    #[test]
+    fn the_level_label_is_read_from_the_labels_as_sent() {
+        assert_eq!(level_label(r#"{"job":"a","level":"WARNING"}"#), "WARNING");
+        assert_eq!(level_label(r#"{"level":"info"}"#), "info");
+        assert_eq!(level_label(r#"{"level":"a \"b\""}"#), "a \"b\"");
+        assert_eq!(level_label(r#"{"xlevel":"no","job":"level"}"#), "");
+        assert_eq!(level_label(r#"{"a":"x,\"level\":\"no"}"#), "");
+        assert_eq!(level_label("{}"), "");
     }
 
     #[test]

@@ -456,12 +456,15 @@ async fn log_queries_select_filter_parse_and_order_the_known_set(db: &TestDb) {
             known_lines(|k| k.service == "api" && k.labels.contains(&("env", "staging"))),
         ),
         (r#"{level="error"}"#, known_lines(|k| k.level == "error")),
+        // Metadata is no stream label: a selector does not see it, a label filter does.
+        (r#"{detected_level=~"warn|debug"}"#, Vec::new()),
         (
-            r#"{detected_level=~"warn|debug"}"#,
+            r#"{service_name=~".+"} | detected_level=~"warn|debug""#,
             known_lines(|k| k.level == "warn" || k.level == "debug"),
         ),
+        (r#"{http_method="POST"}"#, Vec::new()),
         (
-            r#"{http_method="POST"}"#,
+            r#"{service_name=~".+"} | http_method="POST""#,
             known_lines(|k| k.metadata.contains(&("http.method", "POST"))),
         ),
         (
@@ -953,15 +956,11 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
         .iter()
         .map(|n| n.as_str().unwrap())
         .collect();
-    for name in [
-        "service_name",
-        "level",
-        "detected_level",
-        "env",
-        "http_method",
-        "region",
-    ] {
+    for name in ["service_name", "level", "env", "region"] {
         assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    for metadata in ["detected_level", "http_method"] {
+        assert!(!names.contains(&metadata), "{metadata} in {names:?}");
     }
     // With a selector, the labels of its streams only.
     let mut narrowed = span.to_vec();
@@ -1001,11 +1000,9 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
         values("level", &[]).await,
         json!(["debug", "error", "info", "warn"])
     );
-    assert_eq!(
-        values("detected_level", &[]).await,
-        json!(["debug", "error", "info", "warn"])
-    );
-    assert_eq!(values("http_method", &[]).await, json!(["GET", "POST"]));
+    // Structured metadata has no values here, as in Loki.
+    assert_eq!(values("detected_level", &[]).await, json!([]));
+    assert_eq!(values("http_method", &[]).await, json!([]));
     assert_eq!(
         values("env", &[("query", r#"{service_name="worker"}"#)]).await,
         json!(["prod", "staging"])
@@ -1029,9 +1026,8 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
     .await;
     assert_eq!(
         series["data"],
-        // The stream labels (the indexed ones), not the attributes, which are structured
-        // metadata in Loki's terms.
-        json!([{"service_name": "billing", "level": "warn", "detected_level": "warn"}]),
+        // The stream labels, not the structured metadata.
+        json!([{"service_name": "billing", "level": "warn", "region": "eu"}]),
         "{series}"
     );
     let series = ok(
@@ -1845,10 +1841,13 @@ async fn stream_labels_stay_labels_and_levels_are_detected_from_lines(db: &TestD
         {"stream": {"job": "cron", "app": "nightly"}, "values": [
             [ts(5), "run", {"trace_id": "0af7651916cd43dd8448eb211c80319c", "region": "eu"}],
         ]},
+        {"stream": {"service_name": "legacy", "level": "WARNING"}, "values": [
+            [ts(6), "disk almost full"],
+        ]},
     ]});
     push_json(addr, &[], streams).await;
     wait_until("the lines to be stored", DEADLINE, async || {
-        db.count().await >= 5
+        db.count().await >= 6
     })
     .await;
     let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
@@ -1900,6 +1899,36 @@ async fn stream_labels_stay_labels_and_levels_are_detected_from_lines(db: &TestD
     assert_eq!(cron[0].1["service_name"], "nightly", "app comes before job");
     assert_eq!(cron[0].1["trace_id"], "0af7651916cd43dd8448eb211c80319c");
     assert_eq!(cron[0].1["region"], "eu");
+    // Structured metadata is a label of the line, not of the stream: a selector does not see it.
+    assert!(streams(r#"{job="cron", region="eu"}"#).await.is_empty());
+    assert_eq!(streams(r#"{job="cron"} | region="eu""#).await.len(), 1);
+    // A level label is kept as it was sent; detected_level names it as Loki does.
+    let legacy = streams(r#"{level="WARNING"}"#).await;
+    assert_eq!(
+        legacy,
+        [(
+            "disk almost full".to_owned(),
+            json!({"detected_level": "warn", "level": "WARNING", "service_name": "legacy"})
+        )]
+    );
+    assert!(streams(r#"{level="warn"}"#).await.is_empty());
+    let volume = ok(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[
+            ("query", r#"{service_name="legacy"}"#),
+            ("targetLabels", "level"),
+            ("start", &start),
+            ("end", &end),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        volume["data"]["result"][0]["metric"],
+        json!({"level": "WARNING"}),
+        "the rollup keeps the level as sent: {volume}"
+    );
     server.stop().await;
 }
 on_both_backends!(

@@ -1,14 +1,14 @@
 //! Loki's stream labels: the Prometheus text form a push carries them in (`{job="api",
 //! level="info"}`), and how a stream's labels become a record's fields. The service comes from
 //! `service_name`, else the first label of Loki's own list that has a value (`service`, `app`, …,
-//! `job`), as Loki derives it (none: `unknown_service`, as everywhere); the severity from `level`, `severity` or
-//! `detected_level` (Loki's level names). Every label stays a label: the ones the service and the
-//! severity came from are kept as attributes too, so that `{job="batch"}` selects what it
-//! selects in Loki; only `service_name`, `level` and `detected_level`, which the record's own
-//! columns answer, are not repeated.
+//! `job`), as Loki derives it (none: `unknown_service`, as everywhere); the severity from `level`,
+//! `severity` or `detected_level` (Loki's level names). Every label but `service_name`, which
+//! the record's own column holds, stays a label as it was sent: `{job="batch"}` and
+//! `{level="WARNING"}` select what they select in Loki.
 
 use std::collections::BTreeMap;
 
+use crate::ingest::validate::StreamLabels;
 use crate::model::severity::Severity;
 
 /// The label that is the service itself.
@@ -32,19 +32,17 @@ const SERVICE_LABELS: [&str; 13] = [
 ];
 /// Labels that name the level.
 const LEVEL_LABELS: [&str; 3] = ["level", "severity", "detected_level"];
-/// Level labels the record's severity answers, so that they are not kept as attributes too.
-const SEVERITY_LABELS: [&str; 2] = ["level", "detected_level"];
 
 /// What every entry of a stream shares.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct StreamFields {
     /// The record's service; empty when no label names one (validation makes it
     /// `unknown_service`).
     pub service: String,
     /// The OpenTelemetry severity number; 0 when no label names a known level.
     pub severity: i32,
-    /// The other labels.
-    pub attributes: BTreeMap<String, String>,
+    /// The stream's labels but `service_name`.
+    pub labels: StreamLabels,
 }
 
 impl StreamFields {
@@ -59,31 +57,21 @@ impl StreamFields {
                 .unwrap_or_default(),
         };
         let severity = level_of(&labels).unwrap_or(0);
-        labels.retain(|name, _| !SEVERITY_LABELS.contains(&name.as_str()));
         StreamFields {
             service,
             severity,
-            attributes: labels,
+            labels: StreamLabels::new(labels),
         }
     }
 }
 
-/// The severity number of the first level label whose value is a level name.
-fn level_of(labels: &BTreeMap<String, String>) -> Option<i32> {
+/// The severity number of the first level label (or structured metadata) whose value is a level
+/// name.
+pub(crate) fn level_of(labels: &BTreeMap<String, String>) -> Option<i32> {
     LEVEL_LABELS
         .iter()
         .find_map(|name| Severity::from_name(labels.get(*name)?))
         .map(Severity::number)
-}
-
-/// Removes the first level label whose value is a level name, and returns its severity number.
-pub fn take_level(labels: &mut BTreeMap<String, String>) -> Option<i32> {
-    let (name, severity) = LEVEL_LABELS.iter().find_map(|name| {
-        let severity = Severity::from_name(labels.get(*name)?)?.number();
-        Some((*name, severity))
-    })?;
-    labels.remove(name);
-    Some(severity)
 }
 
 /// Parses a label set in Prometheus text form: `{name="value", …}`, values quoted with Go's
@@ -289,9 +277,14 @@ mod tests {
         assert_eq!(fields.service, "api", "app comes before job in Loki's list");
         assert_eq!(fields.severity, 13);
         assert_eq!(
-            fields.attributes,
-            map(&[("app", "api"), ("env", "prod"), ("job", "varlogs")]),
-            "every label but the level stays a label"
+            fields.labels.map(),
+            &map(&[
+                ("app", "api"),
+                ("env", "prod"),
+                ("job", "varlogs"),
+                ("level", "WARNING")
+            ]),
+            "every label stays a label, as sent"
         );
         let fields = StreamFields::from_labels(map(&[
             ("service_name", "checkout"),
@@ -301,10 +294,14 @@ mod tests {
         ]));
         assert_eq!(fields.service, "checkout");
         assert_eq!(fields.severity, 17);
-        assert_eq!(fields.attributes, map(&[("job", "x")]));
+        assert_eq!(
+            fields.labels.map(),
+            &map(&[("detected_level", "error"), ("job", "x"), ("level", "loud")]),
+            "only service_name, which the record's column holds, leaves the labels"
+        );
         let fields = StreamFields::from_labels(map(&[("app", "web"), ("severity", "error")]));
         assert_eq!((fields.service.as_str(), fields.severity), ("web", 17));
-        assert_eq!(fields.attributes["severity"], "error");
+        assert_eq!(fields.labels.map()["severity"], "error");
         // Pairs Loki 3.7.6 was asked about, and the service it derived.
         for (labels, service) in [
             (map(&[("name", "n1"), ("container", "c1")]), "n1"),

@@ -236,7 +236,7 @@ impl Pusher {
                         let fields = fields.as_ref().map_err(Clone::clone)?;
                         let entry = EntryAdapter::decode(entry).map_err(Invalid::malformed)?;
                         let wire = to_wire(entry, fields);
-                        validate_with(wire, &fields.attributes, &self.limits, now)
+                        validate_with(wire, &fields.labels, &self.limits, now)
                     })
                     .await?;
             }
@@ -277,7 +277,7 @@ pub(crate) fn to_wire(entry: EntryAdapter, fields: &StreamFields) -> LogRecord {
         .collect();
     // As Loki finds `detected_level`: the stream's level label, the entry's metadata, the line.
     let severity = if fields.severity == 0 {
-        labels::take_level(&mut attributes)
+        labels::level_of(&attributes)
             .or_else(|| level::detect(&entry.line))
             .unwrap_or(0)
     } else {
@@ -350,8 +350,12 @@ mod tests {
         assert_eq!(wire.trace_id, "0af7651916cd43dd8448eb211c80319c");
         assert_eq!(wire.span_id, "");
         let keys: Vec<&str> = wire.attributes.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["span_id", "user"]);
-        assert_eq!(fields.attributes["env"], "prod");
+        assert_eq!(
+            keys,
+            ["detected_level", "span_id", "user"],
+            "metadata stays metadata; only a trace or span id becomes the record's"
+        );
+        assert_eq!(fields.labels.map()["env"], "prod");
     }
 
     #[test]

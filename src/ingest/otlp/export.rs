@@ -78,9 +78,9 @@ impl Exporter {
     }
 
     /// Walks the request's resources and scopes and decodes its records one at a time, each
-    /// charged to `meter` as it is built: a record's stored size includes every resource and
-    /// scope attribute it inherits, so a request whose shared attributes would be repeated past
-    /// the message limit is refused before it is all in memory.
+    /// charged to `meter` as it is built: a record's size includes every resource and scope
+    /// attribute it inherits (held once, but written with each row), so a request whose shared
+    /// attributes would be repeated past the message limit is refused before it is all built.
     async fn decode(
         &self,
         message: Bytes,
@@ -110,7 +110,7 @@ impl Exporter {
                             let record =
                                 OtlpLogRecord::decode(record).map_err(Invalid::malformed)?;
                             let wire = mapping::to_wire(record, &shared)?;
-                            validate_with(wire, &shared.attributes, &self.limits, now)
+                            validate_with(wire, &shared.labels, &self.limits, now)
                         })
                         .await?;
                 }

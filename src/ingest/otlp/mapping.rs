@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord as OtlpLogRecord, SeverityN
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost_types::Timestamp;
 
-use crate::ingest::validate::{Invalid, RejectReason};
+use crate::ingest::validate::{Invalid, RejectReason, StreamLabels};
 use crate::model::severity::Severity;
 use crate::proto::v1::LogRecord;
 
@@ -52,56 +52,59 @@ pub struct Shared {
     /// The resource's `service.name`, empty when it has none (a record then takes its own
     /// `service.name` attribute, and validation stores `unknown_service` when it has none either).
     pub service: String,
-    /// Flattened `resource.*` and `scope.*` attributes.
-    pub attributes: BTreeMap<String, String>,
+    /// Flattened `resource.*` and `scope.*` attributes: the stream labels of its records.
+    pub labels: StreamLabels,
 }
 
 impl Shared {
     /// What a resource gives its records: the service name and `resource.<key>` attributes.
     pub fn from_resource(resource: Option<&Resource>) -> Shared {
-        let mut shared = Shared::default();
+        let mut service = String::new();
+        let mut labels = BTreeMap::new();
         for attribute in resource.map_or(&[][..], |resource| &resource.attributes) {
             let value = text(attribute.value.clone());
             if attribute.key == SERVICE_NAME_KEY {
                 // It is the `service` column; repeating it in every row's attributes buys nothing.
-                shared.service = value;
+                service = value;
             } else {
-                shared
-                    .attributes
-                    .insert(format!("{RESOURCE_PREFIX}{}", attribute.key), value);
+                labels.insert(format!("{RESOURCE_PREFIX}{}", attribute.key), value);
             }
         }
-        shared
+        Shared {
+            service,
+            labels: StreamLabels::new(labels),
+        }
     }
 
     /// The resource's share plus what a scope adds: `scope.<key>` attributes, then `scope.name`
     /// and `scope.version` when they are not empty.
     pub fn with_scope(&self, scope: Option<&InstrumentationScope>) -> Shared {
-        let mut shared = self.clone();
         let Some(scope) = scope else {
-            return shared;
+            return self.clone();
         };
+        let mut labels = self.labels.map().clone();
         for attribute in &scope.attributes {
-            shared.attributes.insert(
+            labels.insert(
                 format!("{SCOPE_PREFIX}{}", attribute.key),
                 text(attribute.value.clone()),
             );
         }
         for (field, value) in [("name", &scope.name), ("version", &scope.version)] {
             if !value.is_empty() {
-                shared
-                    .attributes
-                    .insert(format!("{SCOPE_PREFIX}{field}"), value.clone());
+                labels.insert(format!("{SCOPE_PREFIX}{field}"), value.clone());
             }
         }
-        shared
+        Shared {
+            service: self.service.clone(),
+            labels: StreamLabels::new(labels),
+        }
     }
 }
 
 /// Translates one OTLP record, moving its strings. Fails only for what the wire record cannot
 /// express (trace or span ids of the wrong length); everything else is left to validation. The
-/// wire record carries the record's own attributes only; `shared.attributes` are merged in by
-/// validation, so they are not copied per record.
+/// wire record carries the record's own attributes only; `shared.labels` are its stream's, which
+/// validation points it to, so they are not copied per record.
 pub fn to_wire(record: OtlpLogRecord, shared: &Shared) -> Result<LogRecord, Invalid> {
     // Checked first: a record rejected here costs no attribute copying.
     let trace_id = hex_id(
@@ -322,7 +325,8 @@ mod tests {
         }
     }
 
-    /// The attributes a record is stored with: its own merged over what it shares.
+    /// The attributes a record is stored with, as a reader sees them: its own merged over its
+    /// stream's labels (what it shares).
     fn stored_attributes(wire: LogRecord, shared: &Shared) -> BTreeMap<String, String> {
         let limits = crate::ingest::validate::Limits {
             max_message_bytes: 1 << 20,
@@ -330,8 +334,12 @@ mod tests {
         };
         let now = chrono::DateTime::from_timestamp(1_764_417_700, 0).unwrap();
         let stored =
-            crate::ingest::validate::validate_with(wire, &shared.attributes, &limits, now).unwrap();
-        serde_json::from_str(&stored.attributes).unwrap()
+            crate::ingest::validate::validate_with(wire, &shared.labels, &limits, now).unwrap();
+        let mut attributes: BTreeMap<String, String> =
+            serde_json::from_str(&stored.labels).unwrap();
+        attributes
+            .extend(serde_json::from_str::<BTreeMap<String, String>>(&stored.attributes).unwrap());
+        attributes
     }
 
     #[test]

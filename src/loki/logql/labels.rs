@@ -1,9 +1,11 @@
-//! A stored record's labels, as a Loki reader sees them: `service_name` (the record's service),
-//! `level` and `detected_level` (its severity, by Loki's names), both indexed; `trace_id` and
-//! `span_id` when it has them; and each attribute
-//! as a label (structured metadata in Loki's terms), its name with every character Loki does not
-//! allow in a label name replaced by `_`, its value the attribute's text (or its JSON, for a value
-//! that is not a string).
+//! A stored record's labels, as a Loki reader sees them. Its stream labels: `service_name` (the
+//! record's service) and the labels its stream was sent with (a Loki stream's, an OpenTelemetry
+//! resource's attributes), `level` among them only where it was sent, as it was sent. Then its
+//! structured metadata, as Loki adds it to each line: `detected_level` (its severity, by Loki's
+//! names), `trace_id` and `span_id` when it has them, and each attribute as a label, its name with
+//! every character Loki does not allow in a label name replaced by `_`, its value the
+//! attribute's text (or its JSON, for a value that is not a string). A selector sees the stream
+//! labels alone.
 
 use std::collections::BTreeMap;
 
@@ -20,14 +22,15 @@ pub(crate) const LEVEL_LABEL: &str = "level";
 /// The same, under the name Loki gives a level it detected.
 pub(crate) const DETECTED_LEVEL_LABEL: &str = "detected_level";
 
-/// True for the labels that name the severity.
-pub(crate) fn is_level_label(name: &str) -> bool {
-    name == LEVEL_LABEL || name == DETECTED_LEVEL_LABEL
+/// True for the stream labels the rollup keeps (columns of `log_volume`).
+pub(crate) fn is_indexed(name: &str) -> bool {
+    name == SERVICE_LABEL || name == LEVEL_LABEL
 }
 
-/// True for the labels the database indexes (columns, not attributes).
-pub(crate) fn is_indexed(name: &str) -> bool {
-    name == SERVICE_LABEL || is_level_label(name)
+/// True for the labels the rollup can group by: its stream labels and `detected_level`, which
+/// its severity gives.
+pub(crate) fn is_rollup_label(name: &str) -> bool {
+    is_indexed(name) || name == DETECTED_LEVEL_LABEL
 }
 
 /// An attribute's key as a label name: characters other than ASCII letters, digits and `_`
@@ -51,58 +54,68 @@ pub(crate) fn label_value(value: &serde_json::Value) -> String {
     }
 }
 
-/// The labels of the record's stream: its service, and its level by name. A record of no known
-/// level has no `level` label, as a Loki stream sent without one, and `detected_level` says
-/// `unknown`, as Loki's does.
-pub(crate) fn stream_labels(service: &str, severity: i16) -> Labels {
-    let level = Severity::of(severity.into());
-    let mut labels = Labels::from([
-        (SERVICE_LABEL.to_owned(), service.to_owned()),
-        (DETECTED_LEVEL_LABEL.to_owned(), level.name().to_owned()),
-    ]);
-    if level != Severity::Unknown {
-        labels.insert(LEVEL_LABEL.to_owned(), level.name().to_owned());
+/// The stream labels of a rollup row: its service, and its `level` label where one was sent.
+pub(crate) fn volume_stream_labels(service: &str, level: &str) -> Labels {
+    let mut labels = Labels::from([(SERVICE_LABEL.to_owned(), service.to_owned())]);
+    if !level.is_empty() {
+        labels.insert(LEVEL_LABEL.to_owned(), level.to_owned());
     }
     labels
 }
 
-/// The value of level label `label` for a record of `level`: what [`stream_labels`] gives it,
-/// the empty text for a label it does not have.
-pub(crate) fn level_value(label: &str, level: Severity) -> &'static str {
-    if label == LEVEL_LABEL && level == Severity::Unknown {
-        ""
-    } else {
-        level.name()
-    }
+/// The labels of a rollup row a metric query groups by: its stream labels and the
+/// `detected_level` of its severity.
+pub(crate) fn volume_labels(service: &str, level: &str, severity: i16) -> Labels {
+    let mut labels = volume_stream_labels(service, level);
+    labels.insert(
+        DETECTED_LEVEL_LABEL.to_owned(),
+        Severity::of(severity.into()).name().to_owned(),
+    );
+    labels
 }
 
 /// The labels of a record's trace context, as Loki returns them (structured metadata).
 const TRACE_ID_LABEL: &str = "trace_id";
 const SPAN_ID_LABEL: &str = "span_id";
 
-/// Every label of a stored record: its stream's, its trace context's and its attributes'. An
-/// attribute whose label name is already taken (by the stream, or by an earlier attribute) is
-/// left out.
-pub(crate) fn row_labels(row: &StoredRow) -> Labels {
-    let mut labels = stream_labels(&row.service, row.severity);
+/// The stream labels of a stored record: its service and the labels its stream was sent with.
+pub(crate) fn row_stream_labels(row: &StoredRow) -> Labels {
+    let mut labels = Labels::from([(SERVICE_LABEL.to_owned(), row.service.clone())]);
+    add_object(&mut labels, &row.labels);
+    labels
+}
+
+/// Every label of a stored record whose stream labels are `stream`: those, then its
+/// `detected_level`, its trace context's and its attributes'. A label whose name is already
+/// taken (by the stream, or by an earlier attribute) is left out.
+pub(crate) fn with_metadata(mut labels: Labels, row: &StoredRow) -> Labels {
+    labels
+        .entry(DETECTED_LEVEL_LABEL.to_owned())
+        .or_insert_with(|| Severity::of(row.severity.into()).name().to_owned());
     for (name, id) in [
         (TRACE_ID_LABEL, &row.trace_id),
         (SPAN_ID_LABEL, &row.span_id),
     ] {
         if let Some(id) = id.as_ref().filter(|id| !id.is_empty()) {
-            labels.insert(name.to_owned(), id.clone());
+            labels.entry(name.to_owned()).or_insert_with(|| id.clone());
         }
     }
-    if let Ok(attributes) =
-        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&row.attributes)
-    {
-        for (key, value) in attributes {
+    add_object(&mut labels, &row.attributes);
+    labels
+}
+
+/// Adds the keys of a JSON object as labels, where their names are free.
+fn add_object(labels: &mut Labels, json: &str) {
+    if json.len() <= 2 {
+        return;
+    }
+    if let Ok(object) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
+        for (key, value) in object {
             labels
                 .entry(label_name(&key))
                 .or_insert_with(|| label_value(&value));
         }
     }
-    labels
 }
 
 #[cfg(test)]
@@ -126,16 +139,24 @@ mod tests {
             severity: 17,
             service: "checkout".into(),
             message: "boom".into(),
-            attributes: r#"{"http.status": 500, "user": "ann", "level": "x"}"#.into(),
+            labels: r#"{"job":"batch","level":"ERR"}"#.into(),
+            attributes: r#"{"http.status": 500, "user": "ann", "level": "x", "job": "y"}"#.into(),
             trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
             span_id: None,
         };
-        let labels = row_labels(&row);
+        let labels = with_metadata(row_stream_labels(&row), &row);
         assert_eq!(labels["trace_id"], "0af7651916cd43dd8448eb211c80319c");
         assert!(!labels.contains_key("span_id"));
         assert_eq!(labels["service_name"], "checkout");
-        assert_eq!(labels["level"], "error", "the stream's level wins");
+        assert_eq!(labels["level"], "ERR", "the stream's level, as sent, wins");
+        assert_eq!(labels["job"], "batch", "the stream's labels win");
         assert_eq!(labels["detected_level"], "error");
+        let stream = row_stream_labels(&row);
+        assert_eq!(
+            stream.keys().collect::<Vec<_>>(),
+            ["job", "level", "service_name"],
+            "metadata is not a stream label"
+        );
         assert_eq!(labels["http_status"], "500");
         assert_eq!(labels["user"], "ann");
     }
@@ -146,12 +167,13 @@ mod level_tests {
     use super::*;
 
     #[test]
-    fn a_record_of_no_known_level_has_no_level_label() {
-        let labels = stream_labels("api", 0);
+    fn a_rollup_row_has_a_level_label_only_where_one_was_sent() {
+        let labels = volume_labels("api", "", 0);
         assert!(!labels.contains_key("level"), "{labels:?}");
         assert_eq!(labels["detected_level"], "unknown");
-        assert_eq!(stream_labels("api", 13)["level"], "warn");
-        assert_eq!(level_value("level", Severity::Unknown), "");
-        assert_eq!(level_value("detected_level", Severity::Unknown), "unknown");
+        let labels = volume_labels("api", "WARNING", 13);
+        assert_eq!(labels["level"], "WARNING");
+        assert_eq!(labels["detected_level"], "warn");
+        assert!(!volume_stream_labels("api", "x").contains_key("detected_level"));
     }
 }

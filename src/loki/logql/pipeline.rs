@@ -242,10 +242,12 @@ impl Pipeline {
 
     /// The row's line and labels after the stages; `None` when the row does not match.
     pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
-        let mut labels = labels::row_labels(row);
-        if !self.selects(&labels) {
+        // The selector sees the stream's labels; the stages see its structured metadata too.
+        let stream = labels::row_stream_labels(row);
+        if !self.selects(&stream) {
             return None;
         }
+        let mut labels = labels::with_metadata(stream, row);
         let mut line = row.message.clone();
         for step in &self.steps {
             match step {
@@ -604,6 +606,7 @@ mod tests {
             severity,
             service: service.into(),
             message: message.into(),
+            labels: "{}".into(),
             attributes: attributes.into(),
             trace_id: None,
             span_id: None,
@@ -622,13 +625,21 @@ mod tests {
         let p = pipeline(
             r#"{service_name="api", level=~"error|warn"} |= "timeout" != "retry" |~ "(?i)DB""#,
         );
-        assert!(p.process(&row("api", 17, "db timeout", "{}")).is_some());
+        let sent = |service: &str, level: &str, message: &str| StoredRow {
+            labels: format!(r#"{{"level":"{level}"}}"#),
+            ..row(service, 0, message, "{}")
+        };
+        assert!(p.process(&sent("api", "error", "db timeout")).is_some());
         assert!(p
-            .process(&row("api", 17, "db timeout, retry", "{}"))
+            .process(&sent("api", "error", "db timeout, retry"))
             .is_none());
-        assert!(p.process(&row("api", 9, "db timeout", "{}")).is_none());
-        assert!(p.process(&row("web", 13, "DB timeout", "{}")).is_none());
-        assert!(p.process(&row("api", 13, "cache timeout", "{}")).is_none());
+        assert!(p.process(&sent("api", "info", "db timeout")).is_none());
+        assert!(p.process(&sent("web", "warn", "DB timeout")).is_none());
+        assert!(p.process(&sent("api", "warn", "cache timeout")).is_none());
+        assert!(
+            p.process(&row("api", 17, "db timeout", "{}")).is_none(),
+            "a severity is no level label"
+        );
     }
 
     #[test]
@@ -829,15 +840,28 @@ mod tests {
 
     #[test]
     fn attributes_are_labels_and_drop_keep_shape_them() {
-        let p =
-            pipeline(r#"{service_name="api", http_method="GET"} | keep service_name, http_method"#);
+        let p = pipeline(
+            r#"{service_name="api", k8s_pod="p1"} | http_method="GET" | keep service_name, http_method"#,
+        );
+        let in_pod = |attributes: &str| StoredRow {
+            labels: r#"{"k8s.pod":"p1"}"#.into(),
+            ..row("api", 9, "m", attributes)
+        };
         let out = p
-            .process(&row("api", 9, "m", r#"{"http.method":"GET","user":"x"}"#))
+            .process(&in_pod(r#"{"http.method":"GET","user":"x"}"#))
             .unwrap();
         assert_eq!(out.labels.len(), 2);
-        assert!(p
-            .process(&row("api", 9, "m", r#"{"http.method":"POST"}"#))
-            .is_none());
+        assert!(p.process(&in_pod(r#"{"http.method":"POST"}"#)).is_none());
+        assert!(
+            p.process(&row(
+                "api",
+                9,
+                "m",
+                r#"{"http.method":"GET","k8s.pod":"p1"}"#
+            ))
+            .is_none(),
+            "a selector does not see structured metadata"
+        );
         let p = pipeline(r#"{service_name="api"} | drop detected_level, level"#);
         let out = p.process(&row("api", 9, "m", "{}")).unwrap();
         assert_eq!(out.labels.keys().collect::<Vec<_>>(), ["service_name"]);

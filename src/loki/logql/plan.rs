@@ -6,35 +6,31 @@ use chrono::{DateTime, Utc};
 
 use super::ast::*;
 use super::eval::Steps;
-use super::labels::{self, SERVICE_LABEL};
+use super::labels::{self, LEVEL_LABEL, SERVICE_LABEL};
 use super::pipeline::ERROR_LABEL;
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
-use crate::model::severity::Severity;
 
 /// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
-/// level and attributes whose names are their keys, and the line filters before any
-/// `line_format` (which changes the line the later ones see).
+/// `level` label and the stream labels whose names are their keys, and the line filters before
+/// any `line_format` (which changes the line the later ones see).
 pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>) -> Selection {
     let mut selection = Selection::range(from, to);
     for matcher in &query.selector {
         let value = &matcher.value;
+        let condition = || match matcher.op {
+            MatchOp::Eq => TextCondition::Eq(value.clone()),
+            MatchOp::Ne => TextCondition::Ne(value.clone()),
+            MatchOp::Re => TextCondition::Matches(pattern(value, true, false)),
+            MatchOp::NotRe => TextCondition::NotMatches(pattern(value, true, true)),
+        };
         if matcher.label == SERVICE_LABEL {
-            selection.services.push(match matcher.op {
-                MatchOp::Eq => TextCondition::Eq(value.clone()),
-                MatchOp::Ne => TextCondition::Ne(value.clone()),
-                MatchOp::Re => TextCondition::Matches(pattern(value, true, false)),
-                MatchOp::NotRe => TextCondition::NotMatches(pattern(value, true, true)),
-            });
-        } else if labels::is_level_label(&matcher.label) {
-            let ranges = level_ranges(matcher);
-            selection.severities = Some(match selection.severities.take() {
-                None => ranges,
-                Some(before) => before.into_iter().filter(|r| ranges.contains(r)).collect(),
-            });
-        } else if is_attribute_key(matcher) {
+            selection.services.push(condition());
+        } else if matcher.label == LEVEL_LABEL {
+            selection.levels.push(condition());
+        } else if is_label_key(matcher) {
             selection
-                .attributes
+                .labels
                 .push((matcher.label.clone(), value.clone()));
         }
     }
@@ -54,21 +50,16 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
 }
 
 /// The part of `query` a tail's polls can check, in the terms of the other tails' filter: one
-/// service by equality, the lowest severity any level matcher accepts, attributes by key, and
-/// the first `|=` before any `line_format`. The engine still checks every row it polls, so this
-/// only has to let through every row the query matches.
+/// service by equality, labels by key, and the first `|=` before any `line_format`. The engine
+/// still checks every row it polls, so this only has to let through every row the query
+/// matches.
 pub(crate) fn tail_filter(query: &LogQuery) -> Filter {
     let mut filter = Filter::default();
     for matcher in &query.selector {
         if matcher.label == SERVICE_LABEL && matcher.op == MatchOp::Eq && filter.services.is_empty()
         {
             filter.services.push(matcher.value.clone());
-        } else if labels::is_level_label(&matcher.label) {
-            let lowest = level_ranges(matcher).iter().map(|(low, _)| *low).min();
-            // A matcher no level satisfies matches nothing; an impossible floor says so.
-            let floor = lowest.unwrap_or(i16::MAX);
-            filter.min_severity = filter.min_severity.max(floor);
-        } else if is_attribute_key(matcher) {
+        } else if is_label_key(matcher) {
             filter
                 .attributes
                 .insert(matcher.label.clone(), matcher.value.clone());
@@ -90,53 +81,29 @@ pub(crate) fn tail_filter(query: &LogQuery) -> Filter {
     filter
 }
 
-/// True for an `=` matcher SQL checks on the attribute of the same name: a label name with `_`
+/// True for an `=` matcher SQL checks on the stream label of the same key: a label name with `_`
 /// may stand for a key with `.` or `-` and is left to the engine, one without is its key.
-fn is_attribute_key(matcher: &Matcher) -> bool {
+fn is_label_key(matcher: &Matcher) -> bool {
     matcher.op == MatchOp::Eq
         && !matcher.value.is_empty()
         && matcher.label.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
 /// True when the selection of `query` holds every condition of it, so the database can count a
-/// limit itself: no stage, and each matcher one SQL checks exactly (service equality, any level
-/// matcher, which becomes severity ranges, and attribute keys).
+/// limit itself: no stage, and each matcher one SQL checks exactly (equality of the service or
+/// the level, and label keys).
 pub(crate) fn is_exact(query: &LogQuery) -> bool {
     query.pipeline.is_empty()
         && query.selector.iter().all(|m| {
-            labels::is_level_label(&m.label)
-                || (m.label == SERVICE_LABEL && matches!(m.op, MatchOp::Eq | MatchOp::Ne))
-                || is_attribute_key(m)
+            ((m.label == SERVICE_LABEL || m.label == LEVEL_LABEL)
+                && matches!(m.op, MatchOp::Eq | MatchOp::Ne))
+                || is_label_key(m)
         })
 }
 
 /// True when `query` is a selector of indexed labels alone: what the rollup's rows can tell.
 pub(crate) fn is_indexed_selector(query: &LogQuery) -> bool {
     query.pipeline.is_empty() && query.selector.iter().all(|m| labels::is_indexed(&m.label))
-}
-
-/// The severity ranges whose level names the matcher accepts.
-fn level_ranges(matcher: &Matcher) -> Vec<(i16, i16)> {
-    let regex = match matcher.op {
-        MatchOp::Re | MatchOp::NotRe => super::pipeline::regex(&matcher.value, true).ok(),
-        MatchOp::Eq | MatchOp::Ne => None,
-    };
-    Severity::ALL
-        .into_iter()
-        .filter(|level| {
-            let name = labels::level_value(&matcher.label, *level);
-            match matcher.op {
-                MatchOp::Eq => name == matcher.value,
-                MatchOp::Ne => name != matcher.value,
-                MatchOp::Re => regex.as_ref().is_some_and(|re| re.is_match(name)),
-                MatchOp::NotRe => regex.as_ref().is_none_or(|re| !re.is_match(name)),
-            }
-        })
-        .map(|level| {
-            let range = level.range();
-            (*range.start() as i16, *range.end() as i16)
-        })
-        .collect()
 }
 
 /// A regular expression of the query for the stores: as it is for SQLite (whose `REGEXP` runs
@@ -262,7 +229,7 @@ pub(crate) fn volume_plan(
         Some(Grouping {
             without: false,
             labels: by,
-        }) if by.iter().all(|label| labels::is_indexed(label)) => by.clone(),
+        }) if by.iter().all(|label| labels::is_rollup_label(label)) => by.clone(),
         Some(_) => return None,
     };
     let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % MINUTE_NANOS as u128 == 0;
@@ -305,10 +272,7 @@ mod tests {
         );
         let filter = tail_filter(&query);
         assert_eq!(filter.services, ["api"]);
-        assert_eq!(
-            filter.min_severity, 13,
-            "the lowest level the matcher takes"
-        );
+        assert_eq!(filter.min_severity, 0, "the level is a label as sent");
         assert_eq!(
             filter.attributes.into_iter().collect::<Vec<_>>(),
             [("region".to_owned(), "eu".to_owned())],
@@ -318,11 +282,7 @@ mod tests {
 
         let after_format = tail_filter(&log(r#"{level="nope"} | line_format "{{.a}}" |= "db""#));
         assert_eq!(after_format.contains, None, "line_format changes the line");
-        assert_eq!(
-            after_format.min_severity,
-            i16::MAX,
-            "no level is called nope"
-        );
+        assert_eq!(after_format.attributes["level"], "nope");
         let everything = tail_filter(&log(r#"{service_name=~"a|b", level!="debug"}"#));
         assert_eq!(everything, Filter::default());
     }
@@ -335,8 +295,11 @@ mod tests {
         );
         let selection = selection(&query, now, now);
         assert_eq!(selection.services, [TextCondition::Eq("api".into())]);
-        assert_eq!(selection.severities, Some(vec![(17, 20), (21, 24)]));
-        assert_eq!(selection.attributes, [("region".into(), "eu".into())]);
+        assert!(matches!(
+            selection.levels.as_slice(),
+            [TextCondition::Matches(_)]
+        ));
+        assert_eq!(selection.labels, [("region".into(), "eu".into())]);
         assert_eq!(selection.lines.len(), 2, "not the filter after line_format");
         let LineCondition::Matches(pattern) = &selection.lines[1] else {
             panic!("{:?}", selection.lines[1]);

@@ -8,13 +8,13 @@ use crate::storage::row::Row;
 
 /// The statement the body is sent to.
 pub(super) const COPY_SQL: &str =
-    "COPY logs (tenant, ts, severity, service, message, attributes, trace_id, span_id) \
+    "COPY logs (tenant, ts, severity, service, message, labels, attributes, trace_id, span_id) \
      FROM STDIN (FORMAT binary)";
 
 /// The binary format's signature, then 32-bit flags and header-extension length, both 0.
 const HEADER: &[u8] = b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0";
 /// Columns per tuple.
-const COLUMNS: i16 = 8;
+const COLUMNS: i16 = 9;
 /// The end of the data: a tuple of -1 columns.
 const TRAILER: [u8; 2] = (-1i16).to_be_bytes();
 /// jsonb's binary input is a version byte, then the JSON text.
@@ -25,7 +25,7 @@ const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
 /// The COPY body of `rows`.
 pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Vec<u8> {
     let mut rows = rows.peekable();
-    // Nine length words and the fixed-size values, plus the strings.
+    // Ten length words and the fixed-size values, plus the strings.
     let estimate = rows.peek().map_or(0, |row| tuple_len(row)) * (rows.len() + 1);
     let mut out = Vec::with_capacity(HEADER.len() + estimate + TRAILER.len());
     out.extend_from_slice(HEADER);
@@ -37,9 +37,8 @@ pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Ve
         fixed(&mut out, &record.severity.to_be_bytes());
         text(&mut out, &record.service);
         text(&mut out, &record.message);
-        out.extend_from_slice(&((record.attributes.len() + 1) as i32).to_be_bytes());
-        out.push(JSONB_VERSION);
-        out.extend_from_slice(record.attributes.as_bytes());
+        jsonb(&mut out, &record.labels);
+        jsonb(&mut out, &record.attributes);
         nullable(&mut out, record.trace_id.as_deref());
         nullable(&mut out, record.span_id.as_deref());
     }
@@ -50,16 +49,17 @@ pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Ve
 /// About what one row takes in the body.
 fn tuple_len(row: &Row<'_>) -> usize {
     let record = row.record;
-    2 + 8 * 4
-        + 1
+    2 + 9 * 4
+        + 2
         + 8
         + 2
         + row.tenant.len()
         + record.service.len()
         + record.message.len()
+        + record.labels.len()
         + record.attributes.len()
-        + record.trace_id.as_ref().map_or(0, String::len)
-        + record.span_id.as_ref().map_or(0, String::len)
+        + record.trace_id.as_ref().map_or(0, |id| id.len())
+        + record.span_id.as_ref().map_or(0, |id| id.len())
 }
 
 /// `timestamptz`: microseconds since PostgreSQL's epoch. Records hold whole microseconds.
@@ -70,6 +70,13 @@ fn timestamp(ts: DateTime<Utc>) -> i64 {
 fn fixed(out: &mut Vec<u8>, value: &[u8]) {
     out.extend_from_slice(&(value.len() as i32).to_be_bytes());
     out.extend_from_slice(value);
+}
+
+/// jsonb: its version byte, then the JSON text.
+fn jsonb(out: &mut Vec<u8>, json: &str) {
+    out.extend_from_slice(&((json.len() + 1) as i32).to_be_bytes());
+    out.push(JSONB_VERSION);
+    out.extend_from_slice(json.as_bytes());
 }
 
 fn text(out: &mut Vec<u8>, value: &str) {
@@ -95,6 +102,7 @@ mod tests {
             severity: 9,
             service: "api".into(),
             message: "hi".into(),
+            labels: r#"{"job":"a"}"#.into(),
             attributes: "{}".into(),
             trace_id: None,
             span_id: Some("00f067aa0ba902b7".into()),
@@ -106,11 +114,14 @@ mod tests {
         let body = encode(rows.iter());
         assert!(body.starts_with(b"PGCOPY\n\xff\r\n\0"));
         let tuple = &body[HEADER.len()..];
-        assert_eq!(&tuple[..2], &8i16.to_be_bytes());
+        assert_eq!(&tuple[..2], &9i16.to_be_bytes());
         assert_eq!(&tuple[2..7], b"\0\0\0\x01t");
         assert_eq!(&tuple[7..11], &8i32.to_be_bytes());
         assert_eq!(&tuple[11..19], &1_000_002i64.to_be_bytes());
         assert_eq!(&tuple[19..25], b"\0\0\0\x02\0\x09");
+        assert!(body
+            .windows(16)
+            .any(|window| window == b"\0\0\0\x0c\x01{\"job\":\"a\"}"));
         assert!(body.ends_with(b"\0\0\0\x1000f067aa0ba902b7\xff\xff"));
         let null_trace = body
             .windows(8)

@@ -46,7 +46,7 @@ const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
 pub(crate) const APPLICATION_NAME: &str = "loghaul-reads";
 
-pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
+pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
 /// A PostgreSQL read pool.
 #[derive(Clone, Debug)]
@@ -81,7 +81,8 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str
     }
     if !filter.attributes.is_empty() {
         builder
-            .push(" AND attributes @> ")
+            // A record's labels and attributes read as one map, its own attributes winning.
+            .push(" AND (labels || attributes) @> ")
             .push_bind(filter.attributes_json())
             .push("::jsonb");
     }
@@ -95,6 +96,7 @@ pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
         severity: row.try_get("severity")?,
         service: row.try_get("service")?,
         message: row.try_get("message")?,
+        labels: row.try_get("labels")?,
         attributes: row.try_get("attributes")?,
         trace_id: row.try_get("trace_id")?,
         span_id: row.try_get("span_id")?,

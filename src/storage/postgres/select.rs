@@ -20,36 +20,45 @@ const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
 /// Each window is this many times longer than the one before.
 const WINDOW_GROWTH: i32 = 8;
 
+/// The stream's `level` label on `logs` (the empty text without one).
+const LOGS_LEVEL: &str = "coalesce(labels ->> 'level', '')";
+/// The same on `log_volume`.
+const VOLUME_LEVEL: &str = "level";
+
+/// ` AND column …` for a condition on a text column (or expression); a regular expression
+/// PostgreSQL would read differently is left to the engine.
+fn push_text(builder: &mut QueryBuilder<'_, Postgres>, column: &str, condition: &TextCondition) {
+    match condition {
+        TextCondition::Eq(text) => {
+            builder.push(" AND ").push(column).push(" = ");
+            builder.push_bind(text.clone());
+        }
+        TextCondition::Ne(text) => {
+            builder.push(" AND ").push(column).push(" <> ");
+            builder.push_bind(text.clone());
+        }
+        TextCondition::Matches(pattern) => push_regex(builder, column, pattern, false),
+        TextCondition::NotMatches(pattern) => push_regex(builder, column, pattern, true),
+    }
+}
+
 /// The conditions of `selection` other than its time range, on `logs` or `log_volume` (which
-/// share the service and severity columns; a volume selection has no attribute or line
-/// condition). A regular expression PostgreSQL would read differently is left to the engine.
-fn push_conditions(builder: &mut QueryBuilder<'_, Postgres>, selection: &Selection) {
+/// share the service column, and keep the `level` label in `level_column`; a volume selection
+/// has no label or line condition).
+fn push_conditions(
+    builder: &mut QueryBuilder<'_, Postgres>,
+    selection: &Selection,
+    level_column: &str,
+) {
     for condition in &selection.services {
-        match condition {
-            TextCondition::Eq(text) => {
-                builder.push(" AND service = ").push_bind(text.clone());
-            }
-            TextCondition::Ne(text) => {
-                builder.push(" AND service <> ").push_bind(text.clone());
-            }
-            TextCondition::Matches(pattern) => push_regex(builder, "service", pattern, false),
-            TextCondition::NotMatches(pattern) => push_regex(builder, "service", pattern, true),
-        }
+        push_text(builder, "service", condition);
     }
-    if let Some(ranges) = &selection.severities {
-        builder.push(" AND (false");
-        for (low, high) in ranges {
-            builder
-                .push(" OR severity BETWEEN ")
-                .push_bind(*low)
-                .push(" AND ")
-                .push_bind(*high);
-        }
-        builder.push(")");
+    for condition in &selection.levels {
+        push_text(builder, level_column, condition);
     }
-    for (key, value) in &selection.attributes {
+    for (key, value) in &selection.labels {
         builder
-            .push(" AND attributes ->> ")
+            .push(" AND labels ->> ")
             .push_bind(key.clone())
             .push(" = ")
             .push_bind(value.clone());
@@ -139,7 +148,7 @@ impl PgReader {
             builder.push_bind(tenant.to_owned());
             builder.push(" AND ts >= ").push_bind(low);
             builder.push(" AND ts < ").push_bind(high);
-            push_conditions(&mut builder, selection);
+            push_conditions(&mut builder, selection, LOGS_LEVEL);
             match order {
                 Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
                 Order::Oldest => builder.push(" ORDER BY ts, id"),
@@ -175,8 +184,8 @@ impl PgReader {
         }
     }
 
-    /// Streams the rollup's rows of `selection` (its services and severities), summed over
-    /// writers, to `sink` until it returns false, in (minute, service, severity) order, at most
+    /// Streams the rollup's rows of `selection` (its services and levels), summed over writers,
+    /// to `sink` until it returns false, in (minute, service, severity, level) order, at most
     /// `max_rows`.
     pub(in crate::storage) async fn volume(
         &self,
@@ -186,7 +195,7 @@ impl PgReader {
         sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         let mut builder = QueryBuilder::new(
-            "SELECT extract(epoch FROM minute)::int8 AS minute, service, severity, \
+            "SELECT extract(epoch FROM minute)::int8 AS minute, service, severity, level, \
              sum(records)::int8 AS records, sum(bytes)::int8 AS bytes \
              FROM log_volume WHERE tenant = ",
         );
@@ -195,9 +204,9 @@ impl PgReader {
             .push(" AND minute >= ")
             .push_bind(minute_floor(selection.from));
         builder.push(" AND minute < ").push_bind(selection.to);
-        push_conditions(&mut builder, selection);
+        push_conditions(&mut builder, selection, VOLUME_LEVEL);
         builder
-            .push(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LIMIT ")
+            .push(" GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 LIMIT ")
             .push_bind(max_rows as i64);
         let mut conn = self.acquire().await?;
         let mut rows = builder.build().fetch(&mut *conn);

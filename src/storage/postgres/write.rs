@@ -28,11 +28,11 @@ const PRUNE_SQL: &str = "DELETE FROM producer_chunks WHERE ctid = ANY(ARRAY( \
 /// Adds a batch's groups to the rollup, each to the writing session's own row (`writer`), so that
 /// sessions never wait on one another; the groups come sorted, so the rows' locks are taken in
 /// the same order by every transaction (replicas' sessions may share a pid).
-const VOLUME_SQL: &str = "INSERT INTO log_volume AS v (tenant, minute, service, severity, writer, records, bytes) \
-     SELECT g.tenant, to_timestamp(g.minute), g.service, g.severity, pg_backend_pid(), g.records, g.bytes \
-     FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int2[], $5::int8[], $6::int8[]) \
-       AS g(tenant, minute, service, severity, records, bytes) \
-     ON CONFLICT (tenant, minute, service, severity, writer) DO UPDATE \
+const VOLUME_SQL: &str = "INSERT INTO log_volume AS v (tenant, minute, service, severity, level, writer, records, bytes) \
+     SELECT g.tenant, to_timestamp(g.minute), g.service, g.severity, g.level, pg_backend_pid(), g.records, g.bytes \
+     FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int2[], $5::text[], $6::int8[], $7::int8[]) \
+       AS g(tenant, minute, service, severity, level, records, bytes) \
+     ON CONFLICT (tenant, minute, service, severity, level, writer) DO UPDATE \
      SET records = v.records + EXCLUDED.records, bytes = v.bytes + EXCLUDED.bytes";
 
 /// Adds `rows` to the volume rollup on `conn`.
@@ -43,6 +43,7 @@ async fn add_volume(conn: &mut PgConnection, rows: &[Row<'_>]) -> Result<(), sql
         .bind(groups.iter().map(|g| g.minute).collect::<Vec<_>>())
         .bind(groups.iter().map(|g| g.service).collect::<Vec<_>>())
         .bind(groups.iter().map(|g| g.severity).collect::<Vec<_>>())
+        .bind(groups.iter().map(|g| g.level.as_ref()).collect::<Vec<_>>())
         .bind(groups.iter().map(|g| g.records).collect::<Vec<_>>())
         .bind(groups.iter().map(|g| g.bytes).collect::<Vec<_>>())
         .execute(conn)

@@ -34,7 +34,7 @@ const PROGRESS_STEPS: i32 = 1000;
 /// Longest wait for a lock; a read waiting longer than its deadline is stopped anyway.
 const MAX_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, attributes, trace_id, span_id FROM logs WHERE tenant = ";
+pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, labels, attributes, trace_id, span_id FROM logs WHERE tenant = ";
 
 /// A pool of read-only SQLite connections.
 #[derive(Clone, Debug)]
@@ -73,7 +73,8 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, 
     }
     for (key, value) in &filter.attributes {
         builder
-            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.attributes) WHERE json_each.key = ")
+            // A record's labels and attributes read as one map, its own attributes winning.
+            .push(" AND EXISTS (SELECT 1 FROM json_each(json_patch(logs.labels, logs.attributes)) WHERE json_each.key = ")
             .push_bind(key.clone())
             .push(" AND json_each.value = ")
             .push_bind(value.clone())
@@ -115,6 +116,7 @@ pub(super) fn decode(row: SqliteRow) -> Result<StoredRow, sqlx::Error> {
         severity: row.try_get("severity")?,
         service: row.try_get("service")?,
         message: row.try_get("message")?,
+        labels: row.try_get("labels")?,
         attributes: row.try_get("attributes")?,
         trace_id: row.try_get("trace_id")?,
         span_id: row.try_get("span_id")?,

@@ -11,41 +11,46 @@ use crate::storage::error::{unavailable, StoreError};
 use crate::storage::volume::decode_volume;
 use crate::storage::StoredRow;
 
-/// The conditions of `selection` other than its time range, on `logs` or `log_volume`.
-fn push_conditions(builder: &mut QueryBuilder<'_, Sqlite>, selection: &Selection) {
+/// The stream's `level` label on `logs` (the empty text without one).
+const LOGS_LEVEL: &str = "coalesce(json_extract(labels, '$.level'), '')";
+/// The same on `log_volume`.
+const VOLUME_LEVEL: &str = "level";
+
+/// ` AND column …` for a condition on a text column (or expression).
+fn push_text(builder: &mut QueryBuilder<'_, Sqlite>, column: &str, condition: &TextCondition) {
+    match condition {
+        TextCondition::Eq(text) => {
+            builder.push(" AND ").push(column).push(" = ");
+            builder.push_bind(text.clone());
+        }
+        TextCondition::Ne(text) => {
+            builder.push(" AND ").push(column).push(" <> ");
+            builder.push_bind(text.clone());
+        }
+        TextCondition::Matches(pattern) => push_regexp(builder, column, pattern, false),
+        TextCondition::NotMatches(pattern) => push_regexp(builder, column, pattern, true),
+    }
+}
+
+/// The conditions of `selection` other than its time range, on `logs` or `log_volume` (which
+/// share the service column, and keep the `level` label in `level_column`; a volume selection
+/// has no label or line condition).
+fn push_conditions(
+    builder: &mut QueryBuilder<'_, Sqlite>,
+    selection: &Selection,
+    level_column: &str,
+) {
     for condition in &selection.services {
-        match condition {
-            TextCondition::Eq(text) => {
-                builder.push(" AND service = ").push_bind(text.clone());
-            }
-            TextCondition::Ne(text) => {
-                builder.push(" AND service <> ").push_bind(text.clone());
-            }
-            TextCondition::Matches(pattern) => push_regexp(builder, "service", pattern, false),
-            TextCondition::NotMatches(pattern) => push_regexp(builder, "service", pattern, true),
-        }
+        push_text(builder, "service", condition);
     }
-    if let Some(ranges) = &selection.severities {
-        builder.push(" AND (0");
-        for (low, high) in ranges {
-            builder
-                .push(" OR severity BETWEEN ")
-                .push_bind(*low)
-                .push(" AND ")
-                .push_bind(*high);
-        }
-        builder.push(")");
+    for condition in &selection.levels {
+        push_text(builder, level_column, condition);
     }
-    for (key, value) in &selection.attributes {
-        // The value as a label shows it: strings as they are, true and false by name, other
-        // values as their text.
+    for (key, value) in &selection.labels {
         builder
-            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.attributes) AS a WHERE a.key = ")
+            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.labels) AS l WHERE l.key = ")
             .push_bind(key.clone())
-            .push(
-                " AND (CASE a.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
-                 ELSE CAST(a.value AS TEXT) END) = ",
-            )
+            .push(" AND l.value = ")
             .push_bind(value.clone())
             .push(")");
     }
@@ -102,7 +107,7 @@ impl SqliteReader {
         builder
             .push(" AND ts < ")
             .push_bind(selection.to.timestamp_micros());
-        push_conditions(&mut builder, selection);
+        push_conditions(&mut builder, selection, LOGS_LEVEL);
         match order {
             Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
             Order::Oldest => builder.push(" ORDER BY ts, id"),
@@ -121,8 +126,8 @@ impl SqliteReader {
         Ok(())
     }
 
-    /// Streams the rollup's rows of `selection` (its services and severities) to `sink` until
-    /// it returns false, in (minute, service, severity) order, at most `max_rows`.
+    /// Streams the rollup's rows of `selection` (its services and levels) to `sink` until it
+    /// returns false, in (minute, service, severity, level) order, at most `max_rows`.
     pub(in crate::storage) async fn volume(
         &self,
         tenant: &str,
@@ -131,7 +136,7 @@ impl SqliteReader {
         sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         let mut builder = QueryBuilder::new(
-            "SELECT minute, service, severity, records, bytes FROM log_volume WHERE tenant = ",
+            "SELECT minute, service, severity, level, records, bytes FROM log_volume WHERE tenant = ",
         );
         builder.push_bind(tenant.to_owned());
         builder
@@ -140,9 +145,9 @@ impl SqliteReader {
         // Every minute that starts before `to`, as on PostgreSQL.
         let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
         builder.push(" AND minute < ").push_bind(to_ceil);
-        push_conditions(&mut builder, selection);
+        push_conditions(&mut builder, selection, VOLUME_LEVEL);
         builder
-            .push(" ORDER BY minute, service, severity LIMIT ")
+            .push(" ORDER BY minute, service, severity, level LIMIT ")
             .push_bind(max_rows as i64);
         let mut conn = self.acquire().await?;
         let mut rows = builder.build().fetch(&mut *conn);

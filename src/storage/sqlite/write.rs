@@ -13,7 +13,7 @@ use crate::storage::error::{classify, StoreError};
 use crate::storage::row::{claimed_in_order, kept_rows, Claim, Row};
 use crate::storage::volume;
 
-/// Rows per multi-row `INSERT … VALUES`: the largest statement binds 9 values a row, 2304 in all,
+/// Rows per multi-row `INSERT … VALUES`: the largest statement binds 10 values a row, 2560 in all,
 /// far below SQLite's limit of 32766. A batch is written as statements of 256 rows and one of each
 /// smaller power of two for the rest, so a connection prepares at most nine statements, whatever
 /// the batch sizes.
@@ -25,9 +25,9 @@ fn insert_sql(rows: usize) -> &'static str {
     let statements = STATEMENTS.get_or_init(|| {
         (0..=MAX_ROWS_PER_STATEMENT.trailing_zeros())
             .map(|power| {
-                let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; 1 << power].join(", ");
+                let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; 1 << power].join(", ");
                 format!(
-                    "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) VALUES {values}"
+                    "INSERT INTO logs (tenant, ts, received_at, severity, service, message, labels, attributes, trace_id, span_id) VALUES {values}"
                 )
             })
             .collect()
@@ -56,6 +56,7 @@ async fn write_rows(
                 .bind(record.severity)
                 .bind(record.service.as_str())
                 .bind(record.message.as_str())
+                .bind(&*record.labels)
                 .bind(record.attributes.as_str())
                 .bind(record.trace_id.as_deref())
                 .bind(record.span_id.as_deref());
@@ -66,20 +67,27 @@ async fn write_rows(
     Ok(())
 }
 
-/// Adds a batch's groups, bound as one JSON array `[[tenant, minute, service, severity, records,
-/// bytes], …]`, to the rollup.
-const VOLUME_SQL: &str = "INSERT INTO log_volume (tenant, minute, service, severity, records, bytes) \
-     SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 FROM json_each(?1) WHERE true \
-     ON CONFLICT (tenant, minute, service, severity) DO UPDATE \
+/// Adds a batch's groups, bound as one JSON array `[[tenant, minute, service, severity, level,
+/// records, bytes], …]`, to the rollup.
+const VOLUME_SQL: &str = "INSERT INTO log_volume (tenant, minute, service, severity, level, records, bytes) \
+     SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6 FROM json_each(?1) WHERE true \
+     ON CONFLICT (tenant, minute, service, severity, level) DO UPDATE \
      SET records = records + excluded.records, bytes = bytes + excluded.bytes";
 
 /// Adds `rows` to the volume rollup on `conn`.
 async fn add_volume(conn: &mut SqliteConnection, rows: &[Row<'_>]) -> Result<(), sqlx::Error> {
-    let groups: Vec<(&str, i64, &str, i16, i64, i64)> = volume::groups(rows)
-        .into_iter()
+    let groups = volume::groups(rows);
+    let groups: Vec<(&str, i64, &str, i16, &str, i64, i64)> = groups
+        .iter()
         .map(|g| {
             (
-                g.tenant, g.minute, g.service, g.severity, g.records, g.bytes,
+                g.tenant,
+                g.minute,
+                g.service,
+                g.severity,
+                g.level.as_ref(),
+                g.records,
+                g.bytes,
             )
         })
         .collect();
@@ -255,11 +263,11 @@ mod tests {
 
     #[test]
     fn a_statement_per_power_of_two() {
-        assert!(insert_sql(1).ends_with("VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+        assert!(insert_sql(1).ends_with("VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
         assert_eq!(insert_sql(4).matches('(').count(), 5);
         assert_eq!(
             insert_sql(MAX_ROWS_PER_STATEMENT).matches('?').count(),
-            9 * MAX_ROWS_PER_STATEMENT
+            10 * MAX_ROWS_PER_STATEMENT
         );
     }
 

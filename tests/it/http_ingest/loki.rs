@@ -60,8 +60,8 @@ async fn loki_snappy_protobuf_is_stored_after_commit(db: &TestDb) {
     );
     assert_eq!(
         row.attributes,
-        json!({"filename": "/var/log/app.log", "host": "node-1", "job": "varlogs"}),
-        "the label the service came from stays a label, as in Loki"
+        json!({"filename": "/var/log/app.log", "host": "node-1", "job": "varlogs", "level": "warn"}),
+        "every label stays a label as sent, the one the service came from too, as in Loki"
     );
     assert_eq!(row.ts_micros, (at / 1000) as i64);
 
@@ -105,7 +105,7 @@ async fn loki_json_is_stored_entry_for_entry(db: &TestDb) {
         ),
         ("api", "first", 17)
     );
-    assert_eq!(first.attributes, json!({"env": "prod"}));
+    assert_eq!(first.attributes, json!({"env": "prod", "level": "error"}));
     assert_eq!(first.ts_micros, (at / 1000) as i64);
     assert_eq!(second.message, "second");
     assert_eq!(second.ts_micros, (at / 1000) as i64 + 1);
@@ -113,7 +113,10 @@ async fn loki_json_is_stored_entry_for_entry(db: &TestDb) {
         second.trace_id.as_deref(),
         Some("0af7651916cd43dd8448eb211c80319c")
     );
-    assert_eq!(second.attributes, json!({"env": "prod", "user": "u1"}));
+    assert_eq!(
+        second.attributes,
+        json!({"env": "prod", "level": "error", "user": "u1"})
+    );
     assert_eq!(
         (
             third.service.as_str(),
