@@ -6,18 +6,25 @@
 Each output's block is taken from the docs, with only the host and port replaced, and run by the
 real Fluent Bit over a `tail` input (1,000 JSON lines with a `level`, 1,000 plain lines of which 50
 are 2-12 KB) and a `dummy` input (100 records): 2,100 records per output. Both outputs run at once,
-each with its own key, so each has its own tenant, counted apart. Per store, three cases:
+each with its own key, so each has its own tenant, counted apart. Per store, four cases:
 
     happy       everything written before Fluent Bit starts; every record is checked field by
-                field against what the docs say is stored; then logcli reads it back (query,
-                labels, --tail) and `loghaul query` prints it as a user sees it
-    outage      lines written over 25 s while loghaul is stopped (SIGTERM) for 20 s in the middle
-    rate limit  a tenant limit of 200 records/s, everything sent at once, answered with 429
+                field against what the docs say is stored, also for the `loki` block without its
+                `Drop_single_key` (a plain line as {"log":...}) and with `Line_format key_value`
+                (logfmt), as the docs say; then logcli reads it back (query, labels, --tail) and
+                `loghaul query` prints it as a user sees it
+    outage      lines written over 25 s while loghaul is stopped (SIGTERM) for 20 s in the middle;
+                each Fluent Bit must have had to retry
+    freeze      the same, loghaul frozen (SIGSTOP) instead: connections accepted, never answered
+    rate limit  a tenant limit of 200 records/s, everything sent at once; both protocols must
+                have been answered 429
 
-(`--cases freeze`, not run by default: loghaul frozen by SIGSTOP for 20 s mid-run.) Every case
-must end with each record stored exactly once: 0 lost, 0 doubled. Processes started
-here are stopped and PostgreSQL databases created here are dropped, whatever happens. Only the
-standard library: PostgreSQL is read through psql.
+Every case must end with each record stored exactly once (0 lost, 0 doubled), with no chunk left
+waiting for a retry in any Fluent Bit. Then, on the first store only, a control: the outage with
+the docs' blocks less their retry settings (Fluent Bit's defaults) must lose records, or the
+outage case would pass whatever the docs say. Processes started here are stopped and PostgreSQL
+databases created here are dropped, whatever happens. Only the standard library: PostgreSQL is
+read through psql.
 """
 
 import argparse
@@ -45,9 +52,49 @@ LEVELS = [("info", 9), ("warn", 13), ("error", 17), ("debug", 5), ("warning", 13
 OUTAGE_SECONDS = 20
 RATE_LIMIT = 200
 SERVICE = "checkout"
-# One tenant (and key) per output, so both run against one loghaul and are counted apart.
-TENANTS = {"loki": ("key-loki", "fluent-loki"), "opentelemetry": ("key-otel", "fluent-otel")}
 DOC_SECTIONS = {"loki": "#### `loki` output", "opentelemetry": "#### `opentelemetry` output"}
+# The output settings the docs give for retrying; without them (Fluent Bit's defaults) the control
+# case must lose records, or the outage case could not tell them from their absence.
+RETRY_SETTINGS = ("Retry_Limit", "scheduler.cap")
+
+
+class Variant:
+    """One Fluent Bit output as run here: the docs' block for `output`, less the settings named in
+    `without`, with the settings in `setting` changed. Each has its own key and tenant, so all run
+    against one loghaul, counted apart."""
+
+    def __init__(self, name, output, stores_as, without=(), setting=()):
+        self.name, self.output, self.stores_as = name, output, stores_as
+        self.without, self.setting = without, setting
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", name)
+        self.key, self.tenant = f"key-{slug}", f"fluent-{slug}"
+
+    def block(self, blocks, port):
+        block = blocks[self.output]
+        for name in self.without:
+            block = without(block, name)
+        for name, value in self.setting:
+            block = replace(block, name, value)
+        return adapt(block, port)
+
+
+# The docs' blocks as written, in every case.
+AS_WRITTEN = [Variant(output, output, output) for output in DOC_SECTIONS]
+# What the docs say the `loki` block stores otherwise: without `Drop_single_key`, a plain line
+# as {"log":…}; with `Line_format key_value`, the keys as logfmt.
+OTHER_LOKI = [
+    Variant("loki without Drop_single_key", "loki", "loki wrapped", without=("Drop_single_key",)),
+    Variant(
+        "loki with Line_format key_value", "loki", "loki key_value",
+        setting=(("Line_format", "key_value"),),
+    ),
+]  # fmt: skip
+# The control: the docs' blocks without their retry settings.
+DEFAULTS = [
+    Variant(f"{output} with default retries", output, output, without=RETRY_SETTINGS)
+    for output in DOC_SECTIONS
+]
+VARIANTS = AS_WRITTEN + OTHER_LOKI + DEFAULTS
 # Long enough for Fluent Bit's capped backoff (scheduler.cap 30 in the docs) after the outage.
 DELIVERY_TIMEOUT = 120
 
@@ -101,6 +148,25 @@ def adapt(block, port):
     if "${LOGHAUL_API_KEY}" not in block:
         raise CheckFailed("the docs' block should take the key from ${LOGHAUL_API_KEY}")
     return block
+
+
+def setting_line(block, setting):
+    """The pattern of the one line of `block` setting `setting`; it must be there exactly once."""
+    pattern = re.compile(rf"^(\s*{re.escape(setting)}\s+)\S.*\n", re.MULTILINE | re.IGNORECASE)
+    found = pattern.findall(block)
+    if len(found) != 1:
+        raise CheckFailed(f"the docs' block should set {setting} once, found {found}")
+    return pattern
+
+
+def without(block, setting):
+    """The block less the line setting `setting`."""
+    return setting_line(block, setting).sub("", block)
+
+
+def replace(block, setting, value):
+    """The block with `setting` set to `value`."""
+    return setting_line(block, setting).sub(lambda match: f"{match.group(1)}{value}\n", block)
 
 
 # --- what is shipped --------------------------------------------------------------------------
@@ -258,7 +324,7 @@ class Loghaul:
             self.args += ["--tenant-records-per-second", str(rate_limit)]
         self.env = dict(
             os.environ,
-            LOGHAUL_API_KEYS=",".join(f"{key}={tenant}" for key, tenant in TENANTS.values()),
+            LOGHAUL_API_KEYS=",".join(f"{v.key}={v.tenant}" for v in VARIANTS),
         )
         self.process = None
 
@@ -280,11 +346,11 @@ class Loghaul:
 
 
 class FluentBit:
-    """One Fluent Bit: the test's inputs, then the docs' block for `output` as it is written."""
+    """One Fluent Bit: the test's inputs, then the variant's block."""
 
-    def __init__(self, binary, processes, work, output, block, app_log, dummy_rate):
-        self.output = output
-        folder = os.path.join(work, f"fluent-bit-{output}")
+    def __init__(self, binary, processes, work, variant, block, app_log, dummy_rate):
+        self.variant = variant
+        folder = os.path.join(work, "fluent_bit_" + re.sub(r"\W+", "_", variant.name))
         os.makedirs(folder, exist_ok=True)
         parsers = os.path.join(folder, "parsers.conf")
         with open(parsers, "w") as out:
@@ -306,10 +372,9 @@ class FluentBit:
                 f"    Samples  {DUMMY_RECORDS}\n"
                 f"    Rate     {dummy_rate}\n\n" + block
             )
-        key = TENANTS[output][0]
         self.log = os.path.join(folder, "fluent-bit.log")
         self.args = [binary, "-c", config, "-R", parsers, "-f", "1"]
-        self.env = dict(os.environ, LOGHAUL_API_KEY=key)
+        self.env = dict(os.environ, LOGHAUL_API_KEY=variant.key)
         self.processes = processes
         self.process = None
 
@@ -318,12 +383,24 @@ class FluentBit:
         time.sleep(0.5)
         if self.process.poll() is not None:
             raise CheckFailed(
-                f"Fluent Bit ({self.output}) exited with {self.process.returncode}: "
+                f"Fluent Bit ({self.variant.name}) exited with {self.process.returncode}: "
                 + tail_of(self.log)
             )
 
     def stop(self):
         self.processes.stop(self.process)
+
+    def retries(self):
+        """(chunks whose flush failed, chunks still waiting for a retry) from Fluent Bit's log."""
+        try:
+            with open(self.log, errors="replace") as text:
+                said = text.read()
+        except OSError:
+            return 0, 0
+        failed = set(re.findall(r"failed to flush chunk '([^']+)'", said))
+        settled = set(re.findall(r"chunk '([^']+)' succeeded at retry", said))
+        settled |= set(re.findall(r"chunk '([^']+)' cannot be retried", said))
+        return len(failed), len(failed - settled)
 
 
 def tail_of(path, lines=15):
@@ -340,58 +417,72 @@ def tail_of(path, lines=15):
 def expected_records():
     """Key → (message, severity, attributes) as the docs say each output stores the record.
     Keys: ('json', n), ('plain', n); the dummy records are counted, all alike."""
-    want = {"loki": {}, "opentelemetry": {}}
+    want = {"loki": {}, "loki wrapped": {}, "loki key_value": {}, "opentelemetry": {}}
     for n in range(JSON_LINES):
         level, severity = LEVELS[n % len(LEVELS)]
         rest = {"message": f"json line {n}", "seq": n, "user": f"u{n % 7}"}
         # loki: the record as JSON without the label key `level`; env=prod is a label.
         want["loki"][("json", n)] = (json.dumps(rest, separators=(",", ":")), severity, {"env": "prod"})
+        want["loki wrapped"][("json", n)] = want["loki"][("json", n)]
+        logfmt = f'message="json line {n}" seq={n} user="u{n % 7}"'
+        want["loki key_value"][("json", n)] = (logfmt, severity, {"env": "prod"})
         attributes = {"level": level, "seq": str(n), "user": f"u{n % 7}"}
         if level == "warning":
             attributes["severity_text"] = level  # says more than WARN
         want["opentelemetry"][("json", n)] = (f"json line {n}", severity, attributes)
     for n in range(PLAIN_LINES):
         want["loki"][("plain", n)] = (plain_line(n), 0, {"env": "prod"})
+        # The record's one key: its value (Drop_single_key raw), else the record as JSON.
+        wrapped = json.dumps({"log": plain_line(n)}, separators=(",", ":"))
+        want["loki wrapped"][("plain", n)] = (wrapped, 0, {"env": "prod"})
+        want["loki key_value"][("plain", n)] = want["loki"][("plain", n)]
         want["opentelemetry"][("plain", n)] = (plain_line(n), 0, {})
     return want
 
 
 DUMMY = {
     "loki": ("heartbeat", 9, {"env": "prod"}),
+    "loki wrapped": ('{"message":"heartbeat"}', 9, {"env": "prod"}),
+    "loki key_value": ("heartbeat", 9, {"env": "prod"}),
     "opentelemetry": ("heartbeat", 9, {"level": "info"}),
 }
 
 
-def identify(output, message):
+def identify(stores_as, message):
     """The record a stored message stands for."""
-    if message == "heartbeat":
-        return ("dummy",)
-    if output == "loki" and message.startswith("{"):
+    if stores_as.startswith("loki") and message.startswith("{"):
         try:
-            message = json.loads(message).get("message", message)
+            record = json.loads(message)
+            message = record.get("message", record.get("log", message))
         except ValueError:
             return ("unknown", message[:80])
-    match = re.match(r"(json|plain) line (\d+)", message)
+    if message == "heartbeat":
+        return ("dummy",)
+    # `message="json line 1" …` is a logfmt line (Line_format key_value).
+    match = re.match(r'(?:message=")?(json|plain) line (\d+)', message)
     if not match:
         return ("unknown", message[:80])
     return (match.group(1), int(match.group(2)))
 
 
-def tally(output, rows):
-    """(stored, lost, doubled, unknown, mismatches) of one output's tenant."""
-    want = expected_records()[output]
+def tally(stores_as, rows):
+    """(stored, lost, doubled, unknown, mismatches) of one variant's tenant."""
+    want = expected_records()[stores_as]
     seen, unknown, mismatches, dummies = {}, [], [], 0
     for message, severity, service, attributes in rows:
-        key = identify(output, message)
+        key = identify(stores_as, message)
         if key[0] == "unknown":
             unknown.append(key[1])
             continue
-        expected = DUMMY[output] if key == ("dummy",) else want[key]
+        expected = DUMMY[stores_as] if key == ("dummy",) else want[key]
         got = (message, severity, attributes)
-        if output == "loki" and key[0] == "json":
+        if expected[0].startswith("{") and message.startswith("{"):
             # The line is JSON: compared as values, not as text, so key order does not matter.
-            got = (json.loads(message), severity, attributes)
-            expected = (json.loads(expected[0]),) + expected[1:]
+            try:
+                got = (json.loads(message), severity, attributes)
+                expected = (json.loads(expected[0]),) + expected[1:]
+            except ValueError:
+                pass
         if service != SERVICE or got != expected:
             mismatches.append(f"{key}: stored {(service,) + got}, docs say {(SERVICE,) + expected}")
         if key == ("dummy",):
@@ -403,14 +494,26 @@ def tally(output, rows):
     return len(rows), lost, doubled, unknown, mismatches
 
 
-def wait_delivered(store, outputs, timeout):
-    """Waits until each output's tenant holds every record (or the time is up), then a little
-    longer, so a late duplicate is seen too."""
+def wait_delivered(store, shippers, timeout):
+    """Waits until each variant's tenant holds every record and no Fluent Bit still has a chunk
+    to retry (or the time is up), then a little longer: a chunk retried after it was stored would
+    be doubled, and is seen so."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if all(tally(output, store.rows(TENANTS[output][1]))[1] == 0 for output in outputs):
+        if all(
+            shipper.retries()[1] == 0
+            and tally(shipper.variant.stores_as, store.rows(shipper.variant.tenant))[1] == 0
+            for shipper in shippers
+        ):
             time.sleep(3)
             return
+        time.sleep(1)
+
+
+def wait_settled(shippers, timeout):
+    """Waits until no Fluent Bit has a chunk left to retry (or the time is up)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(shipper.retries()[1] for shipper in shippers):
         time.sleep(1)
 
 
@@ -428,10 +531,12 @@ class Run:
         self.blocks = {output: doc_block(docs, heading) for output, heading in DOC_SECTIONS.items()}
         self.results = []
 
-    def case(self, kind, name, dummy_rate, rate_limit=None):
-        folder = os.path.join(self.work, f"{kind}-{name}")
+    def case(self, kind, name, variants, dummy_rate, rate_limit=None):
+        # Letters, digits and _ only: a comma in tail's Path would split it into two patterns.
+        slug = re.sub(r"\W+", "_", name).strip("_")
+        folder = os.path.join(self.work, f"{kind}_{slug}")
         os.makedirs(folder)
-        store = Store(kind, folder, self.args.postgres_url, name.replace(" ", "_"))
+        store = Store(kind, folder, self.args.postgres_url, slug)
         self.stores.append(store)
         server = Loghaul(self.args.loghaul, self.processes, store, folder, rate_limit)
         server.start()
@@ -439,59 +544,83 @@ class Run:
         open(app_log, "w").close()
         shippers = [
             FluentBit(
-                self.args.fluent_bit, self.processes, folder, output,
-                adapt(self.blocks[output], server.http), app_log, dummy_rate,
+                self.args.fluent_bit, self.processes, folder, variant,
+                variant.block(self.blocks, server.http), app_log, dummy_rate,
             )
-            for output in DOC_SECTIONS
+            for variant in variants
         ]  # fmt: skip
         return store, server, shippers, app_log
 
+    def count(self, kind, name, store, shipper):
+        """Tallies one variant's tenant and records the row of the table."""
+        variant = shipper.variant
+        stored, lost, doubled, unknown, mismatches = tally(
+            variant.stores_as, store.rows(variant.tenant)
+        )
+        self.results.append((kind, name, variant.name, stored, lost, doubled))
+        failed, _ = shipper.retries()
+        log(
+            f"   {variant.name:30} stored {stored} of {TOTAL}, lost {lost}, doubled {doubled}"
+            f" ({failed} chunks retried)"
+        )
+        return stored, lost, doubled, unknown, mismatches
+
     def finish(self, kind, name, store, server, shippers):
-        wait_delivered(store, DOC_SECTIONS, DELIVERY_TIMEOUT)
+        wait_delivered(store, shippers, DELIVERY_TIMEOUT)
         failures = []
         for shipper in shippers:
-            rows = store.rows(TENANTS[shipper.output][1])
-            stored, lost, doubled, unknown, mismatches = tally(shipper.output, rows)
-            self.results.append((kind, name, shipper.output, stored, lost, doubled))
-            log(f"   {shipper.output:13} stored {stored} of {TOTAL}, lost {lost}, doubled {doubled}")
+            stored, lost, doubled, unknown, mismatches = self.count(kind, name, store, shipper)
+            what = f"{kind}/{name}/{shipper.variant.name}"
             if lost or doubled or unknown:
                 failures.append(
-                    f"{kind}/{name}/{shipper.output}: lost {lost}, doubled {doubled}, "
-                    f"unknown {unknown[:3]}; Fluent Bit said:\n{tail_of(shipper.log)}"
+                    f"{what}: lost {lost}, doubled {doubled}, unknown {unknown[:3]}; "
+                    f"Fluent Bit said:\n{tail_of(shipper.log)}"
                 )
             if mismatches:
                 failures.append(
-                    f"{kind}/{name}/{shipper.output}: {len(mismatches)} records not stored as the "
-                    "docs say, e.g.\n  " + "\n  ".join(mismatches[:3])
+                    f"{what}: {len(mismatches)} records not stored as the docs say, e.g.\n  "
+                    + "\n  ".join(mismatches[:3])
                 )
+            pending = shipper.retries()[1]
+            if pending:
+                failures.append(f"{what}: {pending} chunks still waiting for a retry at the end")
         return failures
 
-    def happy(self, kind):
-        log(f"== {kind}: happy path")
-        store, server, shippers, app_log = self.case(kind, "happy", dummy_rate=50)
-        write_lines(app_log, all_lines(), 0)
-        for shipper in shippers:
-            shipper.start()
-        failures = self.finish(kind, "happy", store, server, shippers)
-        if not failures:
-            failures += self.read_back(server, app_log)
+    def stop(self, server, shippers):
         for shipper in shippers:
             shipper.stop()
         server.stop()
+
+    def happy(self, kind):
+        log(f"== {kind}: happy path")
+        store, server, shippers, app_log = self.case(
+            kind, "happy path", AS_WRITTEN + OTHER_LOKI, dummy_rate=50
+        )
+        write_lines(app_log, all_lines(), 0)
+        for shipper in shippers:
+            shipper.start()
+        failures = self.finish(kind, "happy path", store, server, shippers)
+        if not failures:
+            failures += self.read_back(server, app_log)
+        self.stop(server, shippers)
         return failures
 
-    def outage(self, kind, name="outage"):
-        frozen = name == "freeze"
-        how = "frozen (SIGSTOP)" if frozen else "stopped"
-        log(f"== {kind}: loghaul {how} for {OUTAGE_SECONDS} s mid-run")
-        store, server, shippers, app_log = self.case(kind, name, dummy_rate=4)
-        writer = threading.Thread(
-            target=write_lines, args=(app_log, all_lines(), 25), daemon=True
-        )
+    def interrupted(self, kind, name, variants, frozen):
+        """Lines written over 25 s; loghaul stopped (or frozen) for 20 s after the first 5."""
+        how = "frozen (SIGSTOP)" if frozen else "stopped (SIGTERM)"
+        store, server, shippers, app_log = self.case(kind, name, variants, dummy_rate=4)
+        writer = threading.Thread(target=write_lines, args=(app_log, all_lines(), 25), daemon=True)
         writer.start()
         for shipper in shippers:
             shipper.start()
         time.sleep(5)
+        failures = []
+        # Something must be left to send when loghaul goes away, or the case tests nothing.
+        for shipper in shippers:
+            stored = len(store.rows(shipper.variant.tenant))
+            log(f"   {shipper.variant.name}: {stored} stored before loghaul went away")
+            if stored >= TOTAL:
+                failures.append(f"{kind}/{name}/{shipper.variant.name}: all stored beforehand")
         stopped = time.time()
         if frozen:
             server.process.send_signal(signal.SIGSTOP)
@@ -504,61 +633,110 @@ class Run:
             server.start()
         log(f"   loghaul was {how.split()[0]} {time.time() - stopped:.0f} s")
         writer.join()
-        failures = self.finish(kind, name, store, server, shippers)
+        return store, server, shippers, failures
+
+    def outage(self, kind):
+        log(f"== {kind}: loghaul stopped (SIGTERM) for {OUTAGE_SECONDS} s mid-run")
+        store, server, shippers, failures = self.interrupted(kind, "outage", AS_WRITTEN, False)
+        failures += self.finish(kind, "outage", store, server, shippers)
         for shipper in shippers:
-            shipper.stop()
-        server.stop()
+            if shipper.retries()[0] == 0:
+                failures.append(
+                    f"{kind}/outage/{shipper.variant.name}: no chunk was retried; it tested nothing"
+                )
+        self.stop(server, shippers)
         return failures
 
     def freeze(self, kind):
-        """Not run by default: loghaul alive but frozen, its connections open and unanswered."""
-        return self.outage(kind, "freeze")
+        """loghaul alive but frozen: connections accepted by the kernel and never answered."""
+        log(f"== {kind}: loghaul frozen (SIGSTOP) for {OUTAGE_SECONDS} s mid-run")
+        store, server, shippers, failures = self.interrupted(kind, "freeze", AS_WRITTEN, True)
+        failures += self.finish(kind, "freeze", store, server, shippers)
+        self.stop(server, shippers)
+        return failures
+
+    def control(self, kind):
+        """The outage with Fluent Bit's default retries must lose records: the settings the docs
+        give are what the outage case passes on. Run on the first store only."""
+        if kind != self.args.stores.split(",")[0]:
+            return []
+        log(f"== {kind}: control: the outage with Fluent Bit's default retries must lose records")
+        name = "outage, default retries"
+        store, server, shippers, failures = self.interrupted(kind, name, DEFAULTS, False)
+        wait_settled(shippers, DELIVERY_TIMEOUT)
+        time.sleep(3)
+        for shipper in shippers:
+            _, lost, _, unknown, _ = self.count(kind, name, store, shipper)
+            if not lost:
+                failures.append(
+                    f"{kind}/control/{shipper.variant.name}: nothing lost without the docs' retry"
+                    " settings, so the outage case does not show that they are needed"
+                )
+            if unknown:
+                failures.append(f"{kind}/control/{shipper.variant.name}: unknown {unknown[:3]}")
+        self.stop(server, shippers)
+        return failures
 
     def rate_limit(self, kind):
         log(f"== {kind}: a tenant limit of {RATE_LIMIT} records/s, everything sent at once")
+        name = "rate limit (429)"
         store, server, shippers, app_log = self.case(
-            kind, "rate limit", dummy_rate=100, rate_limit=RATE_LIMIT
+            kind, name, AS_WRITTEN, dummy_rate=100, rate_limit=RATE_LIMIT
         )
         write_lines(app_log, all_lines(), 0)
         for shipper in shippers:
             shipper.start()
-        failures = self.finish(kind, "rate limit", store, server, shippers)
-        refused = metric(server, "loghaul_http_ingest_requests_total", 'outcome="rate_limited"')
-        log(f"   requests answered 429: {refused:.0f}")
-        if refused < 1:
-            failures.append(f"{kind}/rate limit: loghaul never answered 429; the case tested nothing")
-        for shipper in shippers:
-            shipper.stop()
-        server.stop()
+        failures = self.finish(kind, name, store, server, shippers)
+        # Each output must have been refused, or its row tested nothing.
+        for protocol in ("loki", "otlp_http"):
+            refused = metric(
+                server,
+                "loghaul_http_ingest_requests_total",
+                f'protocol="{protocol}"',
+                'outcome="rate_limited"',
+            )
+            log(f"   {protocol} requests answered 429: {refused:.0f}")
+            if refused < 1:
+                failures.append(f"{kind}/rate limit: no {protocol} request was answered 429")
+        self.stop(server, shippers)
         return failures
 
     def read_back(self, server, app_log):
         """logcli and `loghaul query` read what Fluent Bit sent, as a user would."""
         failures = []
         addr = f"http://127.0.0.1:{server.http}"
-        for output, (key, _) in TENANTS.items():
-            logcli = [self.args.logcli, f"--addr={addr}", f"--bearer-token={key}", "--quiet"]
+        for variant in AS_WRITTEN:
+            token = f"--bearer-token={variant.key}"
+            logcli = [self.args.logcli, f"--addr={addr}", token, "--quiet"]
             found = run(logcli + ["query", "--since=1h", "--limit=5000", "--output=jsonl",
                                   f'{{service_name="{SERVICE}"}}'])  # fmt: skip
-            count = len([line for line in found.splitlines() if line.strip()])
-            log(f"   logcli query ({output}): {count} lines")
-            if count != TOTAL:
-                failures.append(f"logcli query ({output}) read {count} lines, not {TOTAL}")
+            lines = [json.loads(line) for line in found.splitlines() if line.strip()]
+            read = sorted(identify(variant.stores_as, line["line"]) for line in lines)
+            want = sorted([("json", n) for n in range(JSON_LINES)]
+                          + [("plain", n) for n in range(PLAIN_LINES)]
+                          + [("dummy",)] * DUMMY_RECORDS)  # fmt: skip
+            log(f"   logcli query ({variant.name}): {len(lines)} lines")
+            if read != want:
+                failures.append(
+                    f"logcli query ({variant.name}) read {len(lines)} lines, not each of the"
+                    f" {TOTAL} records once"
+                )
             labels = run(logcli + ["labels"]).split()
-            log(f"   logcli labels ({output}): {' '.join(labels)}")
-            if "service_name" not in labels or (output == "loki" and "env" not in labels):
-                failures.append(f"logcli labels ({output}) lacks service_name or env: {labels}")
+            log(f"   logcli labels ({variant.name}): {' '.join(labels)}")
+            if "service_name" not in labels or (variant.output == "loki" and "env" not in labels):
+                failures.append(f"logcli labels ({variant.name}) lack service_name or env: {labels}")
+        otel = AS_WRITTEN[1]
         warn = run([self.args.loghaul, "query", "--endpoint", f"http://127.0.0.1:{server.grpc}",
                     "--since", "1h", "--attr", "seq=1"],
-                   env=dict(os.environ, LOGHAUL_API_KEY=TENANTS["opentelemetry"][0]))  # fmt: skip
-        log(f"   loghaul query (opentelemetry): {warn.strip()}")
+                   env=dict(os.environ, LOGHAUL_API_KEY=otel.key))  # fmt: skip
+        log(f"   loghaul query ({otel.name}): {warn.strip()}")
         if not re.search(rf"\bWARN +{SERVICE}: json line 1 ", warn):
             failures.append(f"loghaul query shows {warn.strip()!r}, not 'WARN {SERVICE}: json line 1'")
 
         # --tail: lines written now arrive at a running logcli through the loki output.
         tail_log = os.path.join(self.work, "logcli-tail.out")
         tail = self.processes.start(
-            [self.args.logcli, f"--addr={addr}", f"--bearer-token={TENANTS['loki'][0]}", "--quiet",
+            [self.args.logcli, f"--addr={addr}", f"--bearer-token={AS_WRITTEN[0].key}", "--quiet",
              "query", "--tail", "--output=raw", f'{{service_name="{SERVICE}"}} |= "tail probe"'],
             tail_log,
         )  # fmt: skip
@@ -569,7 +747,8 @@ class Run:
         while time.time() < deadline and not all(probe in tail_of(tail_log, 50) for probe in probes):
             time.sleep(0.5)
         self.processes.stop(tail)
-        arrived = [probe for probe in probes if probe in tail_of(tail_log, 50)]
+        # raw output: each probe is a line of its own, as written (a plain line stored as itself).
+        arrived = [probe for probe in probes if probe in tail_of(tail_log, 50).splitlines()]
         log(f"   logcli query --tail (loki): {len(arrived)} of {len(probes)} lines")
         if len(arrived) != len(probes):
             failures.append(f"logcli --tail saw {arrived} of {probes}: {tail_of(tail_log)}")
@@ -585,13 +764,13 @@ class Run:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
-def metric(server, name, label):
+def metric(server, name, *labels):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith(name) and label in line
+        if line.startswith(name + "{") and all(label in line for label in labels)
     )
 
 
@@ -610,7 +789,7 @@ def main():
     parser.add_argument("--docs", default="docs/shippers.md")
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--postgres-url", default="")
-    parser.add_argument("--cases", default="happy,outage,rate_limit")
+    parser.add_argument("--cases", default="happy,outage,freeze,rate_limit,control")
     parser.add_argument("--keep", action="store_true", help="keep the work files")
     args = parser.parse_args()
 
@@ -627,9 +806,10 @@ def main():
         failures.append(str(failure))
     finally:
         run_.cleanup()
-    log("\n| store | case | output | stored of 2,100 | lost | doubled |\n|---|---|---|---|---|---|")
-    for kind, name, output, stored, lost, doubled in run_.results:
-        log(f"| {kind} | {name} | `{output}` | {stored} | {lost} | {doubled} |")
+    log(f"\n| store | case | Fluent Bit output | stored of {TOTAL:,} | lost | doubled |")
+    log("|---|---|---|---|---|---|")
+    for kind, name, variant, stored, lost, doubled in run_.results:
+        log(f"| {kind} | {name} | {variant} | {stored:,} | {lost:,} | {doubled:,} |")
     log(f"\n== shippers-check took {time.time() - started:.0f} s")
     for failure in failures:
         log(f"FAIL {failure}")
