@@ -25,13 +25,13 @@ impl Display for LogQuery {
             if at > 0 {
                 f.write_str(", ")?;
             }
-            let op = match matcher.op {
-                MatchOp::Eq => "=",
-                MatchOp::Ne => "!=",
-                MatchOp::Re => "=~",
-                MatchOp::NotRe => "!~",
-            };
-            write!(f, "{}{op}{}", matcher.label, Quoted(&matcher.value))?;
+            write!(
+                f,
+                "{}{}{}",
+                matcher.label,
+                matcher.op,
+                Quoted(&matcher.value)
+            )?;
         }
         f.write_char('}')?;
         for stage in &self.pipeline {
@@ -45,22 +45,121 @@ impl Display for LogQuery {
 impl Display for Stage {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
-            Stage::LineFilter { op, pattern } => {
+            Stage::LineFilter { op, pattern, or } => {
                 let op = match op {
                     LineOp::Contains => "|=",
                     LineOp::NotContains => "!=",
                     LineOp::Matches => "|~",
                     LineOp::NotMatches => "!~",
                 };
-                write!(f, "{op} {}", Quoted(pattern))
+                write!(f, "{op} {pattern}")?;
+                for alternative in or {
+                    write!(f, " or {alternative}")?;
+                }
+                Ok(())
             }
             Stage::Parser(ParserKind::Json) => f.write_str("| json"),
             Stage::Parser(ParserKind::Logfmt) => f.write_str("| logfmt"),
+            Stage::JsonFields(fields) => write!(f, "| json {}", Extractions(fields)),
+            Stage::LogfmtWith {
+                strict,
+                keep_empty,
+                fields,
+            } => {
+                f.write_str("| logfmt")?;
+                if *strict {
+                    f.write_str(" --strict")?;
+                }
+                if *keep_empty {
+                    f.write_str(" --keep-empty")?;
+                }
+                if !fields.is_empty() {
+                    write!(f, " {}", Extractions(fields))?;
+                }
+                Ok(())
+            }
+            Stage::Regexp(regex) => write!(f, "| regexp {}", Quoted(regex)),
+            Stage::Pattern(pattern) => write!(f, "| pattern {}", Quoted(pattern)),
+            Stage::Unpack => f.write_str("| unpack"),
+            Stage::Decolorize => f.write_str("| decolorize"),
             Stage::LabelFilter(filter) => write!(f, "| {filter}"),
             Stage::LineFormat(template) => write!(f, "| line_format {}", Quoted(template)),
-            Stage::Drop(names) => write!(f, "| drop {}", names.join(",")),
-            Stage::Keep(names) => write!(f, "| keep {}", names.join(",")),
+            Stage::LabelFormat(formats) => {
+                f.write_str("| label_format ")?;
+                for (at, format) in formats.iter().enumerate() {
+                    if at > 0 {
+                        f.write_char(',')?;
+                    }
+                    if format.rename {
+                        write!(f, "{}={}", format.label, format.value)?;
+                    } else {
+                        write!(f, "{}={}", format.label, Quoted(&format.value))?;
+                    }
+                }
+                Ok(())
+            }
+            Stage::Drop(labels) => write!(f, "| drop {}", NamedLabels(labels)),
+            Stage::Keep(labels) => write!(f, "| keep {}", NamedLabels(labels)),
         }
+    }
+}
+
+impl Display for LinePattern {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            LinePattern::Text(text) => Quoted(text).fmt(f),
+            LinePattern::Ip(pattern) => write!(f, "ip({})", Quoted(pattern)),
+        }
+    }
+}
+
+/// A parser's `a="b.c",d="e"`.
+struct Extractions<'a>(&'a [Extraction]);
+
+impl Display for Extractions<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        for (at, field) in self.0.iter().enumerate() {
+            if at > 0 {
+                f.write_char(',')?;
+            }
+            write!(f, "{}={}", field.label, Quoted(&field.path))?;
+        }
+        Ok(())
+    }
+}
+
+/// `drop`'s and `keep`'s `a,b="c"`.
+struct NamedLabels<'a>(&'a [NamedLabel]);
+
+impl Display for NamedLabels<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        for (at, label) in self.0.iter().enumerate() {
+            if at > 0 {
+                f.write_char(',')?;
+            }
+            match label {
+                NamedLabel::Name(name) => f.write_str(name)?,
+                NamedLabel::Matching(matcher) => write!(
+                    f,
+                    "{}{}{}",
+                    matcher.label,
+                    matcher.op,
+                    Quoted(&matcher.value)
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Display for MatchOp {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MatchOp::Eq => "=",
+            MatchOp::Ne => "!=",
+            MatchOp::Re => "=~",
+            MatchOp::NotRe => "!~",
+        })
     }
 }
 
@@ -88,6 +187,14 @@ impl Display for LabelFilter {
                     LabelValue::Duration(duration) => GoDuration(*duration).fmt(f),
                     LabelValue::Bytes(bytes) => f.write_str(&humanize_bytes(*bytes)),
                 }
+            }
+            LabelFilter::Ip {
+                label,
+                negated,
+                pattern,
+            } => {
+                let op = if *negated { "!=" } else { "=" };
+                write!(f, "{label}{op}ip({})", Quoted(pattern))
             }
             LabelFilter::And(left, right) => write!(f, "( {left} , {right} )"),
             LabelFilter::Or(left, right) => write!(f, "( {left} or {right} )"),
@@ -611,6 +718,68 @@ mod tests {
         (
             r#"{a="b"} | json | s > 0.00001"#,
             r#"{a="b"} | json | s>0.00001"#,
+        ),
+        // Pipeline stages, as Loki 3.7.6 writes them.
+        (r#"{a="b"} != "a" or "b""#, r#"{a="b"} != "a" != "b""#),
+        (
+            r#"{a="b"} |= "a" or "b" or "c" != "d" or "e""#,
+            r#"{a="b"} |= "a" or "b" or "c" != "d" != "e""#,
+        ),
+        (r#"{a="b"} |~ "a" or "b""#, r#"{a="b"} |~ "a" or "b""#),
+        (r#"{a="b"} !~ "a" or "b""#, r#"{a="b"} !~ "a" !~ "b""#),
+        (
+            r#"{a="b"} |= "x" or ip("1.2.3.4")"#,
+            r#"{a="b"} |= "x" or ip("1.2.3.4")"#,
+        ),
+        (
+            r#"{a="b"} != "z" or ip("1.2.3.4")"#,
+            r#"{a="b"} != "z" != ip("1.2.3.4")"#,
+        ),
+        (r#"{a="b"} != ip("1.2.3.4")"#, r#"{a="b"} != ip("1.2.3.4")"#),
+        (
+            r#"{a="b"} | x = ip("10.0.0.0/8")"#,
+            r#"{a="b"} | x=ip("10.0.0.0/8")"#,
+        ),
+        (
+            r#"{a="b"} | x != ip("::1") and y="1""#,
+            r#"{a="b"} | ( x!=ip("::1") , y="1" )"#,
+        ),
+        (
+            r#"{a="b"} | json a="b.c", d="e[0]""#,
+            r#"{a="b"} | json a="b.c",d="e[0]""#,
+        ),
+        (r#"{a="b"} | json a, b"#, r#"{a="b"} | json a="a",b="b""#),
+        (r#"{a="b"} | logfmt a"#, r#"{a="b"} | logfmt a="a""#),
+        (
+            r#"{a="b"} | logfmt --keep-empty --strict"#,
+            r#"{a="b"} | logfmt --strict --keep-empty"#,
+        ),
+        (
+            r#"{a="b"} | logfmt --strict a, b="c""#,
+            r#"{a="b"} | logfmt --strict a="a",b="c""#,
+        ),
+        (
+            r#"{a="b"} | regexp `(?P<x>\d)`"#,
+            r#"{a="b"} | regexp "(?P<x>\\d)""#,
+        ),
+        (
+            r#"{a="b"} | pattern "<x> b""#,
+            r#"{a="b"} | pattern "<x> b""#,
+        ),
+        (r#"{a="b"} | unpack"#, r#"{a="b"} | unpack"#),
+        (r#"{a="b"} | decolorize"#, r#"{a="b"} | decolorize"#),
+        (
+            r#"{a="b"} | label_format a=b, c="d", e=`f`"#,
+            r#"{a="b"} | label_format a=b,c="d",e="f""#,
+        ),
+        (
+            r#"{a="b"} | line_format "{{ .method | ToLower }}""#,
+            r#"{a="b"} | line_format "{{ .method | ToLower }}""#,
+        ),
+        (r#"{a="b"} | drop a, b="c""#, r#"{a="b"} | drop a,b="c""#),
+        (
+            r#"{a="b"} | keep a=~"b", c!~"x""#,
+            r#"{a="b"} | keep a=~"b",c!~"x""#,
         ),
     ];
 

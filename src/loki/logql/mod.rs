@@ -10,12 +10,17 @@
 
 pub(crate) mod ast;
 pub(crate) mod eval;
+mod extract;
 mod format;
+mod ip;
 pub(crate) mod labels;
 pub(crate) mod lexer;
+mod logfmt;
 pub(crate) mod parser;
+mod pattern;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
+mod template;
 
 pub use ast::Query;
 pub use parser::parse;
