@@ -1168,6 +1168,297 @@ mod tests {
         assert_eq!(count(r#"{service_name="api"} | json"#), 3);
     }
 
+    /// Lines and labels a query keeps of `lines` (labels of the stream left out).
+    fn kept(query: &str, lines: &[&str]) -> Vec<(String, Labels)> {
+        let p = pipeline(query);
+        lines
+            .iter()
+            .filter_map(|line| p.process(&row("api", 9, line, "{}")))
+            .map(|mut out| {
+                out.labels.retain(|name, _| {
+                    !matches!(name.as_str(), "service_name" | "level" | "detected_level")
+                });
+                (out.line, out.labels)
+            })
+            .collect()
+    }
+
+    fn lines_of(kept: &[(String, Labels)]) -> Vec<&str> {
+        kept.iter().map(|(line, _)| line.as_str()).collect()
+    }
+
+    fn labels_of(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Loki 3.7.6's answers: `or` is any of them for `|=` and `|~`, none of them for `!=`.
+    #[test]
+    fn line_filters_with_or() {
+        let lines = ["alpha beta", "gamma", "delta alpha", "epsilon"];
+        let q = |filter: &str| {
+            lines_of(&kept(
+                &format!(r#"{{service_name="api"}} {filter}"#),
+                &lines,
+            ))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            q(r#"|= "alpha" or "gamma""#),
+            ["alpha beta", "gamma", "delta alpha"]
+        );
+        assert_eq!(q(r#"!= "alpha" or "gamma""#), ["epsilon"]);
+        assert_eq!(q(r#"|~ "^alp" or "ilon$""#), ["alpha beta", "epsilon"]);
+        assert_eq!(q(r#"!~ "^alp" or "ilon$""#), ["gamma", "delta alpha"]);
+    }
+
+    /// Loki 3.7.6's answers, its quirk included: with `or`, `ip("…")` is matched as text.
+    #[test]
+    fn ip_filters_on_lines_and_labels() {
+        let lines = [
+            "client 10.0.1.5 ok",
+            "from 192.168.0.3 x",
+            "bad 010.0.1.5 q",
+            "none here",
+            "addr=192.168.0.10 end",
+        ];
+        let q = |query: &str| lines_of(&kept(query, &lines)).join("|");
+        assert_eq!(
+            q(r#"{service_name="api"} |= ip("10.0.1.0/24")"#),
+            "client 10.0.1.5 ok"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} != ip("192.168.0.0/16")"#),
+            "client 10.0.1.5 ok|bad 010.0.1.5 q|none here"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} |= "zzz" or ip("10.0.1.5")"#),
+            "client 10.0.1.5 ok|bad 010.0.1.5 q"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} |= ip("192.168.0.0/16") or "none""#),
+            "none here"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} | logfmt | addr = ip("192.168.0.0/24")"#),
+            "addr=192.168.0.10 end"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} | logfmt | addr != ip("192.168.0.0/24")"#),
+            ""
+        );
+    }
+
+    /// Loki 3.7.6's labels for `| json x="a.b", …`.
+    #[test]
+    fn json_parameters() {
+        let lines = [
+            r#"{"a":{"b":"x","c":[1,2]},"n":null}"#,
+            "plain",
+            "{bad",
+            r#""str""#,
+        ];
+        let found = kept(
+            r#"{service_name="api"} | json x="a.b", y="a.c[1]", u="n", m="missing""#,
+            &lines,
+        );
+        let all_empty = labels_of(&[("m", ""), ("u", ""), ("x", ""), ("y", "")]);
+        assert_eq!(
+            found[0].1,
+            labels_of(&[("m", ""), ("u", ""), ("x", "x"), ("y", "2")])
+        );
+        assert_eq!(found[1].1, labels_of(&[(ERROR_LABEL, "JSONParserErr")]));
+        assert_eq!(found[2].1, all_empty);
+        assert_eq!(found[3].1, all_empty);
+        // A stream label of the same name is not overwritten.
+        let found = kept(r#"{service_name="api"} | json service_name="a.b""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("service_name_extracted", "x")]));
+    }
+
+    /// Loki 3.7.6's labels for `| logfmt` with flags and keys.
+    #[test]
+    fn logfmt_flags_and_keys() {
+        let lines = [
+            r#"a=1 b= c flag d="x y""#,
+            r#"a=2 bro"ken=3 e=4"#,
+            r#"a=3 f="unterminated"#,
+            "x=1 y=2 z=3",
+        ];
+        let q = |query: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt {query}"#),
+                &lines,
+            )
+            .into_iter()
+            .map(|(_, labels)| labels)
+            .collect::<Vec<_>>()
+        };
+        let strict = q("--strict");
+        assert_eq!(strict[0], labels_of(&[("a", "1"), ("d", "x y")]));
+        assert_eq!(
+            strict[1],
+            labels_of(&[
+                ("a", "2"),
+                (ERROR_LABEL, "LogfmtParserErr"),
+                (
+                    ERROR_DETAILS_LABEL,
+                    r#"logfmt syntax error at pos 8 : unexpected '"'"#
+                )
+            ])
+        );
+        assert_eq!(
+            strict[2][ERROR_DETAILS_LABEL],
+            "logfmt syntax error at pos 20 : unterminated quoted value"
+        );
+        let keep_empty = q("--keep-empty");
+        assert_eq!(
+            keep_empty[0],
+            labels_of(&[("a", "1"), ("b", ""), ("c", ""), ("d", "x y"), ("flag", "")])
+        );
+        assert_eq!(keep_empty[1], labels_of(&[("a", "2"), ("e", "4")]));
+        let keys = q(r#"a, g="d""#);
+        assert_eq!(keys[0], labels_of(&[("a", "1"), ("g", "x y")]));
+        assert_eq!(keys[3], labels_of(&[("a", ""), ("g", "")]));
+        // A key named like a label sets it too; the last one read wins.
+        let quirk = q(r#"y, x="z""#);
+        assert_eq!(quirk[3], labels_of(&[("x", "3"), ("y", "2")]));
+        let strict_keys = q("--strict a, e");
+        assert_eq!(strict_keys[1]["e"], "");
+        assert_eq!(strict_keys[1][ERROR_LABEL], "LogfmtParserErr");
+    }
+
+    /// Loki 3.7.6's labels for `| regexp` and `| pattern`.
+    #[test]
+    fn regexp_and_pattern_captures_become_labels() {
+        let lines = ["alpha beta", "gamma"];
+        let found = kept(
+            r#"{service_name="api"} | regexp "(?P<first>\w+)(?: (?P<second>\w+))?""#,
+            &lines,
+        );
+        assert_eq!(found[1].1, labels_of(&[("first", "gamma"), ("second", "")]));
+        let found = kept(r#"{service_name="api"} | regexp "^(?P<x>a\w+)""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("x", "alpha")]));
+        assert_eq!(found[1].1, labels_of(&[]), "no match, no label");
+        let found = kept(
+            r#"{service_name="api"} | regexp "(?P<service_name>\w+)""#,
+            &lines,
+        );
+        assert_eq!(
+            found[0].1,
+            labels_of(&[("service_name_extracted", "alpha")])
+        );
+        let found = kept(r#"{service_name="api"} | pattern "<a> <b>""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("a", "alpha"), ("b", "beta")]));
+        assert_eq!(found[1].1, labels_of(&[("a", "gamma")]));
+    }
+
+    /// Loki 3.7.6's labels for `label_format`: a rename moves the label, and the templates see
+    /// the labels as they were at the first template.
+    #[test]
+    fn label_format_renames_and_templates() {
+        let line = r#"sev=error msg="Hello World" n=42"#;
+        let q = |query: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | label_format {query}"#),
+                &[line],
+            )
+            .remove(0)
+            .1
+        };
+        let found = q(r#"lvl=sev, both="{{.sev}}-{{.n}}", miss=nothere, m2="{{.nothere}}""#);
+        assert_eq!(found["lvl"], "error");
+        assert_eq!(found["both"], "-42");
+        assert_eq!(found["m2"], "");
+        assert!(!found.contains_key("miss"));
+        let found = q(r#"sev="x", copy="{{.sev}}""#);
+        assert_eq!(
+            (found["sev"].as_str(), found["copy"].as_str()),
+            ("x", "error")
+        );
+        let found = q(r#"a=msg, b=msg"#);
+        assert_eq!(found["a"], "Hello World");
+        assert!(!found.contains_key("b") && !found.contains_key("msg"));
+        let failed = q(r#"x="{{ substr 1 4 .none }}""#);
+        assert_eq!(failed[ERROR_LABEL], "TemplateFormatErr");
+    }
+
+    #[test]
+    fn line_format_runs_functions_and_keeps_the_line_when_one_fails() {
+        let line = r#"method=GET msg="Hello World""#;
+        let q = |template: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | line_format `{template}`"#),
+                &[line],
+            )
+            .remove(0)
+        };
+        assert_eq!(
+            q("{{ .method | ToLower }} {{ __line__ | trunc 6 }}").0,
+            "get method"
+        );
+        assert_eq!(
+            q(r#"{{ if eq .method "GET" }}read{{ else }}write{{ end }}"#).0,
+            "read"
+        );
+        assert_eq!(q("{{ .msg }}").0, "Hello World");
+        let (kept_line, labels) = q("{{ substr 1 4 .none }}");
+        assert_eq!(kept_line, line);
+        assert_eq!(labels[ERROR_LABEL], "TemplateFormatErr");
+    }
+
+    /// Loki 3.7.6's lines and labels for `unpack` and `decolorize`.
+    #[test]
+    fn unpack_and_decolorize_rewrite_the_line() {
+        let found = kept(
+            r#"{service_name="api"} | unpack"#,
+            &[
+                r#"{"_entry":"inner line","pod":"p1","n":5}"#,
+                r#"{"pod":"p2"}"#,
+                "not json",
+            ],
+        );
+        assert_eq!(found[0], ("inner line".into(), labels_of(&[("pod", "p1")])));
+        assert_eq!(found[1], (r#"{"pod":"p2"}"#.into(), labels_of(&[])));
+        assert_eq!(found[2].1[ERROR_LABEL], "JSONParserErr");
+        let found = kept(
+            r#"{service_name="api"} | decolorize |= "red text""#,
+            &["\u{1b}[31mred\u{1b}[0m text"],
+        );
+        assert_eq!(lines_of(&found), ["red text"]);
+    }
+
+    #[test]
+    fn drop_and_keep_by_value() {
+        let line = "method=GET path=/a status=200";
+        let q = |stage: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | {stage}"#),
+                &[line],
+            )
+            .remove(0)
+            .1
+        };
+        assert_eq!(
+            q(r#"drop method="GET", path"#),
+            labels_of(&[("status", "200")])
+        );
+        assert_eq!(
+            q(r#"drop method="POST""#),
+            labels_of(&[("method", "GET"), ("path", "/a"), ("status", "200")])
+        );
+        assert_eq!(
+            q(r#"keep method=~"G.*", status="500""#),
+            labels_of(&[("method", "GET")])
+        );
+        // Loki keeps the error labels whatever `keep` names.
+        let errors = kept(r#"{service_name="api"} | json | keep status"#, &["plain"]);
+        assert_eq!(errors[0].1[ERROR_LABEL], "JSONParserErr");
+    }
+
     #[test]
     fn attributes_are_labels_and_drop_keep_shape_them() {
         let p =
