@@ -976,6 +976,11 @@ mod tests {
         assert_eq!(unknown.position, 0);
         let stage = error(r#"{app="a"} | xml"#);
         assert!(stage.message.contains("| xml is not supported"), "{stage}");
+        let pattern_filter = error(r#"{app="a"} |> "<_> x""#);
+        assert!(
+            pattern_filter.message.contains("|> and !>"),
+            "{pattern_filter}"
+        );
         let flag = error(r#"{app="a"} | logfmt --lenient"#);
         assert!(flag.message.contains("unknown logfmt flag"), "{flag}");
         let compare = error(r#"{app="a"} | status > "500""#);

@@ -745,7 +745,16 @@ impl Run<'_> {
                 Some(value) => Value::Str(value.clone()),
                 None => Value::Missing,
             },
-            Arg::Dot => Value::Str(format!("{:?}", self.context.labels)),
+            // Go prints a map as `map[k1:v1 k2:v2]`, its keys in order.
+            Arg::Dot => Value::Str(format!(
+                "map[{}]",
+                self.context
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
             Arg::Value(value) => value.clone(),
             Arg::Sub(pipe) => self.pipe(pipe)?,
             Arg::Func(name) => call(name, Vec::new(), self.context)?,
