@@ -196,6 +196,10 @@ logs("logfmt_params", PAY_DEBUG + ' | logfmt m="method", status')
 logs("logfmt_strict_errors", PAYMENTS + " | logfmt --strict | drop level, level_extracted")
 logs("logfmt_keep_empty", EDGE + " | decolorize | logfmt --keep-empty")
 logs("keep_matching", PAY_DEBUG + ' | logfmt | keep method="GET", path')
+metric("m_pattern_by_method", 'sum by (method) (count_over_time(' + PROXY
+       + ' | pattern `<_> - - "<method> <_>` [5m]))')
+metric("m_unpack_by_pod", 'sum by (pod) (count_over_time(' + EDGE + ' |= "_entry" | unpack [10m]))')
+metric("m_ip_or_rate", 'sum(rate(' + PROXY + ' |= ip("10.0.0.0/24") or "POST" [5m]))')
 add("format_query_stages", "format_query",
     [("query", '{service_name="proxy"} != "a" or "b" | pattern "<ip> <_>" | ip=ip("10.0.0.0/8")')], norm="data")
 
