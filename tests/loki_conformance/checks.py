@@ -200,6 +200,9 @@ metric("m_pattern_by_method", 'sum by (method) (count_over_time(' + PROXY
        + ' | pattern `<_> - - "<method> <_>` [5m]))')
 metric("m_unpack_by_pod", 'sum by (pod) (count_over_time(' + EDGE + ' |= "_entry" | unpack [10m]))')
 metric("m_ip_or_rate", 'sum(rate(' + PROXY + ' |= ip("10.0.0.0/24") or "POST" [5m]))')
+add("format_query_long", "format_query",
+    [("query", PROD + ' |= "request" or "cache" != "slow" | json | decolorize | label_format route="{{.method}} '
+      '{{.path}}" | drop user_name="ann", seq | line_format "{{ .route | lower }}"')], norm="data")
 add("format_query_stages", "format_query",
     [("query", '{service_name="proxy"} != "a" or "b" | pattern "<ip> <_>" | ip=ip("10.0.0.0/8")')], norm="data")
 

@@ -18,6 +18,88 @@ impl Display for Query {
     }
 }
 
+/// Past this many bytes, Loki's `format_query` writes a log query one stage a line.
+const MAX_CHARS_PER_LINE: usize = 100;
+
+impl Query {
+    /// The query as Loki's `format_query` writes it: a log query longer than a line with one
+    /// stage a line (consecutive line filters are one stage), else as [`Display`] writes it.
+    pub fn pretty(&self) -> String {
+        match self {
+            Query::Log(query) => query.pretty(),
+            Query::Metric(expr) => expr.to_string(),
+        }
+    }
+}
+
+impl LogQuery {
+    fn pretty(&self) -> String {
+        let flat = self.to_string();
+        if flat.len() <= MAX_CHARS_PER_LINE {
+            return flat;
+        }
+        let selector = LogQuery {
+            selector: self.selector.clone(),
+            pipeline: Vec::new(),
+        };
+        let mut out = format!("{selector}\n");
+        let mut rest = self.pipeline.as_slice();
+        let mut first = true;
+        while !rest.is_empty() {
+            let filters = rest
+                .iter()
+                .take_while(|stage| matches!(stage, Stage::LineFilter { .. }))
+                .count();
+            let take = filters.max(1);
+            if !first {
+                out.push('\n');
+            }
+            first = false;
+            out.push_str(&pretty_stage(&rest[..take], 1));
+            rest = &rest[take..];
+        }
+        out
+    }
+}
+
+/// One stage of a split pipeline at `level`, as Loki writes it: `| decolorize` without its
+/// indent, and a run of line filters longer than a line one filter a line (without their `or`
+/// alternatives, as Loki drops them there).
+fn pretty_stage(stages: &[Stage], level: usize) -> String {
+    let indent = "  ".repeat(level);
+    match stages {
+        [Stage::Decolorize] => Stage::Decolorize.to_string(),
+        [Stage::LineFilter { .. }, ..] => {
+            let flat = stages
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if flat.len() <= MAX_CHARS_PER_LINE {
+                return format!("{indent}{flat}");
+            }
+            let (last, before) = stages.split_last().expect("a run has a filter");
+            let mut out = String::new();
+            if !before.is_empty() {
+                out.push_str(&pretty_stage(before, level));
+                out.push('\n');
+            }
+            let alone = match last {
+                Stage::LineFilter { op, pattern, .. } => Stage::LineFilter {
+                    op: *op,
+                    pattern: pattern.clone(),
+                    or: Vec::new(),
+                },
+                other => other.clone(),
+            };
+            out.push_str(&format!("{indent}{alone}"));
+            out
+        }
+        [stage, ..] => format!("{indent}{stage}"),
+        [] => String::new(),
+    }
+}
+
 impl Display for LogQuery {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_char('{')?;
@@ -782,6 +864,44 @@ mod tests {
             r#"{a="b"} | keep a=~"b",c!~"x""#,
         ),
     ];
+
+    /// Long log queries and what Loki 3.7.6's `format_query` answered for each: one stage a line.
+    const LOKI_PRETTY: &[(&str, &str)] = &[
+        (
+            "{a=\"b\"} |= \"x\" or \"y\" != \"z\" or ip(\"1.2.3.4\") |~ \"a\" or \"b\" | json a=\"b.c\", d=\"e[0]\" | logfmt --strict --keep-empty a, b=\"c\" | regexp \"(?P<x>.)\" | pattern \"<x> <_>\" | label_format a=b, c=\"{{.d}}\" | line_format \"{{.a | ToUpper}}\" | decolorize | unpack | drop a=\"b\", c | keep d!=\"e\", f | addr = ip(\"10.0.0.0/8\") | addr != ip(\"::1\")",
+            "{a=\"b\"}\n  |= \"x\" or \"y\" != \"z\" != ip(\"1.2.3.4\") |~ \"a\" or \"b\"\n  | json a=\"b.c\",d=\"e[0]\"\n  | logfmt --strict --keep-empty a=\"a\",b=\"c\"\n  | regexp \"(?P<x>.)\"\n  | pattern \"<x> <_>\"\n  | label_format a=b,c=\"{{.d}}\"\n  | line_format \"{{.a | ToUpper}}\"\n| decolorize\n  | unpack\n  | drop a=\"b\",c\n  | keep d!=\"e\",f\n  | addr=ip(\"10.0.0.0/8\")\n  | addr!=ip(\"::1\")",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" != \"ccccccccccccccccccccccccccccccccccc\" |~ \"dddd\" | json",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n  != \"ccccccccccccccccccccccccccccccccccc\"\n  |~ \"dddd\"\n  | json",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" != \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" |= \"c\"",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n  != \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n  |= \"c\"",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+        ),
+        (
+            "{service_name=\"checkout\", env=\"prod\"} | json | decolorize | line_format \"{{ .method | ToLower }} {{ .path }}\"",
+            "{service_name=\"checkout\", env=\"prod\"}\n  | json\n| decolorize\n  | line_format \"{{ .method | ToLower }} {{ .path }}\"",
+        ),
+        (
+            "{service_name=\"checkout\"} | logfmt | status >= 500 and duration > 1s or method=\"POST\" | keep status, method",
+            "{service_name=\"checkout\"}\n  | logfmt\n  | ( ( status>=500 , duration>1s ) or method=\"POST\" )\n  | keep status,method",
+        ),
+    ];
+
+    #[test]
+    fn long_log_queries_are_written_one_stage_a_line() {
+        for (query, want) in LOKI_PRETTY {
+            let parsed = parse(query).unwrap_or_else(|err| panic!("{query}: {err}"));
+            assert_eq!(parsed.pretty(), *want, "{query}");
+        }
+        let short = r#"{a="b"} | json"#;
+        assert_eq!(parse(short).unwrap().pretty(), short);
+    }
 
     /// Ranges longer than the parser takes, as Loki 3.7.6 writes them.
     #[test]

@@ -666,11 +666,10 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
 /// `| json`: each field of the line's object a label, nested objects joined with `_`.
 fn parse_json(line: &str, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
-        let value = match value {
-            serde_json::Value::Null => String::new(),
-            other => labels::label_value(other),
-        };
-        extracted(labels, name, value);
+        // Loki sets no label for a `null`.
+        if !value.is_null() {
+            extracted(labels, name, labels::label_value(value));
+        }
     });
     if let Err(err) = parsed {
         labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
@@ -1277,6 +1276,9 @@ mod tests {
         // A stream label of the same name is not overwritten.
         let found = kept(r#"{service_name="api"} | json service_name="a.b""#, &lines);
         assert_eq!(found[0].1, labels_of(&[("service_name_extracted", "x")]));
+        // Without parameters, a `null` gives no label.
+        let found = kept(r#"{service_name="api"} | json"#, &[lines[0]]);
+        assert_eq!(found[0].1, labels_of(&[("a_b", "x")]));
     }
 
     /// Loki 3.7.6's labels for `| logfmt` with flags and keys.
