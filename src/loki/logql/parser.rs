@@ -43,6 +43,16 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
     };
     match parser.peek_at() {
         None => Ok(query),
+        Some((at, Token::Ident(word)))
+            if matches!(query, Query::Log(_)) && matches!(word.as_str(), "or" | "and" | "unless") =>
+        {
+            Err(ParseError::at(
+                at,
+                format!(
+                    "{word} combines metric queries, not log queries; for lines with either text, write |= \"a\" or \"b\""
+                ),
+            ))
+        }
         Some((at, token)) => Err(ParseError::at(
             at,
             format!("syntax error: unexpected {}", token.describe()),
@@ -976,6 +986,11 @@ mod tests {
         assert_eq!(unknown.position, 0);
         let stage = error(r#"{app="a"} | xml"#);
         assert!(stage.message.contains("| xml is not supported"), "{stage}");
+        let combined = error(r#"{app="a"} or {app="b"}"#);
+        assert!(
+            combined.message.contains("or combines metric queries"),
+            "{combined}"
+        );
         let pattern_filter = error(r#"{app="a"} |> "<_> x""#);
         assert!(
             pattern_filter.message.contains("|> and !>"),
