@@ -2334,3 +2334,188 @@ async fn detected_labels_and_fields_are_lokis(db: &TestDb) {
     server.stop().await;
 }
 on_both_backends!(loki_query_detected, detected_labels_and_fields_are_lokis);
+
+/// The labels of each line of a streams answer, oldest first, without `service_name` and the
+/// level labels.
+fn labelled_lines(answer: &Json) -> Vec<(String, BTreeMap<String, String>)> {
+    let mut all: Vec<(i64, String, BTreeMap<String, String>)> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|stream| {
+            let labels: BTreeMap<String, String> = stream["stream"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "service_name" | "detected_level"))
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            stream["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |value| {
+                    (
+                        value[0].as_str().unwrap().parse::<i64>().unwrap(),
+                        value[1].as_str().unwrap().to_owned(),
+                        labels.clone(),
+                    )
+                })
+        })
+        .collect();
+    all.sort();
+    all.into_iter()
+        .map(|(_, line, labels)| (line, labels))
+        .collect()
+}
+
+/// Loki's pipeline stages over HTTP, with the answers Loki 3.7.6 gives for these lines: `or` and
+/// `ip()` line filters, `ip()` label filters, `regexp`, `pattern`, `unpack`, `decolorize`,
+/// `logfmt --strict`, `json` parameters, `label_format`, template functions and `drop` by value;
+/// `format_query` writes them back, and a template function loghaul lacks is refused by name.
+async fn pipeline_stages_answer_as_loki_does(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let sent = [
+        r#"10.0.1.5 - - "GET /api/items HTTP/1.1" 200 512"#,
+        r#"192.168.0.3 - - "POST /login HTTP/1.1" 401 20"#,
+        r#"2001:db8::17 - - "PUT /api/cart HTTP/1.1" 204 0"#,
+        "{\"_entry\":\"\\u001b[31mred\\u001b[0m alert\",\"pod\":\"p1\",\"n\":5}",
+        r#"level=warn msg="x" bro"ken=3 user=ann"#,
+        r#"{"user":{"name":"bob"},"tags":["a","b"]}"#,
+    ];
+    let values: Vec<Json> = sent
+        .iter()
+        .enumerate()
+        .map(|(n, line)| json!([((base + 10) * NANOS + n as i64 * 1000).to_string(), line]))
+        .collect();
+    let stream = json!({"stream": {"service_name": "stages"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= sent.len() as i64
+    })
+    .await;
+    let (start, end) = ((base - 60).to_string(), (base + 120).to_string());
+    let query = async |q: &str| {
+        let q = format!(r#"{{service_name="stages"}} {q}"#);
+        let answer = ok(
+            addr,
+            RANGE,
+            &[("query", q.as_str()), ("start", &start), ("end", &end)],
+            &[],
+        )
+        .await;
+        labelled_lines(&answer)
+    };
+    let lines_of = |found: &[(String, BTreeMap<String, String>)]| -> Vec<String> {
+        found.iter().map(|(line, _)| line.clone()).collect()
+    };
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+
+    let either = query(r#"|= "POST" or "PUT""#).await;
+    assert_eq!(lines_of(&either), [sent[1], sent[2]]);
+    let neither = query(r#"!= "POST" or "PUT" or "{" or "level""#).await;
+    assert_eq!(lines_of(&neither), [sent[0]]);
+    let private = query(r#"|= ip("192.168.0.0/16") or ip("10.0.0.0/8")"#).await;
+    assert!(private.is_empty(), "with or, ip() is text: {private:?}");
+    let v6 = query(r#"|= ip("2001:db8::1-2001:db8::ff")"#).await;
+    assert_eq!(lines_of(&v6), [sent[2]]);
+    let not_v4 = query(r#"|~ "HTTP" != ip("0.0.0.0/0")"#).await;
+    assert_eq!(lines_of(&not_v4), [sent[2]]);
+
+    let by_label = query(r#"|= "HTTP" | pattern "<ip> - - <_>" | ip = ip("10.0.0.0/8")"#).await;
+    assert_eq!(
+        by_label,
+        [(sent[0].to_owned(), labels(&[("ip", "10.0.1.5")]))]
+    );
+    let regexp = query(r#"|= "HTTP" | regexp "\"(?P<method>POST|PUT) (?P<path>\\S+)""#).await;
+    assert_eq!(
+        regexp.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>(),
+        [
+            labels(&[]),
+            labels(&[("method", "POST"), ("path", "/login")]),
+            labels(&[("method", "PUT"), ("path", "/api/cart")]),
+        ]
+    );
+    let unpacked = query(r#"|= "_entry" | unpack | decolorize"#).await;
+    assert_eq!(
+        unpacked,
+        [("red alert".to_owned(), labels(&[("pod", "p1")]))]
+    );
+    let strict = query(r#"|= "level=" | logfmt --strict"#).await;
+    assert_eq!(
+        strict[0].1,
+        labels(&[
+            ("__error__", "LogfmtParserErr"),
+            (
+                "__error_details__",
+                r#"logfmt syntax error at pos 23 : unexpected '"'"#
+            ),
+            ("level", "warn"),
+            ("msg", "x"),
+        ])
+    );
+    let fields = query(r#"|= "tags" | json who="user.name", first="tags[0]", none="x.y""#).await;
+    assert_eq!(
+        fields[0].1,
+        labels(&[("first", "a"), ("none", ""), ("who", "bob")])
+    );
+    let formatted = query(
+        r#"|= "HTTP" | pattern "<ip> - - \"<method> <path> <_>\" <status> <size>" | label_format code=status, route="{{.method}} {{.path}}" | drop method="GET", ip, size, path, method=~"P.*" | line_format "{{ .route | ToLower }} {{ if eq .code \"200\" }}ok{{ else }}{{ .code | default \"-\" }}{{ end }}""#,
+    )
+    .await;
+    assert_eq!(
+        formatted,
+        [
+            (
+                "get /api/items ok".to_owned(),
+                labels(&[("code", "200"), ("route", "GET /api/items")])
+            ),
+            (
+                "post /login 401".to_owned(),
+                labels(&[("code", "401"), ("route", "POST /login")])
+            ),
+            (
+                "put /api/cart 204".to_owned(),
+                labels(&[("code", "204"), ("route", "PUT /api/cart")])
+            ),
+        ]
+    );
+
+    let written = ok(
+        addr,
+        "/loki/api/v1/format_query",
+        &[(
+            "query",
+            r#"{service_name="stages"} != "a" or "b" | json a="b.c" | drop x="y""#,
+        )],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        written["data"],
+        r#"{service_name="stages"} != "a" != "b" | json a="b.c" | drop x="y""#
+    );
+    refused(
+        addr,
+        RANGE,
+        &[
+            (
+                "query",
+                r#"{service_name="stages"} | line_format "{{ fromJson .a }}""#,
+            ),
+            ("start", &start),
+            ("end", &end),
+        ],
+        "\"fromJson\" is not supported",
+    )
+    .await;
+    server.stop().await;
+}
+on_both_backends!(loki_query_stages, pipeline_stages_answer_as_loki_does);

@@ -168,6 +168,44 @@ logs("stage_line_format_func", PROD + ' | json | line_format "{{ .method | ToLow
 logs("stage_decolorize", PROXY + " | decolorize")
 logs("stage_unpack", PROD + " | unpack")
 
+# ---- the stages above, behaviour by behaviour ---------------------------------------------------
+EDGE = '{service_name="edge"}'
+logs("lf_not_contains_or", CHECKOUT + ' != "cache" or "slow"')
+logs("lf_regex_or", PROXY + ' |~ "POST" or "PUT"')
+logs("lf_ip_not_range", PROXY + ' != ip("10.0.0.0-10.0.1.255")')
+logs("lf_ip_v6_cidr", EDGE + ' |= ip("2001:db8::/32")')
+logs("lf_ip_v6_range", EDGE + ' |= ip("2001:db8::1-2001:db8::ff")')
+logs("lf_ip_or_text", EDGE + ' |= "fe80" or ip("10.1.2.3")')
+logs("label_ip", PROXY + ' | pattern "<ip> <_>" | ip = ip("10.0.2.0/23")')
+logs("label_ip_not", PROXY + ' | pattern "<ip> <_>" | ip != ip("10.0.0.0/24")')
+logs("stage_regexp_no_match", PROXY + ' | regexp "(?P<method>POST|PUT) (?P<path>\\\\S+)"')
+logs("stage_pattern_literal_start", PROXY + ' | pattern `10.0.1.<host> - - "<method> <_>`')
+logs("stage_line_format_default", PAY_DEBUG + ' | logfmt | line_format `{{ default "none" .user }} '
+     '{{ .method | lower }} {{ if eq .status "500" }}FAIL{{ else if hasPrefix "2" .status }}ok'
+     '{{ else }}other{{ end }}`')
+logs("stage_line_format_funcs", PROXY + ' | pattern `<ip> - - "<method> <path> <_>" <status> <size> <_>` '
+     '| line_format `{{ .path | trimPrefix "/api" | upper }} {{ printf "%5s|%-6s|" .status .method }} '
+     '{{ add .size 1 }} {{ regexReplaceAll "[.]" .ip "_" }} {{ .ip | trunc 6 }} {{ __line__ | substr 0 4 }}`')
+logs("stage_label_format_template", PAY_DEBUG + ' | logfmt | label_format route="{{.method}} {{.path}}", '
+     'code=status | keep route, code')
+logs("stage_unpack_packed", EDGE + " | unpack")
+logs("stage_decolorize_ansi", EDGE + " | decolorize")
+logs("stage_unpack_decolorize", EDGE + ' | unpack | decolorize | pattern "<method> <path> from <client> took <_>"')
+logs("json_params_nested", PROD + ' | json first_tag="tags[0]", who="user", ratio, missing="no.such"')
+logs("logfmt_params", PAY_DEBUG + ' | logfmt m="method", status')
+logs("logfmt_strict_errors", PAYMENTS + " | logfmt --strict | drop level, level_extracted")
+logs("logfmt_keep_empty", EDGE + " | decolorize | logfmt --keep-empty")
+logs("keep_matching", PAY_DEBUG + ' | logfmt | keep method="GET", path')
+metric("m_pattern_by_method", 'sum by (method) (count_over_time(' + PROXY
+       + ' | pattern `<_> - - "<method> <_>` [5m]))')
+metric("m_unpack_by_pod", 'sum by (pod) (count_over_time(' + EDGE + ' |= "_entry" | unpack [10m]))')
+metric("m_ip_or_rate", 'sum(rate(' + PROXY + ' |= ip("10.0.0.0/24") or "POST" [5m]))')
+add("format_query_long", "format_query",
+    [("query", PROD + ' |= "request" or "cache" != "slow" | json | decolorize | label_format route="{{.method}} '
+      '{{.path}}" | drop user_name="ann", seq | line_format "{{ .route | lower }}"')], norm="data")
+add("format_query_stages", "format_query",
+    [("query", '{service_name="proxy"} != "a" or "b" | pattern "<ip> <_>" | ip=ip("10.0.0.0/8")')], norm="data")
+
 # ---- instant log query -------------------------------------------------------------------------
 instant("instant_log", CHECKOUT, -600, limit="1000")
 

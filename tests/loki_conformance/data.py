@@ -5,7 +5,7 @@ same instants every run.
 Two tenants. Streams with `service_name` and `level`, with `service_name` only, with `job` only
 (Loki derives `service_name` from it), with `app` and a level name Loki keeps as is (`warning`),
 with no service label at all; lines in JSON, logfmt (some with pairs a decoder cannot read) and
-plain text; structured metadata on some entries; entries exactly on minute boundaries
+plain text, IPv6 addresses, ANSI colors and lines packed by Promtail; structured metadata on some entries; entries exactly on minute boundaries
 (`hh:mm:00.000000000`) and one stream with nanoseconds below the microsecond.
 
 Each stream's entries are pushed oldest first, never two at the same instant, never the same
@@ -159,7 +159,24 @@ def generate(anchor_ns):
     s = stream(TENANT_B, {"service_name": "billing", "level": "error"})
     for n, ns in enumerate(_times(rng, start, end, 14, on_minutes=(12,))):
         s.add(ns, _logfmt_line(rng, n, "error"), {"invoice": f"inv-{n}"} if n % 2 else None)
+
+    # team-a again, last so that the streams above keep their lines: an edge proxy writing IPv6
+    # addresses, ANSI colors and lines packed by Promtail's `pack` stage.
+    s = stream(TENANT_A, {"service_name": "edge", "level": "info"})
+    for n, ns in enumerate(_times(rng, start, end, 12)):
+        s.add(ns, _edge_line(rng, n))
     return streams
+
+
+def _edge_line(rng, n):
+    client = rng.choice(["2001:db8::17", "2001:db8:0:1::9", "fe80::1", "10.1.2.3", "2001:db8::1ff"])
+    method, path = rng.choice(METHODS), rng.choice(PATHS)
+    color = rng.choice(["\u001b[32m", "\u001b[1;31m", "\u001b[33m"])
+    text = f"{color}{method}\u001b[0m {path} from {client} took {rng.randint(1, 900)}ms n{n}"
+    if n % 3 == 0:
+        return json.dumps({"_entry": text, "pod": f"edge-{n % 2}", "zone": rng.choice("ab"), "n": n},
+                          separators=(",", ":"))
+    return text
 
 
 def push_bodies(streams):

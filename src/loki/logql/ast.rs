@@ -48,23 +48,96 @@ pub enum MatchOp {
 /// One stage of a log pipeline.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stage {
-    /// `|= "text"`, `!= "text"`, `|~ "re"`, `!~ "re"`.
+    /// `|= "text"`, `!= "text"`, `|~ "re"`, `!~ "re"`, `|= ip("10.0.0.0/8")`, and
+    /// `|= "a" or "b"` (a negated filter with `or` is parsed as one filter per alternative, as
+    /// Loki reads it: none of them).
     LineFilter {
         /// Which of the four.
         op: LineOp,
-        /// The text or regular expression.
-        pattern: String,
+        /// The text, regular expression or IP pattern.
+        pattern: LinePattern,
+        /// The alternatives after `or`, for `|=` and `|~`.
+        or: Vec<LinePattern>,
     },
     /// `| json` or `| logfmt`: fields of the line become labels.
     Parser(ParserKind),
+    /// `| json a="b.c", d="e[0]"`: only these fields, by path.
+    JsonFields(Vec<Extraction>),
+    /// `| logfmt --strict --keep-empty a, b="c"`: logfmt with flags, or only some keys.
+    LogfmtWith {
+        /// `--strict`: stop at the first pair that cannot be read, with an error.
+        strict: bool,
+        /// `--keep-empty`: keys without a value become labels too.
+        keep_empty: bool,
+        /// The keys to extract (every key when empty).
+        fields: Vec<Extraction>,
+    },
+    /// `| regexp "(?P<name>re)"`: named captures become labels.
+    Regexp(String),
+    /// `| pattern "<ip> - <_> <method>"`: captures become labels.
+    Pattern(String),
+    /// `| unpack`: a packed JSON line's `_entry` becomes the line, its other keys labels.
+    Unpack,
+    /// `| decolorize`: ANSI color codes removed from the line.
+    Decolorize,
     /// `| status >= 500`, `| level = "error" or duration > 1s`.
     LabelFilter(LabelFilter),
     /// `| line_format "{{.status}} {{.path}}"`.
     LineFormat(String),
-    /// `| drop a, b`: labels removed.
-    Drop(Vec<String>),
-    /// `| keep a, b`: only these labels stay.
-    Keep(Vec<String>),
+    /// `| label_format dst=src, name="{{.a}}-{{.b}}"`.
+    LabelFormat(Vec<LabelFormat>),
+    /// `| drop a, b, c="v"`: labels removed.
+    Drop(Vec<NamedLabel>),
+    /// `| keep a, b, c="v"`: only these labels stay.
+    Keep(Vec<NamedLabel>),
+}
+
+/// One alternative of a line filter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LinePattern {
+    /// `"text"`: a text or a regular expression, as the operator says.
+    Text(String),
+    /// `ip("192.168.0.0/16")`: an address, a CIDR range or `from-to`.
+    Ip(String),
+}
+
+/// `name="path"` of a parser that extracts only some fields (`| json`, `| logfmt`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extraction {
+    /// The label made.
+    pub label: String,
+    /// Where its value is: a JSON path (`a.b[0]`) or a logfmt key.
+    pub path: String,
+}
+
+/// One label of `label_format`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabelFormat {
+    /// The label set.
+    pub label: String,
+    /// `dst=src`: the label `src` renamed, else a template.
+    pub rename: bool,
+    /// The source label or the template.
+    pub value: String,
+}
+
+/// A label of `drop` or `keep`: by name, or by name and value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NamedLabel {
+    /// `name`
+    Name(String),
+    /// `name="value"`, `name=~"re"`…
+    Matching(Matcher),
+}
+
+impl NamedLabel {
+    /// The label's name.
+    pub fn name(&self) -> &str {
+        match self {
+            NamedLabel::Name(name) => name,
+            NamedLabel::Matching(matcher) => &matcher.label,
+        }
+    }
 }
 
 /// How a line filter matches the line.
@@ -105,6 +178,15 @@ pub enum LabelFilter {
     And(Box<LabelFilter>, Box<LabelFilter>),
     /// `a or b`.
     Or(Box<LabelFilter>, Box<LabelFilter>),
+    /// `addr = ip("10.0.0.0/8")`, `addr != ip("…")`.
+    Ip {
+        /// The label.
+        label: String,
+        /// `!=`
+        negated: bool,
+        /// The address, CIDR range or `from-to`.
+        pattern: String,
+    },
 }
 
 /// A label filter's comparison.

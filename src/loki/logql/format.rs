@@ -18,6 +18,88 @@ impl Display for Query {
     }
 }
 
+/// Past this many bytes, Loki's `format_query` writes a log query one stage a line.
+const MAX_CHARS_PER_LINE: usize = 100;
+
+impl Query {
+    /// The query as Loki's `format_query` writes it: a log query longer than a line with one
+    /// stage a line (consecutive line filters are one stage), else as [`Display`] writes it.
+    pub fn pretty(&self) -> String {
+        match self {
+            Query::Log(query) => query.pretty(),
+            Query::Metric(expr) => expr.to_string(),
+        }
+    }
+}
+
+impl LogQuery {
+    fn pretty(&self) -> String {
+        let flat = self.to_string();
+        if flat.len() <= MAX_CHARS_PER_LINE {
+            return flat;
+        }
+        let selector = LogQuery {
+            selector: self.selector.clone(),
+            pipeline: Vec::new(),
+        };
+        let mut out = format!("{selector}\n");
+        let mut rest = self.pipeline.as_slice();
+        let mut first = true;
+        while !rest.is_empty() {
+            let filters = rest
+                .iter()
+                .take_while(|stage| matches!(stage, Stage::LineFilter { .. }))
+                .count();
+            let take = filters.max(1);
+            if !first {
+                out.push('\n');
+            }
+            first = false;
+            out.push_str(&pretty_stage(&rest[..take], 1));
+            rest = &rest[take..];
+        }
+        out
+    }
+}
+
+/// One stage of a split pipeline at `level`, as Loki writes it: `| decolorize` without its
+/// indent, and a run of line filters longer than a line one filter a line (without their `or`
+/// alternatives, as Loki drops them there).
+fn pretty_stage(stages: &[Stage], level: usize) -> String {
+    let indent = "  ".repeat(level);
+    match stages {
+        [Stage::Decolorize] => Stage::Decolorize.to_string(),
+        [Stage::LineFilter { .. }, ..] => {
+            let flat = stages
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ");
+            if flat.len() <= MAX_CHARS_PER_LINE {
+                return format!("{indent}{flat}");
+            }
+            let (last, before) = stages.split_last().expect("a run has a filter");
+            let mut out = String::new();
+            if !before.is_empty() {
+                out.push_str(&pretty_stage(before, level));
+                out.push('\n');
+            }
+            let alone = match last {
+                Stage::LineFilter { op, pattern, .. } => Stage::LineFilter {
+                    op: *op,
+                    pattern: pattern.clone(),
+                    or: Vec::new(),
+                },
+                other => other.clone(),
+            };
+            out.push_str(&format!("{indent}{alone}"));
+            out
+        }
+        [stage, ..] => format!("{indent}{stage}"),
+        [] => String::new(),
+    }
+}
+
 impl Display for LogQuery {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         f.write_char('{')?;
@@ -25,13 +107,13 @@ impl Display for LogQuery {
             if at > 0 {
                 f.write_str(", ")?;
             }
-            let op = match matcher.op {
-                MatchOp::Eq => "=",
-                MatchOp::Ne => "!=",
-                MatchOp::Re => "=~",
-                MatchOp::NotRe => "!~",
-            };
-            write!(f, "{}{op}{}", matcher.label, Quoted(&matcher.value))?;
+            write!(
+                f,
+                "{}{}{}",
+                matcher.label,
+                matcher.op,
+                Quoted(&matcher.value)
+            )?;
         }
         f.write_char('}')?;
         for stage in &self.pipeline {
@@ -45,22 +127,121 @@ impl Display for LogQuery {
 impl Display for Stage {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
-            Stage::LineFilter { op, pattern } => {
+            Stage::LineFilter { op, pattern, or } => {
                 let op = match op {
                     LineOp::Contains => "|=",
                     LineOp::NotContains => "!=",
                     LineOp::Matches => "|~",
                     LineOp::NotMatches => "!~",
                 };
-                write!(f, "{op} {}", Quoted(pattern))
+                write!(f, "{op} {pattern}")?;
+                for alternative in or {
+                    write!(f, " or {alternative}")?;
+                }
+                Ok(())
             }
             Stage::Parser(ParserKind::Json) => f.write_str("| json"),
             Stage::Parser(ParserKind::Logfmt) => f.write_str("| logfmt"),
+            Stage::JsonFields(fields) => write!(f, "| json {}", Extractions(fields)),
+            Stage::LogfmtWith {
+                strict,
+                keep_empty,
+                fields,
+            } => {
+                f.write_str("| logfmt")?;
+                if *strict {
+                    f.write_str(" --strict")?;
+                }
+                if *keep_empty {
+                    f.write_str(" --keep-empty")?;
+                }
+                if !fields.is_empty() {
+                    write!(f, " {}", Extractions(fields))?;
+                }
+                Ok(())
+            }
+            Stage::Regexp(regex) => write!(f, "| regexp {}", Quoted(regex)),
+            Stage::Pattern(pattern) => write!(f, "| pattern {}", Quoted(pattern)),
+            Stage::Unpack => f.write_str("| unpack"),
+            Stage::Decolorize => f.write_str("| decolorize"),
             Stage::LabelFilter(filter) => write!(f, "| {filter}"),
             Stage::LineFormat(template) => write!(f, "| line_format {}", Quoted(template)),
-            Stage::Drop(names) => write!(f, "| drop {}", names.join(",")),
-            Stage::Keep(names) => write!(f, "| keep {}", names.join(",")),
+            Stage::LabelFormat(formats) => {
+                f.write_str("| label_format ")?;
+                for (at, format) in formats.iter().enumerate() {
+                    if at > 0 {
+                        f.write_char(',')?;
+                    }
+                    if format.rename {
+                        write!(f, "{}={}", format.label, format.value)?;
+                    } else {
+                        write!(f, "{}={}", format.label, Quoted(&format.value))?;
+                    }
+                }
+                Ok(())
+            }
+            Stage::Drop(labels) => write!(f, "| drop {}", NamedLabels(labels)),
+            Stage::Keep(labels) => write!(f, "| keep {}", NamedLabels(labels)),
         }
+    }
+}
+
+impl Display for LinePattern {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            LinePattern::Text(text) => Quoted(text).fmt(f),
+            LinePattern::Ip(pattern) => write!(f, "ip({})", Quoted(pattern)),
+        }
+    }
+}
+
+/// A parser's `a="b.c",d="e"`.
+struct Extractions<'a>(&'a [Extraction]);
+
+impl Display for Extractions<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        for (at, field) in self.0.iter().enumerate() {
+            if at > 0 {
+                f.write_char(',')?;
+            }
+            write!(f, "{}={}", field.label, Quoted(&field.path))?;
+        }
+        Ok(())
+    }
+}
+
+/// `drop`'s and `keep`'s `a,b="c"`.
+struct NamedLabels<'a>(&'a [NamedLabel]);
+
+impl Display for NamedLabels<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        for (at, label) in self.0.iter().enumerate() {
+            if at > 0 {
+                f.write_char(',')?;
+            }
+            match label {
+                NamedLabel::Name(name) => f.write_str(name)?,
+                NamedLabel::Matching(matcher) => write!(
+                    f,
+                    "{}{}{}",
+                    matcher.label,
+                    matcher.op,
+                    Quoted(&matcher.value)
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Display for MatchOp {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MatchOp::Eq => "=",
+            MatchOp::Ne => "!=",
+            MatchOp::Re => "=~",
+            MatchOp::NotRe => "!~",
+        })
     }
 }
 
@@ -88,6 +269,14 @@ impl Display for LabelFilter {
                     LabelValue::Duration(duration) => GoDuration(*duration).fmt(f),
                     LabelValue::Bytes(bytes) => f.write_str(&humanize_bytes(*bytes)),
                 }
+            }
+            LabelFilter::Ip {
+                label,
+                negated,
+                pattern,
+            } => {
+                let op = if *negated { "!=" } else { "=" };
+                write!(f, "{label}{op}ip({})", Quoted(pattern))
             }
             LabelFilter::And(left, right) => write!(f, "( {left} , {right} )"),
             LabelFilter::Or(left, right) => write!(f, "( {left} or {right} )"),
@@ -612,7 +801,107 @@ mod tests {
             r#"{a="b"} | json | s > 0.00001"#,
             r#"{a="b"} | json | s>0.00001"#,
         ),
+        // Pipeline stages, as Loki 3.7.6 writes them.
+        (r#"{a="b"} != "a" or "b""#, r#"{a="b"} != "a" != "b""#),
+        (
+            r#"{a="b"} |= "a" or "b" or "c" != "d" or "e""#,
+            r#"{a="b"} |= "a" or "b" or "c" != "d" != "e""#,
+        ),
+        (r#"{a="b"} |~ "a" or "b""#, r#"{a="b"} |~ "a" or "b""#),
+        (r#"{a="b"} !~ "a" or "b""#, r#"{a="b"} !~ "a" !~ "b""#),
+        (
+            r#"{a="b"} |= "x" or ip("1.2.3.4")"#,
+            r#"{a="b"} |= "x" or ip("1.2.3.4")"#,
+        ),
+        (
+            r#"{a="b"} != "z" or ip("1.2.3.4")"#,
+            r#"{a="b"} != "z" != ip("1.2.3.4")"#,
+        ),
+        (r#"{a="b"} != ip("1.2.3.4")"#, r#"{a="b"} != ip("1.2.3.4")"#),
+        (
+            r#"{a="b"} | x = ip("10.0.0.0/8")"#,
+            r#"{a="b"} | x=ip("10.0.0.0/8")"#,
+        ),
+        (
+            r#"{a="b"} | x != ip("::1") and y="1""#,
+            r#"{a="b"} | ( x!=ip("::1") , y="1" )"#,
+        ),
+        (
+            r#"{a="b"} | json a="b.c", d="e[0]""#,
+            r#"{a="b"} | json a="b.c",d="e[0]""#,
+        ),
+        (r#"{a="b"} | json a, b"#, r#"{a="b"} | json a="a",b="b""#),
+        (r#"{a="b"} | logfmt a"#, r#"{a="b"} | logfmt a="a""#),
+        (
+            r#"{a="b"} | logfmt --keep-empty --strict"#,
+            r#"{a="b"} | logfmt --strict --keep-empty"#,
+        ),
+        (
+            r#"{a="b"} | logfmt --strict a, b="c""#,
+            r#"{a="b"} | logfmt --strict a="a",b="c""#,
+        ),
+        (
+            r#"{a="b"} | regexp `(?P<x>\d)`"#,
+            r#"{a="b"} | regexp "(?P<x>\\d)""#,
+        ),
+        (
+            r#"{a="b"} | pattern "<x> b""#,
+            r#"{a="b"} | pattern "<x> b""#,
+        ),
+        (r#"{a="b"} | unpack"#, r#"{a="b"} | unpack"#),
+        (r#"{a="b"} | decolorize"#, r#"{a="b"} | decolorize"#),
+        (
+            r#"{a="b"} | label_format a=b, c="d", e=`f`"#,
+            r#"{a="b"} | label_format a=b,c="d",e="f""#,
+        ),
+        (
+            r#"{a="b"} | line_format "{{ .method | ToLower }}""#,
+            r#"{a="b"} | line_format "{{ .method | ToLower }}""#,
+        ),
+        (r#"{a="b"} | drop a, b="c""#, r#"{a="b"} | drop a,b="c""#),
+        (
+            r#"{a="b"} | keep a=~"b", c!~"x""#,
+            r#"{a="b"} | keep a=~"b",c!~"x""#,
+        ),
     ];
+
+    /// Long log queries and what Loki 3.7.6's `format_query` answered for each: one stage a line.
+    const LOKI_PRETTY: &[(&str, &str)] = &[
+        (
+            "{a=\"b\"} |= \"x\" or \"y\" != \"z\" or ip(\"1.2.3.4\") |~ \"a\" or \"b\" | json a=\"b.c\", d=\"e[0]\" | logfmt --strict --keep-empty a, b=\"c\" | regexp \"(?P<x>.)\" | pattern \"<x> <_>\" | label_format a=b, c=\"{{.d}}\" | line_format \"{{.a | ToUpper}}\" | decolorize | unpack | drop a=\"b\", c | keep d!=\"e\", f | addr = ip(\"10.0.0.0/8\") | addr != ip(\"::1\")",
+            "{a=\"b\"}\n  |= \"x\" or \"y\" != \"z\" != ip(\"1.2.3.4\") |~ \"a\" or \"b\"\n  | json a=\"b.c\",d=\"e[0]\"\n  | logfmt --strict --keep-empty a=\"a\",b=\"c\"\n  | regexp \"(?P<x>.)\"\n  | pattern \"<x> <_>\"\n  | label_format a=b,c=\"{{.d}}\"\n  | line_format \"{{.a | ToUpper}}\"\n| decolorize\n  | unpack\n  | drop a=\"b\",c\n  | keep d!=\"e\",f\n  | addr=ip(\"10.0.0.0/8\")\n  | addr!=ip(\"::1\")",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" != \"ccccccccccccccccccccccccccccccccccc\" |~ \"dddd\" | json",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n  != \"ccccccccccccccccccccccccccccccccccc\"\n  |~ \"dddd\"\n  | json",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" != \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\" |= \"c\"",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n  != \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"\n  |= \"c\"",
+        ),
+        (
+            "{a=\"b\"} |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" or \"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\"",
+            "{a=\"b\"}\n  |= \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+        ),
+        (
+            "{service_name=\"checkout\", env=\"prod\"} | json | decolorize | line_format \"{{ .method | ToLower }} {{ .path }}\"",
+            "{service_name=\"checkout\", env=\"prod\"}\n  | json\n| decolorize\n  | line_format \"{{ .method | ToLower }} {{ .path }}\"",
+        ),
+        (
+            "{service_name=\"checkout\"} | logfmt | status >= 500 and duration > 1s or method=\"POST\" | keep status, method",
+            "{service_name=\"checkout\"}\n  | logfmt\n  | ( ( status>=500 , duration>1s ) or method=\"POST\" )\n  | keep status,method",
+        ),
+    ];
+
+    #[test]
+    fn long_log_queries_are_written_one_stage_a_line() {
+        for (query, want) in LOKI_PRETTY {
+            let parsed = parse(query).unwrap_or_else(|err| panic!("{query}: {err}"));
+            assert_eq!(parsed.pretty(), *want, "{query}");
+        }
+        let short = r#"{a="b"} | json"#;
+        assert_eq!(parse(short).unwrap().pretty(), short);
+    }
 
     /// Ranges longer than the parser takes, as Loki 3.7.6 writes them.
     #[test]

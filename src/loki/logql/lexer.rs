@@ -113,12 +113,24 @@ pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
         let (token, width) = match (byte, two) {
             (b'|', Some(b'=')) => (Token::PipeEq, 2),
             (b'|', Some(b'~')) => (Token::PipeTilde, 2),
+            (b'|', Some(b'>')) => {
+                return Err(ParseError::at(
+                    start,
+                    "pattern line filters (|> and !>) are not supported; use |= or |~",
+                ))
+            }
             (b'|', _) => (Token::Pipe, 1),
             (b'=', Some(b'=')) => (Token::EqEq, 2),
             (b'=', Some(b'~')) => (Token::Re, 2),
             (b'=', _) => (Token::Eq, 1),
             (b'!', Some(b'=')) => (Token::Ne, 2),
             (b'!', Some(b'~')) => (Token::NotRe, 2),
+            (b'!', Some(b'>')) => {
+                return Err(ParseError::at(
+                    start,
+                    "pattern line filters (|> and !>) are not supported; use |= or |~",
+                ))
+            }
             (b'>', Some(b'=')) => (Token::Ge, 2),
             (b'>', _) => (Token::Gt, 1),
             (b'<', Some(b'=')) => (Token::Le, 2),

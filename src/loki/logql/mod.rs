@@ -1,21 +1,31 @@
 //! LogQL, the query language of Loki's HTTP API, in the subset Grafana's Loki data source and
-//! people use: stream selectors, line filters, `| json` and `| logfmt` with label filters,
-//! `line_format`, `drop` and `keep`; range functions (`count_over_time`, `rate`, `bytes_over_time`,
-//! `bytes_rate`) under `sum`/`count`/`avg`/`min`/`max`/`topk` with `by`/`without`; arithmetic and
-//! `vector(n)`. Anything else is refused with a message naming it and where it is.
+//! people use: stream selectors, line filters (with `or` and `ip()`), the parsers `| json`,
+//! `| logfmt`, `| regexp`, `| pattern` and `| unpack` with label filters, `line_format` and
+//! `label_format` templates, `decolorize`, `drop` and `keep`; range functions
+//! (`count_over_time`, `rate`, `bytes_over_time`, `bytes_rate`) under
+//! `sum`/`count`/`avg`/`min`/`max`/`topk` with `by`/`without`; arithmetic and `vector(n)`.
+//! Anything else is refused with a message naming it and where it is.
 //!
 //! - [`lexer`]: tokens with their offsets, durations and sizes as Loki writes them.
 //! - [`ast`]: what a parsed query says.
 //! - [`parser`]: the grammar, and the limits (length, nesting, range) a hostile query meets first.
+//! - [`pipeline`]: a log query compiled and run on each row, with the stages' own modules:
+//!   `template` (Go templates), `pattern`, `ip`, `logfmt` (the decoder of `--strict`) and
+//!   `extract` (JSON expressions, `unpack`, `regexp`, `decolorize`).
 
 pub(crate) mod ast;
 pub(crate) mod eval;
+mod extract;
 mod format;
+mod ip;
 pub(crate) mod labels;
 pub(crate) mod lexer;
+mod logfmt;
 pub(crate) mod parser;
+mod pattern;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
+mod template;
 
 pub use ast::Query;
 pub use parser::parse;

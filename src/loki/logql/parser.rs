@@ -43,6 +43,16 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
     };
     match parser.peek_at() {
         None => Ok(query),
+        Some((at, Token::Ident(word)))
+            if matches!(query, Query::Log(_)) && matches!(word.as_str(), "or" | "and" | "unless") =>
+        {
+            Err(ParseError::at(
+                at,
+                format!(
+                    "{word} combines metric queries, not log queries; for lines with either text, write |= \"a\" or \"b\""
+                ),
+            ))
+        }
         Some((at, token)) => Err(ParseError::at(
             at,
             format!("syntax error: unexpected {}", token.describe()),
@@ -145,8 +155,8 @@ impl Parser {
     fn log_query(&mut self) -> Result<LogQuery, ParseError> {
         let selector = self.selector()?;
         let mut pipeline = Vec::new();
-        while let Some(stage) = self.stage()? {
-            pipeline.push(stage);
+        while let Some(stages) = self.stage()? {
+            pipeline.extend(stages);
         }
         Ok(LogQuery { selector, pipeline })
     }
@@ -189,8 +199,9 @@ impl Parser {
         Ok(matchers)
     }
 
-    /// The next pipeline stage, or `None` where the pipeline ends.
-    fn stage(&mut self) -> Result<Option<Stage>, ParseError> {
+    /// The next pipeline stage, or `None` where the pipeline ends. A negated line filter with
+    /// `or` is one stage per alternative, as Loki reads it (`!= "a" or "b"`: neither).
+    fn stage(&mut self) -> Result<Option<Vec<Stage>>, ParseError> {
         let op = match self.peek() {
             Some(Token::PipeEq) => LineOp::Contains,
             Some(Token::Ne) => LineOp::NotContains,
@@ -198,13 +209,48 @@ impl Parser {
             Some(Token::NotRe) => LineOp::NotMatches,
             Some(Token::Pipe) => {
                 self.next += 1;
-                return self.pipe_stage().map(Some);
+                return self.pipe_stage().map(|stage| Some(vec![stage]));
             }
             _ => return Ok(None),
         };
         self.next += 1;
-        let pattern = self.string("a quoted line filter")?;
-        Ok(Some(Stage::LineFilter { op, pattern }))
+        let pattern = self.line_pattern()?;
+        let mut or = Vec::new();
+        while self.peek() == Some(&Token::Ident("or".into())) {
+            self.next += 1;
+            or.push(self.line_pattern()?);
+        }
+        if matches!(op, LineOp::NotContains | LineOp::NotMatches) {
+            let stages = std::iter::once(pattern)
+                .chain(or)
+                .map(|pattern| Stage::LineFilter {
+                    op,
+                    pattern,
+                    or: Vec::new(),
+                })
+                .collect();
+            return Ok(Some(stages));
+        }
+        Ok(Some(vec![Stage::LineFilter { op, pattern, or }]))
+    }
+
+    /// A line filter's `"text"` or `ip("…")`.
+    fn line_pattern(&mut self) -> Result<LinePattern, ParseError> {
+        if matches!(self.peek(), Some(Token::Ident(word)) if word == "ip") {
+            self.next += 1;
+            return Ok(LinePattern::Ip(self.ip_call()?));
+        }
+        Ok(LinePattern::Text(
+            self.string("a quoted line filter or ip(\"…\")")?,
+        ))
+    }
+
+    /// `("pattern")` after `ip`.
+    fn ip_call(&mut self) -> Result<String, ParseError> {
+        self.expect(Token::LParen, "( after ip")?;
+        let pattern = self.string("a quoted IP, CIDR range or from-to range")?;
+        self.expect(Token::RParen, ")")?;
+        Ok(pattern)
     }
 
     /// What follows a `|`: a parser, a formatting stage or a label filter.
@@ -214,41 +260,179 @@ impl Parser {
         }
         let at = self.position();
         let name = self.ident("a parser, line_format, drop, keep or a label filter")?;
-        let keyword = match name.as_str() {
-            "json" => Some(Stage::Parser(ParserKind::Json)),
-            "logfmt" => Some(Stage::Parser(ParserKind::Logfmt)),
-            "line_format" => Some(Stage::LineFormat(self.string("a quoted template")?)),
-            "drop" => Some(Stage::Drop(self.label_list()?)),
-            "keep" => Some(Stage::Keep(self.label_list()?)),
-            "regexp" | "pattern" | "unpack" | "label_format" | "decolorize" | "unwrap" => {
-                return Err(ParseError::at(
+        // A name followed by a comparison is a label filter, whatever the name.
+        let compared = matches!(
+            self.peek(),
+            Some(
+                Token::Eq
+                    | Token::EqEq
+                    | Token::Ne
+                    | Token::Re
+                    | Token::NotRe
+                    | Token::Gt
+                    | Token::Ge
+                    | Token::Lt
+                    | Token::Le
+            )
+        );
+        let stage =
+            match name.as_str() {
+                _ if compared => None,
+                "json" if matches!(self.peek(), Some(Token::Ident(_))) => {
+                    Some(Stage::JsonFields(self.extractions()?))
+                }
+                "json" => {
+                    if self.peek() == Some(&Token::Minus) {
+                        return Err(ParseError::at(
+                            self.position(),
+                            "| json takes no flags; --strict and --keep-empty are logfmt's",
+                        ));
+                    }
+                    Some(Stage::Parser(ParserKind::Json))
+                }
+                "logfmt" => Some(self.logfmt()?),
+                "regexp" => Some(Stage::Regexp(self.string("a quoted regular expression")?)),
+                "pattern" => Some(Stage::Pattern(self.string("a quoted pattern")?)),
+                "unpack" => Some(Stage::Unpack),
+                "decolorize" => Some(Stage::Decolorize),
+                "line_format" => Some(Stage::LineFormat(self.string("a quoted template")?)),
+                "label_format" => Some(Stage::LabelFormat(self.label_formats()?)),
+                "drop" => Some(Stage::Drop(self.named_labels()?)),
+                "keep" => Some(Stage::Keep(self.named_labels()?)),
+                "unwrap" => return Err(ParseError::at(
                     at,
-                    format!("| {name} is not supported; supported stages: | json, | logfmt, | line_format, | drop, | keep and label filters"),
-                ))
-            }
-            _ => None,
-        };
-        if let Some(stage) = keyword {
-            // `| json` takes no arguments here: `| json a="b"` is not supported.
-            if matches!(stage, Stage::Parser(_)) && matches!(self.peek(), Some(Token::Ident(_))) {
-                return Err(ParseError::at(
-                    self.position(),
-                    "parser arguments (| json label=\"path\") are not supported",
-                ));
-            }
+                    "| unwrap is not supported; it takes a range function such as sum_over_time",
+                )),
+                "xml" => {
+                    return Err(ParseError::at(at, "| xml is not supported"));
+                }
+                _ => None,
+            };
+        if let Some(stage) = stage {
             return Ok(stage);
         }
         self.next -= 1;
         Ok(Stage::LabelFilter(self.label_filter_or()?))
     }
 
-    fn label_list(&mut self) -> Result<Vec<String>, ParseError> {
-        let mut labels = vec![self.ident("a label name")?];
-        while self.peek() == Some(&Token::Comma) {
+    /// `| logfmt`'s flags and keys: `--strict --keep-empty a, b="c"`.
+    fn logfmt(&mut self) -> Result<Stage, ParseError> {
+        let (mut strict, mut keep_empty) = (false, false);
+        while self.peek() == Some(&Token::Minus) {
+            let at = self.position();
             self.next += 1;
-            labels.push(self.ident("a label name")?);
+            let flag = match (self.advance(), self.advance()) {
+                (Some((_, Token::Minus)), Some((_, Token::Ident(word)))) => word,
+                _ => {
+                    return Err(ParseError::at(
+                        at,
+                        "a logfmt flag: --strict or --keep-empty",
+                    ))
+                }
+            };
+            match flag.as_str() {
+                "strict" => strict = true,
+                "keep"
+                    if self.peek() == Some(&Token::Minus)
+                        && self.tokens.get(self.next + 1).map(|(_, t)| t)
+                            == Some(&Token::Ident("empty".into())) =>
+                {
+                    self.next += 2;
+                    keep_empty = true;
+                }
+                _ => {
+                    return Err(ParseError::at(
+                        at,
+                        "unknown logfmt flag; logfmt takes --strict and --keep-empty",
+                    ))
+                }
+            }
         }
-        Ok(labels)
+        let fields = if matches!(self.peek(), Some(Token::Ident(_))) {
+            self.extractions()?
+        } else {
+            Vec::new()
+        };
+        if !strict && !keep_empty && fields.is_empty() {
+            return Ok(Stage::Parser(ParserKind::Logfmt));
+        }
+        Ok(Stage::LogfmtWith {
+            strict,
+            keep_empty,
+            fields,
+        })
+    }
+
+    /// `a, b="c.d"`: labels and where each comes from (its own name when not given).
+    fn extractions(&mut self) -> Result<Vec<Extraction>, ParseError> {
+        let mut fields = Vec::new();
+        loop {
+            let label = self.ident("a label name")?;
+            let path = if self.peek() == Some(&Token::Eq) {
+                self.next += 1;
+                self.string("a quoted path")?
+            } else {
+                label.clone()
+            };
+            fields.push(Extraction { label, path });
+            if self.peek() != Some(&Token::Comma) {
+                return Ok(fields);
+            }
+            self.next += 1;
+        }
+    }
+
+    /// `dst=src, name="template"`.
+    fn label_formats(&mut self) -> Result<Vec<LabelFormat>, ParseError> {
+        let mut formats = Vec::new();
+        loop {
+            let label = self.ident("a label name")?;
+            self.expect(Token::Eq, "=")?;
+            let (rename, value) = match self.advance() {
+                Some((_, Token::Ident(source))) => (true, source),
+                Some((_, Token::Str(template))) => (false, template),
+                _ => {
+                    self.next -= 1;
+                    return Err(self.unexpected("a label name or a quoted template"));
+                }
+            };
+            formats.push(LabelFormat {
+                label,
+                rename,
+                value,
+            });
+            if self.peek() != Some(&Token::Comma) {
+                return Ok(formats);
+            }
+            self.next += 1;
+        }
+    }
+
+    /// `drop`'s and `keep`'s labels: names, or names with a matcher (`a, b="v", c=~"x.*"`).
+    fn named_labels(&mut self) -> Result<Vec<NamedLabel>, ParseError> {
+        let mut labels = Vec::new();
+        loop {
+            let label = self.ident("a label name")?;
+            let op = match self.peek() {
+                Some(Token::Eq) => Some(MatchOp::Eq),
+                Some(Token::Ne) => Some(MatchOp::Ne),
+                Some(Token::Re) => Some(MatchOp::Re),
+                Some(Token::NotRe) => Some(MatchOp::NotRe),
+                _ => None,
+            };
+            labels.push(match op {
+                Some(op) => {
+                    self.next += 1;
+                    let value = self.string("a quoted label value")?;
+                    NamedLabel::Matching(Matcher { label, op, value })
+                }
+                None => NamedLabel::Name(label),
+            });
+            if self.peek() != Some(&Token::Comma) {
+                return Ok(labels);
+            }
+            self.next += 1;
+        }
     }
 
     fn label_filter_or(&mut self) -> Result<LabelFilter, ParseError> {
@@ -298,6 +482,23 @@ impl Parser {
                 return Err(self.unexpected("a comparison (=, !=, =~, !~, >, >=, <, <=)"));
             }
         };
+        if matches!(op, CompareOp::Eq | CompareOp::Ne)
+            && matches!(self.peek(), Some(Token::Ident(word)) if word == "ip")
+        {
+            let at = self.position();
+            if matches!(self.tokens.get(self.next - 1), Some((_, Token::EqEq))) {
+                return Err(ParseError::at(
+                    at,
+                    "syntax error: unexpected ip; write = ip(\"…\")",
+                ));
+            }
+            self.next += 1;
+            return Ok(LabelFilter::Ip {
+                label,
+                negated: op == CompareOp::Ne,
+                pattern: self.ip_call()?,
+            });
+        }
         let at = self.position();
         let value = match self.advance() {
             Some((_, Token::Str(text))) => LabelValue::Text(text),
@@ -587,7 +788,8 @@ mod tests {
             query.pipeline[2],
             Stage::LineFilter {
                 op: LineOp::Matches,
-                pattern: "(?i)timeout".into()
+                pattern: LinePattern::Text("(?i)timeout".into()),
+                or: Vec::new(),
             }
         );
         assert_eq!(query.pipeline[4], Stage::Parser(ParserKind::Json));
@@ -604,8 +806,113 @@ mod tests {
             }
         );
         assert_eq!(query.pipeline[6], Stage::LineFormat("{{.status}}".into()));
-        assert_eq!(query.pipeline[7], Stage::Drop(vec!["a".into(), "b".into()]));
-        assert_eq!(query.pipeline[8], Stage::Keep(vec!["status".into()]));
+        let name = |name: &str| NamedLabel::Name(name.into());
+        assert_eq!(query.pipeline[7], Stage::Drop(vec![name("a"), name("b")]));
+        assert_eq!(query.pipeline[8], Stage::Keep(vec![name("status")]));
+    }
+
+    #[test]
+    fn line_filters_take_or_and_ip() {
+        let text = |t: &str| LinePattern::Text(t.into());
+        let query = log(r#"{app="a"} |= "a" or "b" != "c" or ip("::1") |~ "x" or "y""#);
+        assert_eq!(
+            query.pipeline,
+            [
+                Stage::LineFilter {
+                    op: LineOp::Contains,
+                    pattern: text("a"),
+                    or: vec![text("b")],
+                },
+                Stage::LineFilter {
+                    op: LineOp::NotContains,
+                    pattern: text("c"),
+                    or: Vec::new(),
+                },
+                Stage::LineFilter {
+                    op: LineOp::NotContains,
+                    pattern: LinePattern::Ip("::1".into()),
+                    or: Vec::new(),
+                },
+                Stage::LineFilter {
+                    op: LineOp::Matches,
+                    pattern: text("x"),
+                    or: vec![text("y")],
+                },
+            ]
+        );
+        let query = log(r#"{app="a"} | logfmt | addr != ip("10.0.0.0/8")"#);
+        assert_eq!(
+            query.pipeline[1],
+            Stage::LabelFilter(LabelFilter::Ip {
+                label: "addr".into(),
+                negated: true,
+                pattern: "10.0.0.0/8".into()
+            })
+        );
+        assert!(error(r#"{app="a"} | a == ip("1.2.3.4")"#)
+            .message
+            .contains("unexpected ip"));
+    }
+
+    #[test]
+    fn parsers_take_their_arguments_and_formatting_stages_theirs() {
+        let query = log(
+            r#"{app="a"} | json a="b.c", d | logfmt --strict --keep-empty | logfmt e | regexp "(?P<x>.)" | pattern "<y> z" | unpack | decolorize | label_format n=o, p="{{.q}}" | drop r="s", t | keep u=~"v""#,
+        );
+        let field = |label: &str, path: &str| Extraction {
+            label: label.into(),
+            path: path.into(),
+        };
+        assert_eq!(
+            query.pipeline,
+            [
+                Stage::JsonFields(vec![field("a", "b.c"), field("d", "d")]),
+                Stage::LogfmtWith {
+                    strict: true,
+                    keep_empty: true,
+                    fields: Vec::new()
+                },
+                Stage::LogfmtWith {
+                    strict: false,
+                    keep_empty: false,
+                    fields: vec![field("e", "e")]
+                },
+                Stage::Regexp("(?P<x>.)".into()),
+                Stage::Pattern("<y> z".into()),
+                Stage::Unpack,
+                Stage::Decolorize,
+                Stage::LabelFormat(vec![
+                    LabelFormat {
+                        label: "n".into(),
+                        rename: true,
+                        value: "o".into()
+                    },
+                    LabelFormat {
+                        label: "p".into(),
+                        rename: false,
+                        value: "{{.q}}".into()
+                    },
+                ]),
+                Stage::Drop(vec![
+                    NamedLabel::Matching(Matcher {
+                        label: "r".into(),
+                        op: MatchOp::Eq,
+                        value: "s".into()
+                    }),
+                    NamedLabel::Name("t".into()),
+                ]),
+                Stage::Keep(vec![NamedLabel::Matching(Matcher {
+                    label: "u".into(),
+                    op: MatchOp::Re,
+                    value: "v".into()
+                })]),
+            ]
+        );
+        // A stage's name followed by a comparison is a label filter.
+        assert!(matches!(
+            log(r#"{app="a"} | pattern="x""#).pipeline[0],
+            Stage::LabelFilter(_)
+        ));
     }
 
     #[test]
@@ -677,11 +984,20 @@ mod tests {
             "{unknown}"
         );
         assert_eq!(unknown.position, 0);
-        let stage = error(r#"{app="a"} | regexp "(?P<x>.*)""#);
+        let stage = error(r#"{app="a"} | xml"#);
+        assert!(stage.message.contains("| xml is not supported"), "{stage}");
+        let combined = error(r#"{app="a"} or {app="b"}"#);
         assert!(
-            stage.message.contains("| regexp is not supported"),
-            "{stage}"
+            combined.message.contains("or combines metric queries"),
+            "{combined}"
         );
+        let pattern_filter = error(r#"{app="a"} |> "<_> x""#);
+        assert!(
+            pattern_filter.message.contains("|> and !>"),
+            "{pattern_filter}"
+        );
+        let flag = error(r#"{app="a"} | logfmt --lenient"#);
+        assert!(flag.message.contains("unknown logfmt flag"), "{flag}");
         let compare = error(r#"{app="a"} | status > "500""#);
         assert!(compare.message.contains("cannot be compared"), "{compare}");
         let range = error(r#"rate({app="a"}[400d])"#);

@@ -5,9 +5,14 @@
 use regex::{Regex, RegexBuilder};
 
 use super::ast::*;
+use super::extract;
 use super::format::Quoted;
+use super::ip::IpPattern;
 use super::labels::{self, Labels};
 use super::lexer;
+use super::logfmt::{Decoder, Scan};
+use super::pattern::Pattern;
+use super::template::{Context, Template};
 use crate::storage::StoredRow;
 
 /// The most memory one compiled regular expression may take; a pattern that needs more is
@@ -81,16 +86,67 @@ impl TextTest {
 /// One runnable stage.
 #[derive(Clone, Debug)]
 enum Step {
-    Contains(String),
-    NotContains(String),
-    Matches(Regex),
-    NotMatches(Regex),
+    Line(LineTest),
     Json,
-    Logfmt,
+    JsonFields(Vec<(String, Vec<extract::Step>)>),
+    Logfmt {
+        strict: bool,
+        keep_empty: bool,
+    },
+    LogfmtFields {
+        strict: bool,
+        fields: Vec<Extraction>,
+    },
+    Regexp(Regex),
+    Pattern(Pattern),
+    Unpack,
+    Decolorize,
     Filter(Condition),
-    Format(Vec<Piece>),
-    Drop(Vec<String>),
-    Keep(Vec<String>),
+    Format(Template),
+    LabelFormat(Vec<(String, LabelSource)>),
+    Drop(Vec<NamedTest>),
+    Keep(Vec<NamedTest>),
+}
+
+/// A compiled line filter.
+#[derive(Clone, Debug)]
+enum LineTest {
+    /// Any of the texts is in the line.
+    Contains(Vec<String>),
+    NotContains(String),
+    /// Any of the expressions matches.
+    Matches(Vec<Regex>),
+    NotMatches(Regex),
+    Ip {
+        pattern: IpPattern,
+        negated: bool,
+    },
+}
+
+impl LineTest {
+    fn holds(&self, line: &str) -> bool {
+        match self {
+            LineTest::Contains(texts) => texts.iter().any(|text| line.contains(text.as_str())),
+            LineTest::NotContains(text) => !line.contains(text.as_str()),
+            LineTest::Matches(res) => res.iter().any(|re| re.is_match(line)),
+            LineTest::NotMatches(re) => !re.is_match(line),
+            LineTest::Ip { pattern, negated } => pattern.found_in(line) != *negated,
+        }
+    }
+}
+
+/// Where `label_format` takes a label's value from.
+#[derive(Clone, Debug)]
+enum LabelSource {
+    Rename(String),
+    Template(Template),
+}
+
+/// A label of `drop` or `keep`: by name, or by name and value.
+#[derive(Clone, Debug)]
+struct NamedTest {
+    name: String,
+    test: Option<TextTest>,
 }
 
 /// A compiled label filter.
@@ -105,6 +161,11 @@ enum Condition {
         op: CompareOp,
         value: f64,
         kind: NumberKind,
+    },
+    Ip {
+        label: String,
+        pattern: IpPattern,
+        negated: bool,
     },
     And(Box<Condition>, Box<Condition>),
     Or(Box<Condition>, Box<Condition>),
@@ -187,14 +248,6 @@ fn go_duration_error(text: &str) -> String {
     }
 }
 
-/// A piece of a `line_format` template.
-#[derive(Clone, Debug, PartialEq)]
-enum Piece {
-    Text(String),
-    Label(String),
-    Line,
-}
-
 /// A log query's matchers and stages, compiled.
 #[derive(Clone, Debug)]
 pub(crate) struct Pipeline {
@@ -249,30 +302,46 @@ impl Pipeline {
         }
         let mut labels = labels::with_metadata(stream, row);
         let mut line = row.message.clone();
+        let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
         for step in &self.steps {
             match step {
-                Step::Contains(text) => {
-                    if !line.contains(text.as_str()) {
-                        return None;
-                    }
-                }
-                Step::NotContains(text) => {
-                    if line.contains(text.as_str()) {
-                        return None;
-                    }
-                }
-                Step::Matches(re) => {
-                    if !re.is_match(&line) {
-                        return None;
-                    }
-                }
-                Step::NotMatches(re) => {
-                    if re.is_match(&line) {
+                Step::Line(test) => {
+                    if !test.holds(&line) {
                         return None;
                     }
                 }
                 Step::Json => parse_json(&line, &mut labels),
-                Step::Logfmt => parse_logfmt(&line, &mut labels),
+                Step::JsonFields(fields) => json_fields_stage(&line, fields, &mut labels),
+                Step::Logfmt { strict, keep_empty } => {
+                    logfmt_stage(&line, *strict, *keep_empty, &mut labels)
+                }
+                Step::LogfmtFields { strict, fields } => {
+                    logfmt_fields_stage(&line, *strict, fields, &mut labels)
+                }
+                Step::Regexp(regex) => {
+                    for (name, value) in extract::captures(regex, &line) {
+                        extracted(&mut labels, name.to_owned(), value.to_owned());
+                    }
+                }
+                Step::Pattern(pattern) => {
+                    for (name, value) in pattern.captures(&line) {
+                        extracted(&mut labels, name.to_owned(), value.to_owned());
+                    }
+                }
+                Step::Unpack => match extract::unpack(&line) {
+                    extract::Unpacked::NotPacked => {}
+                    extract::Unpacked::Packed(entry, pairs) => {
+                        for (key, value) in pairs {
+                            extracted(&mut labels, labels::label_name(&key), value);
+                        }
+                        line = entry;
+                    }
+                    extract::Unpacked::Error(details) => {
+                        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+                        labels.insert(ERROR_DETAILS_LABEL.into(), details.into());
+                    }
+                },
+                Step::Decolorize => line = extract::decolorize(&line).into_owned(),
                 // A line a parser failed on is filtered like any other, as Loki does: a label it
                 // lacks matches only as the empty string, and `__error__` is a label like the rest,
                 // so `| json | __error__=""` drops it.
@@ -281,13 +350,44 @@ impl Pipeline {
                         return None;
                     }
                 }
-                Step::Format(pieces) => line = format_line(pieces, &line, &labels),
-                Step::Drop(names) => {
-                    for name in names {
-                        labels.remove(name);
+                Step::Format(template) => {
+                    if let Some(name) = template.single_label() {
+                        line = labels.get(name).cloned().unwrap_or_default();
+                        continue;
+                    }
+                    let context = Context {
+                        labels: &labels,
+                        line: &line,
+                        timestamp,
+                    };
+                    match template.render(&context) {
+                        Ok(text) => line = text,
+                        Err(details) => template_error(&mut labels, details),
                     }
                 }
-                Step::Keep(names) => labels.retain(|name, _| names.contains(name)),
+                Step::LabelFormat(formats) => label_format(formats, &line, timestamp, &mut labels),
+                Step::Drop(named) => {
+                    for label in named {
+                        let drops = match &label.test {
+                            None => true,
+                            Some(test) => {
+                                test.holds(labels.get(&label.name).map_or("", String::as_str))
+                            }
+                        };
+                        if drops {
+                            labels.remove(&label.name);
+                        }
+                    }
+                }
+                // Loki keeps the error labels whatever `keep` names.
+                Step::Keep(named) => labels.retain(|name, value| {
+                    name == ERROR_LABEL
+                        || name == ERROR_DETAILS_LABEL
+                        || named.iter().any(|label| {
+                            label.name == *name
+                                && label.test.as_ref().is_none_or(|test| test.holds(value))
+                        })
+                }),
             }
         }
         Some(Output { line, labels })
@@ -296,19 +396,150 @@ impl Pipeline {
 
 fn compile_stage(stage: &Stage) -> Result<Step, CompileError> {
     Ok(match stage {
-        Stage::LineFilter { op, pattern } => match op {
-            LineOp::Contains => Step::Contains(pattern.clone()),
-            LineOp::NotContains => Step::NotContains(pattern.clone()),
-            LineOp::Matches => Step::Matches(regex(pattern, false)?),
-            LineOp::NotMatches => Step::NotMatches(regex(pattern, false)?),
-        },
+        Stage::LineFilter { op, pattern, or } => Step::Line(compile_line_filter(*op, pattern, or)?),
         Stage::Parser(ParserKind::Json) => Step::Json,
-        Stage::Parser(ParserKind::Logfmt) => Step::Logfmt,
+        Stage::Parser(ParserKind::Logfmt) => Step::Logfmt {
+            strict: false,
+            keep_empty: false,
+        },
+        Stage::JsonFields(fields) => Step::JsonFields(
+            fields
+                .iter()
+                .map(|field| {
+                    check_label_name(&field.label, "extracted")?;
+                    let path = extract::json_path(&field.path).map_err(CompileError)?;
+                    Ok((field.label.clone(), path))
+                })
+                .collect::<Result<_, CompileError>>()?,
+        ),
+        Stage::LogfmtWith {
+            strict,
+            keep_empty,
+            fields,
+        } if fields.is_empty() => Step::Logfmt {
+            strict: *strict,
+            keep_empty: *keep_empty,
+        },
+        Stage::LogfmtWith { strict, fields, .. } => {
+            for field in fields {
+                check_label_name(&field.label, "extracted")?;
+            }
+            Step::LogfmtFields {
+                strict: *strict,
+                fields: fields.clone(),
+            }
+        }
+        Stage::Regexp(pattern) => {
+            Step::Regexp(extract::capture_regex(pattern).map_err(CompileError)?)
+        }
+        Stage::Pattern(text) => Step::Pattern(
+            Pattern::parse(text)
+                .map_err(|err| CompileError(format!("invalid pattern parser: {err}")))?,
+        ),
+        Stage::Unpack => Step::Unpack,
+        Stage::Decolorize => Step::Decolorize,
         Stage::LabelFilter(filter) => Step::Filter(compile_condition(filter)?),
-        Stage::LineFormat(template) => Step::Format(compile_template(template)?),
-        Stage::Drop(names) => Step::Drop(names.clone()),
-        Stage::Keep(names) => Step::Keep(names.clone()),
+        Stage::LineFormat(template) => Step::Format(
+            Template::parse("line", template)
+                .map_err(|err| CompileError(format!("invalid line template: {err}")))?,
+        ),
+        Stage::LabelFormat(formats) => {
+            let mut compiled = Vec::with_capacity(formats.len());
+            for (at, format) in formats.iter().enumerate() {
+                if format.label == ERROR_LABEL {
+                    return Err(CompileError(format!("{ERROR_LABEL} cannot be formatted")));
+                }
+                if formats[..at]
+                    .iter()
+                    .any(|before| before.label == format.label)
+                {
+                    return Err(CompileError(format!(
+                        "multiple label name '{}' not allowed in a single format operation",
+                        format.label
+                    )));
+                }
+                let source = if format.rename {
+                    LabelSource::Rename(format.value.clone())
+                } else {
+                    LabelSource::Template(Template::parse("label", &format.value).map_err(
+                        |err| {
+                            CompileError(format!(
+                                "invalid template for label '{}': {err}",
+                                format.label
+                            ))
+                        },
+                    )?)
+                };
+                compiled.push((format.label.clone(), source));
+            }
+            Step::LabelFormat(compiled)
+        }
+        Stage::Drop(named) => Step::Drop(compile_named(named)?),
+        Stage::Keep(named) => Step::Keep(compile_named(named)?),
     })
+}
+
+fn compile_line_filter(
+    op: LineOp,
+    pattern: &LinePattern,
+    or: &[LinePattern],
+) -> Result<LineTest, CompileError> {
+    // With `or`, Loki reads an `ip("…")` alternative as its text.
+    let text = |pattern: &LinePattern| match pattern {
+        LinePattern::Text(text) | LinePattern::Ip(text) => text.clone(),
+    };
+    if let (LinePattern::Ip(ip), true) = (pattern, or.is_empty()) {
+        let negated = match op {
+            LineOp::Contains => false,
+            LineOp::NotContains => true,
+            LineOp::Matches | LineOp::NotMatches => {
+                return Err(CompileError(format!(
+                    "ip(\"{ip}\"): ip: invalid operation; ip() filters with |= and != only"
+                )))
+            }
+        };
+        let pattern = IpPattern::parse(ip).map_err(|err| CompileError(err.to_string()))?;
+        return Ok(LineTest::Ip { pattern, negated });
+    }
+    let all = std::iter::once(pattern).chain(or);
+    Ok(match op {
+        LineOp::Contains => LineTest::Contains(all.map(text).collect()),
+        LineOp::NotContains => LineTest::NotContains(text(pattern)),
+        LineOp::Matches => LineTest::Matches(
+            all.map(|pattern| regex(&text(pattern), false))
+                .collect::<Result<_, _>>()?,
+        ),
+        LineOp::NotMatches => LineTest::NotMatches(regex(&text(pattern), false)?),
+    })
+}
+
+fn compile_named(named: &[NamedLabel]) -> Result<Vec<NamedTest>, CompileError> {
+    named
+        .iter()
+        .map(|label| {
+            Ok(match label {
+                NamedLabel::Name(name) => NamedTest {
+                    name: name.clone(),
+                    test: None,
+                },
+                NamedLabel::Matching(matcher) => NamedTest {
+                    name: matcher.label.clone(),
+                    test: Some(TextTest::new(matcher.op, &matcher.value)?),
+                },
+            })
+        })
+        .collect()
+}
+
+/// A label name a stage makes must be one Prometheus takes.
+fn check_label_name(name: &str, what: &str) -> Result<(), CompileError> {
+    let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(CompileError(format!("invalid {what} label name '{name}'")))
+    }
 }
 
 fn compile_condition(filter: &LabelFilter) -> Result<Condition, CompileError> {
@@ -321,6 +552,15 @@ fn compile_condition(filter: &LabelFilter) -> Result<Condition, CompileError> {
             Box::new(compile_condition(left)?),
             Box::new(compile_condition(right)?),
         ),
+        LabelFilter::Ip {
+            label,
+            negated,
+            pattern,
+        } => Condition::Ip {
+            label: label.clone(),
+            pattern: IpPattern::parse(pattern).map_err(|err| CompileError(err.to_string()))?,
+            negated: *negated,
+        },
         LabelFilter::Compare { label, op, value } => {
             let number = |value: f64, kind| Condition::Number {
                 label: label.clone(),
@@ -371,6 +611,19 @@ impl Condition {
             Condition::Text { label, test } => {
                 test.holds(labels.get(label).map_or("", String::as_str))
             }
+            // As in Loki, a line with an error passes, and one without the label does not.
+            Condition::Ip {
+                label,
+                pattern,
+                negated,
+            } => {
+                if labels.contains_key(ERROR_LABEL) {
+                    return true;
+                }
+                labels
+                    .get(label)
+                    .is_some_and(|value| pattern.found_in(value) != *negated)
+            }
             Condition::Number {
                 label,
                 op,
@@ -403,52 +656,6 @@ impl Condition {
     }
 }
 
-/// `line_format`'s templates, in the subset that names labels: `{{.name}}` (spaces allowed
-/// inside the braces) and `{{__line__}}`.
-fn compile_template(template: &str) -> Result<Vec<Piece>, CompileError> {
-    let mut pieces = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find("{{") {
-        if open > 0 {
-            pieces.push(Piece::Text(rest[..open].to_owned()));
-        }
-        let after = &rest[open + 2..];
-        let close = after.find("}}").ok_or_else(|| {
-            CompileError(format!("line_format {template:?}: a {{{{ is not closed"))
-        })?;
-        let action = after[..close].trim();
-        let piece = if action == "__line__" {
-            Piece::Line
-        } else if let Some(name) = action.strip_prefix('.').filter(|name| {
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        }) {
-            Piece::Label(name.to_owned())
-        } else {
-            return Err(CompileError(format!(
-                "line_format: {{{{{action}}}}} is not supported; templates may use {{{{.label}}}} and {{{{__line__}}}}"
-            )));
-        };
-        pieces.push(piece);
-        rest = &after[close + 2..];
-    }
-    if !rest.is_empty() {
-        pieces.push(Piece::Text(rest.to_owned()));
-    }
-    Ok(pieces)
-}
-
-fn format_line(pieces: &[Piece], line: &str, labels: &Labels) -> String {
-    let mut out = String::new();
-    for piece in pieces {
-        match piece {
-            Piece::Text(text) => out.push_str(text),
-            Piece::Label(name) => out.push_str(labels.get(name).map_or("", String::as_str)),
-            Piece::Line => out.push_str(line),
-        }
-    }
-    out
-}
-
 /// Adds an extracted label; one whose name is taken gets `_extracted` after it, as in Loki.
 fn extracted(labels: &mut Labels, name: String, value: String) {
     if labels.contains_key(&name) {
@@ -461,11 +668,10 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
 /// `| json`: each field of the line's object a label, nested objects joined with `_`.
 fn parse_json(line: &str, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
-        let value = match value {
-            serde_json::Value::Null => String::new(),
-            other => labels::label_value(other),
-        };
-        extracted(labels, name, value);
+        // Loki sets no label for a `null`.
+        if !value.is_null() {
+            extracted(labels, name, labels::label_value(value));
+        }
     });
     if let Err(err) = parsed {
         labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
@@ -528,11 +734,144 @@ fn walk<'a>(
     }
 }
 
-/// `| logfmt`: `key=value` pairs, values bare or double-quoted with backslash escapes; a key
-/// alone is a label with an empty value. As in Loki, no line is an error: what cannot be read
-/// is left out.
-fn parse_logfmt(line: &str, labels: &mut Labels) {
-    logfmt_pairs(line, &mut |name, value| extracted(labels, name, value));
+/// `| json a="b.c"`: each label from its path, the empty string when the path leads nowhere,
+/// as Loki does. A line that does not start like JSON is an error, and gets no labels.
+fn json_fields_stage(line: &str, fields: &[(String, Vec<extract::Step>)], labels: &mut Labels) {
+    if line.is_empty() {
+        return;
+    }
+    if !line.starts_with(['{', '[', '"']) {
+        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+        return;
+    }
+    let document = extract::json_document(line);
+    for (label, path) in fields {
+        match document.and_then(|document| extract::json_value(document, path)) {
+            Some(value) => extracted(labels, label.clone(), value),
+            None => {
+                labels.entry(label.clone()).or_default();
+            }
+        }
+    }
+}
+
+/// `| logfmt` with its flags: without `--keep-empty` a key without a value is no label; with
+/// `--strict` the first pair that cannot be read ends the line, with an error.
+fn logfmt_stage(line: &str, strict: bool, keep_empty: bool, labels: &mut Labels) {
+    let mut decoder = Decoder::new(line);
+    let mut error = None;
+    while !decoder.at_end() {
+        match decoder.next_pair() {
+            Scan::Pair(key, value) => {
+                let name = labels::label_name(key);
+                let value = value.map(|value| value.replace('\u{fffd}', " "));
+                if value.as_deref().is_some_and(|v| !v.is_empty()) || keep_empty {
+                    extracted(labels, name, value.unwrap_or_default());
+                }
+            }
+            Scan::Skipped(why) => {
+                if why.is_some() {
+                    error = why;
+                }
+                if strict {
+                    break;
+                }
+            }
+        }
+    }
+    if let (true, Some(details)) = (strict, error) {
+        labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
+        labels.insert(ERROR_DETAILS_LABEL.into(), details);
+    }
+}
+
+/// `| logfmt a, b="c"`: only these keys, each label there (empty when its key is not). As in
+/// Loki, a key named like one of the labels also sets it.
+fn logfmt_fields_stage(line: &str, strict: bool, fields: &[Extraction], labels: &mut Labels) {
+    // A label the line already had is set as `NAME_extracted`, as the other parsers do.
+    let taken: Vec<bool> = fields
+        .iter()
+        .map(|field| labels.contains_key(&field.label))
+        .collect();
+    for field in fields {
+        labels.entry(field.label.clone()).or_default();
+    }
+    let mut decoder = Decoder::new(line);
+    let mut error = None;
+    while !decoder.at_end() {
+        match decoder.next_pair() {
+            Scan::Pair(key, value) => {
+                let key = labels::label_name(key);
+                let at = fields
+                    .iter()
+                    .position(|field| field.path == key)
+                    .or_else(|| fields.iter().position(|field| field.label == key));
+                if let Some(at) = at {
+                    let value = value.map(|v| v.into_owned()).unwrap_or_default();
+                    let label = &fields[at].label;
+                    let name = if taken[at] {
+                        format!("{label}_extracted")
+                    } else {
+                        label.clone()
+                    };
+                    labels.insert(name, value);
+                }
+            }
+            Scan::Skipped(why) => {
+                if why.is_some() {
+                    error = why;
+                }
+                if strict {
+                    break;
+                }
+            }
+        }
+    }
+    if let (true, Some(details)) = (strict, error) {
+        labels.insert(ERROR_LABEL.into(), "LogfmtParserErr".into());
+        labels.insert(ERROR_DETAILS_LABEL.into(), details);
+    }
+}
+
+/// A template that failed on this line: the line or label stays, with Loki's error.
+fn template_error(labels: &mut Labels, details: String) {
+    labels.insert(ERROR_LABEL.into(), "TemplateFormatErr".into());
+    labels.insert(ERROR_DETAILS_LABEL.into(), details);
+}
+
+/// `| label_format`: in order, each rename moves a label that is there, and each template sets
+/// its label. The templates see the labels as they were at the first of them, as in Loki.
+fn label_format(
+    formats: &[(String, LabelSource)],
+    line: &str,
+    timestamp: i64,
+    labels: &mut Labels,
+) {
+    let mut seen: Option<Labels> = None;
+    for (label, source) in formats {
+        match source {
+            LabelSource::Rename(from) => {
+                if let Some(value) = labels.get(from).cloned() {
+                    labels.insert(label.clone(), value);
+                    labels.remove(from);
+                }
+            }
+            LabelSource::Template(template) => {
+                let seen = seen.get_or_insert_with(|| labels.clone());
+                let context = Context {
+                    labels: seen,
+                    line,
+                    timestamp,
+                };
+                match template.render(&context) {
+                    Ok(value) => {
+                        labels.insert(label.clone(), value);
+                    }
+                    Err(details) => template_error(labels, details),
+                }
+            }
+        }
+    }
 }
 
 /// Gives `each` the pairs of a logfmt line as `| logfmt` reads them: the label name and the
@@ -673,7 +1012,8 @@ mod tests {
             .process(&row("api", 9, r#"method=GET path="/a b" flag"#, "{}"))
             .unwrap();
         assert_eq!(out.line, "GET /a b");
-        assert_eq!(out.labels["flag"], "");
+        // A key without a value is no label, as in Loki (unless `--keep-empty`).
+        assert!(!out.labels.contains_key("flag"));
         assert!(p
             .process(&row("api", 9, "method=POST path=/", "{}"))
             .is_none());
@@ -812,7 +1152,7 @@ mod tests {
         assert_eq!(parsed("a=5 =x y=z"), pairs(&[("a", "5"), ("y", "z")]));
         assert_eq!(
             parsed(r#"a=1 msg="x = \"y\"" flag"#),
-            pairs(&[("a", "1"), ("flag", ""), ("msg", r#"x = "y""#)])
+            pairs(&[("a", "1"), ("msg", r#"x = "y""#)])
         );
     }
 
@@ -836,6 +1176,300 @@ mod tests {
         assert_eq!(count(r#"{service_name="api"} | json | status >= 500"#), 1);
         assert_eq!(count(r#"{service_name="api"} | json | user!="u3""#), 2);
         assert_eq!(count(r#"{service_name="api"} | json"#), 3);
+    }
+
+    /// Lines and labels a query keeps of `lines` (labels of the stream left out).
+    fn kept(query: &str, lines: &[&str]) -> Vec<(String, Labels)> {
+        let p = pipeline(query);
+        lines
+            .iter()
+            .filter_map(|line| p.process(&row("api", 9, line, "{}")))
+            .map(|mut out| {
+                out.labels.retain(|name, _| {
+                    !matches!(name.as_str(), "service_name" | "level" | "detected_level")
+                });
+                (out.line, out.labels)
+            })
+            .collect()
+    }
+
+    fn lines_of(kept: &[(String, Labels)]) -> Vec<&str> {
+        kept.iter().map(|(line, _)| line.as_str()).collect()
+    }
+
+    fn labels_of(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Loki 3.7.6's answers: `or` is any of them for `|=` and `|~`, none of them for `!=`.
+    #[test]
+    fn line_filters_with_or() {
+        let lines = ["alpha beta", "gamma", "delta alpha", "epsilon"];
+        let q = |filter: &str| {
+            lines_of(&kept(
+                &format!(r#"{{service_name="api"}} {filter}"#),
+                &lines,
+            ))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            q(r#"|= "alpha" or "gamma""#),
+            ["alpha beta", "gamma", "delta alpha"]
+        );
+        assert_eq!(q(r#"!= "alpha" or "gamma""#), ["epsilon"]);
+        assert_eq!(q(r#"|~ "^alp" or "ilon$""#), ["alpha beta", "epsilon"]);
+        assert_eq!(q(r#"!~ "^alp" or "ilon$""#), ["gamma", "delta alpha"]);
+    }
+
+    /// Loki 3.7.6's answers, its quirk included: with `or`, `ip("…")` is matched as text.
+    #[test]
+    fn ip_filters_on_lines_and_labels() {
+        let lines = [
+            "client 10.0.1.5 ok",
+            "from 192.168.0.3 x",
+            "bad 010.0.1.5 q",
+            "none here",
+            "addr=192.168.0.10 end",
+        ];
+        let q = |query: &str| lines_of(&kept(query, &lines)).join("|");
+        assert_eq!(
+            q(r#"{service_name="api"} |= ip("10.0.1.0/24")"#),
+            "client 10.0.1.5 ok"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} != ip("192.168.0.0/16")"#),
+            "client 10.0.1.5 ok|bad 010.0.1.5 q|none here"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} |= "zzz" or ip("10.0.1.5")"#),
+            "client 10.0.1.5 ok|bad 010.0.1.5 q"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} |= ip("192.168.0.0/16") or "none""#),
+            "none here"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} | logfmt | addr = ip("192.168.0.0/24")"#),
+            "addr=192.168.0.10 end"
+        );
+        assert_eq!(
+            q(r#"{service_name="api"} | logfmt | addr != ip("192.168.0.0/24")"#),
+            ""
+        );
+    }
+
+    /// Loki 3.7.6's labels for `| json x="a.b", …`.
+    #[test]
+    fn json_parameters() {
+        let lines = [
+            r#"{"a":{"b":"x","c":[1,2]},"n":null}"#,
+            "plain",
+            "{bad",
+            r#""str""#,
+        ];
+        let found = kept(
+            r#"{service_name="api"} | json x="a.b", y="a.c[1]", u="n", m="missing""#,
+            &lines,
+        );
+        let all_empty = labels_of(&[("m", ""), ("u", ""), ("x", ""), ("y", "")]);
+        assert_eq!(
+            found[0].1,
+            labels_of(&[("m", ""), ("u", ""), ("x", "x"), ("y", "2")])
+        );
+        assert_eq!(found[1].1, labels_of(&[(ERROR_LABEL, "JSONParserErr")]));
+        assert_eq!(found[2].1, all_empty);
+        assert_eq!(found[3].1, all_empty);
+        // A stream label of the same name is not overwritten.
+        let found = kept(r#"{service_name="api"} | json service_name="a.b""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("service_name_extracted", "x")]));
+        // Without parameters, a `null` gives no label.
+        let found = kept(r#"{service_name="api"} | json"#, &[lines[0]]);
+        assert_eq!(found[0].1, labels_of(&[("a_b", "x")]));
+    }
+
+    /// Loki 3.7.6's labels for `| logfmt` with flags and keys.
+    #[test]
+    fn logfmt_flags_and_keys() {
+        let lines = [
+            r#"a=1 b= c flag d="x y""#,
+            r#"a=2 bro"ken=3 e=4"#,
+            r#"a=3 f="unterminated"#,
+            "x=1 y=2 z=3",
+        ];
+        let q = |query: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt {query}"#),
+                &lines,
+            )
+            .into_iter()
+            .map(|(_, labels)| labels)
+            .collect::<Vec<_>>()
+        };
+        let strict = q("--strict");
+        assert_eq!(strict[0], labels_of(&[("a", "1"), ("d", "x y")]));
+        assert_eq!(
+            strict[1],
+            labels_of(&[
+                ("a", "2"),
+                (ERROR_LABEL, "LogfmtParserErr"),
+                (
+                    ERROR_DETAILS_LABEL,
+                    r#"logfmt syntax error at pos 8 : unexpected '"'"#
+                )
+            ])
+        );
+        assert_eq!(
+            strict[2][ERROR_DETAILS_LABEL],
+            "logfmt syntax error at pos 20 : unterminated quoted value"
+        );
+        let keep_empty = q("--keep-empty");
+        assert_eq!(
+            keep_empty[0],
+            labels_of(&[("a", "1"), ("b", ""), ("c", ""), ("d", "x y"), ("flag", "")])
+        );
+        assert_eq!(keep_empty[1], labels_of(&[("a", "2"), ("e", "4")]));
+        let keys = q(r#"a, g="d""#);
+        assert_eq!(keys[0], labels_of(&[("a", "1"), ("g", "x y")]));
+        assert_eq!(keys[3], labels_of(&[("a", ""), ("g", "")]));
+        // A key named like a label sets it too; the last one read wins.
+        let quirk = q(r#"y, x="z""#);
+        assert_eq!(quirk[3], labels_of(&[("x", "3"), ("y", "2")]));
+        let strict_keys = q("--strict a, e");
+        assert_eq!(strict_keys[1]["e"], "");
+        assert_eq!(strict_keys[1][ERROR_LABEL], "LogfmtParserErr");
+    }
+
+    /// Loki 3.7.6's labels for `| regexp` and `| pattern`.
+    #[test]
+    fn regexp_and_pattern_captures_become_labels() {
+        let lines = ["alpha beta", "gamma"];
+        let found = kept(
+            r#"{service_name="api"} | regexp "(?P<first>\w+)(?: (?P<second>\w+))?""#,
+            &lines,
+        );
+        assert_eq!(found[1].1, labels_of(&[("first", "gamma"), ("second", "")]));
+        let found = kept(r#"{service_name="api"} | regexp "^(?P<x>a\w+)""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("x", "alpha")]));
+        assert_eq!(found[1].1, labels_of(&[]), "no match, no label");
+        let found = kept(
+            r#"{service_name="api"} | regexp "(?P<service_name>\w+)""#,
+            &lines,
+        );
+        assert_eq!(
+            found[0].1,
+            labels_of(&[("service_name_extracted", "alpha")])
+        );
+        let found = kept(r#"{service_name="api"} | pattern "<a> <b>""#, &lines);
+        assert_eq!(found[0].1, labels_of(&[("a", "alpha"), ("b", "beta")]));
+        assert_eq!(found[1].1, labels_of(&[("a", "gamma")]));
+    }
+
+    /// Loki 3.7.6's labels for `label_format`: a rename moves the label, and the templates see
+    /// the labels as they were at the first template.
+    #[test]
+    fn label_format_renames_and_templates() {
+        let line = r#"sev=error msg="Hello World" n=42"#;
+        let q = |query: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | label_format {query}"#),
+                &[line],
+            )
+            .remove(0)
+            .1
+        };
+        let found = q(r#"lvl=sev, both="{{.sev}}-{{.n}}", miss=nothere, m2="{{.nothere}}""#);
+        assert_eq!(found["lvl"], "error");
+        assert_eq!(found["both"], "-42");
+        assert_eq!(found["m2"], "");
+        assert!(!found.contains_key("miss"));
+        let found = q(r#"sev="x", copy="{{.sev}}""#);
+        assert_eq!(
+            (found["sev"].as_str(), found["copy"].as_str()),
+            ("x", "error")
+        );
+        let found = q(r#"a=msg, b=msg"#);
+        assert_eq!(found["a"], "Hello World");
+        assert!(!found.contains_key("b") && !found.contains_key("msg"));
+        let failed = q(r#"x="{{ substr 1 4 .none }}""#);
+        assert_eq!(failed[ERROR_LABEL], "TemplateFormatErr");
+    }
+
+    #[test]
+    fn line_format_runs_functions_and_keeps_the_line_when_one_fails() {
+        let line = r#"method=GET msg="Hello World""#;
+        let q = |template: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | line_format `{template}`"#),
+                &[line],
+            )
+            .remove(0)
+        };
+        assert_eq!(
+            q("{{ .method | ToLower }} {{ __line__ | trunc 6 }}").0,
+            "get method"
+        );
+        assert_eq!(
+            q(r#"{{ if eq .method "GET" }}read{{ else }}write{{ end }}"#).0,
+            "read"
+        );
+        assert_eq!(q("{{ .msg }}").0, "Hello World");
+        let (kept_line, labels) = q("{{ substr 1 4 .none }}");
+        assert_eq!(kept_line, line);
+        assert_eq!(labels[ERROR_LABEL], "TemplateFormatErr");
+    }
+
+    /// Loki 3.7.6's lines and labels for `unpack` and `decolorize`.
+    #[test]
+    fn unpack_and_decolorize_rewrite_the_line() {
+        let found = kept(
+            r#"{service_name="api"} | unpack"#,
+            &[
+                r#"{"_entry":"inner line","pod":"p1","n":5}"#,
+                r#"{"pod":"p2"}"#,
+                "not json",
+            ],
+        );
+        assert_eq!(found[0], ("inner line".into(), labels_of(&[("pod", "p1")])));
+        assert_eq!(found[1], (r#"{"pod":"p2"}"#.into(), labels_of(&[])));
+        assert_eq!(found[2].1[ERROR_LABEL], "JSONParserErr");
+        let found = kept(
+            r#"{service_name="api"} | decolorize |= "red text""#,
+            &["\u{1b}[31mred\u{1b}[0m text"],
+        );
+        assert_eq!(lines_of(&found), ["red text"]);
+    }
+
+    #[test]
+    fn drop_and_keep_by_value() {
+        let line = "method=GET path=/a status=200";
+        let q = |stage: &str| {
+            kept(
+                &format!(r#"{{service_name="api"}} | logfmt | {stage}"#),
+                &[line],
+            )
+            .remove(0)
+            .1
+        };
+        assert_eq!(
+            q(r#"drop method="GET", path"#),
+            labels_of(&[("status", "200")])
+        );
+        assert_eq!(
+            q(r#"drop method="POST""#),
+            labels_of(&[("method", "GET"), ("path", "/a"), ("status", "200")])
+        );
+        assert_eq!(
+            q(r#"keep method=~"G.*", status="500""#),
+            labels_of(&[("method", "GET")])
+        );
+        // Loki keeps the error labels whatever `keep` names.
+        let errors = kept(r#"{service_name="api"} | json | keep status"#, &["plain"]);
+        assert_eq!(errors[0].1[ERROR_LABEL], "JSONParserErr");
     }
 
     #[test]
@@ -880,6 +1514,26 @@ mod tests {
         assert!(err.0.contains("too large"), "{err}");
         let err =
             Pipeline::compile(&log(r#"{service_name="a"} | line_format "{{if .x}}""#)).unwrap_err();
-        assert!(err.0.contains("not supported"), "{err}");
+        assert!(err.0.contains("without {{end}}"), "{err}");
+        let err = Pipeline::compile(&log(
+            r#"{service_name="a"} | label_format x="{{ fromJson .y }}""#,
+        ))
+        .unwrap_err();
+        assert!(
+            err.0.contains(r#"function "fromJson" is not supported"#),
+            "{err}"
+        );
+        for refused in [
+            r#"{service_name="a"} |~ ip("1.2.3.4")"#,
+            r#"{service_name="a"} |= ip("10.0.0.0/33")"#,
+            r#"{service_name="a"} | x = ip("x")"#,
+            r#"{service_name="a"} | regexp "(a)""#,
+            r#"{service_name="a"} | pattern "<a><b>""#,
+            r#"{service_name="a"} | label_format a=b, a=c"#,
+            r#"{service_name="a"} | label_format __error__=b"#,
+            r#"{service_name="a"} | json x="a..b""#,
+        ] {
+            assert!(Pipeline::compile(&log(refused)).is_err(), "{refused}");
+        }
     }
 }

@@ -36,17 +36,30 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
     }
     for stage in &query.pipeline {
         match stage {
-            Stage::LineFilter { op, pattern: text } => selection.lines.push(match op {
+            // An `ip()` filter or one with alternatives is left to the engine.
+            Stage::LineFilter {
+                op,
+                pattern: LinePattern::Text(text),
+                or,
+            } if or.is_empty() => selection.lines.push(match op {
                 LineOp::Contains => LineCondition::Contains(text.clone()),
                 LineOp::NotContains => LineCondition::NotContains(text.clone()),
                 LineOp::Matches => LineCondition::Matches(pattern(text, false, false)),
                 LineOp::NotMatches => LineCondition::NotMatches(pattern(text, false, true)),
             }),
-            Stage::LineFormat(_) => break,
+            stage if rewrites_line(stage) => break,
             _ => {}
         }
     }
     selection
+}
+
+/// True for a stage after which the line is no longer the stored one.
+fn rewrites_line(stage: &Stage) -> bool {
+    matches!(
+        stage,
+        Stage::LineFormat(_) | Stage::Unpack | Stage::Decolorize
+    )
 }
 
 /// The part of `query` a tail's polls can check, in the terms of the other tails' filter: one
@@ -68,12 +81,13 @@ pub(crate) fn tail_filter(query: &LogQuery) -> Filter {
     filter.contains = query
         .pipeline
         .iter()
-        .take_while(|stage| !matches!(stage, Stage::LineFormat(_)))
+        .take_while(|stage| !rewrites_line(stage))
         .find_map(|stage| match stage {
             Stage::LineFilter {
                 op: LineOp::Contains,
-                pattern,
-            } if !pattern.is_empty() && pattern.len() <= MAX_CONTAINS_BYTES => {
+                pattern: LinePattern::Text(pattern),
+                or,
+            } if or.is_empty() && !pattern.is_empty() && pattern.len() <= MAX_CONTAINS_BYTES => {
                 Some(pattern.clone())
             }
             _ => None,
@@ -236,7 +250,9 @@ pub(crate) fn volume_plan(
     let selector_only = query.selector.iter().all(|m| labels::is_indexed(&m.label))
         && query.pipeline.iter().all(|stage| match stage {
             // Grafana's volume query drops `__error__`, which no stage here sets.
-            Stage::Drop(names) => names.iter().all(|name| name == ERROR_LABEL),
+            Stage::Drop(names) => names
+                .iter()
+                .all(|name| matches!(name, NamedLabel::Name(name) if name == ERROR_LABEL)),
             _ => false,
         });
     (whole_minutes && selector_only).then(|| VolumePlan {
