@@ -13,7 +13,7 @@ use tokio_stream::StreamExt;
 use super::read::{nanos, Entry, Streams, TimeRange};
 use crate::error::HttpError;
 use crate::loki::logql::ast::LogQuery;
-use crate::loki::logql::labels::{Labels, DETECTED_LEVEL_LABEL};
+use crate::loki::logql::labels::{self, Labels};
 use crate::loki::logql::pipeline::Pipeline;
 use crate::loki::logql::plan;
 use crate::model::selection::Order;
@@ -114,10 +114,16 @@ impl LokiTail {
                     line: output.line,
                 };
                 if !self.already_sent(&output.labels, &entry) {
-                    // Loki's ingesters send a live line with its stream's labels, without the
-                    // `detected_level` its queries (and so the backfill) add.
+                    // Loki's ingesters send a live line with its stream's labels and what the
+                    // query's stages made, without the structured metadata (`detected_level`
+                    // among it) that its queries, and so the backfill, add.
                     let mut labels = output.labels;
-                    labels.remove(DETECTED_LEVEL_LABEL);
+                    let stream = labels::row_stream_labels(&row);
+                    for (name, value) in labels::with_metadata(stream.clone(), &row) {
+                        if !stream.contains_key(&name) && labels.get(&name) == Some(&value) {
+                            labels.remove(&name);
+                        }
+                    }
                     lines.streams.entry(labels).or_default().push(entry);
                 }
             }
@@ -149,8 +155,8 @@ mod tests {
             severity: 9,
             service: "api".into(),
             message: message.into(),
-            labels: "{}".into(),
-            attributes: "{}".into(),
+            labels: r#"{"env":"prod"}"#.into(),
+            attributes: r#"{"user":"ann"}"#.into(),
             trace_id: None,
             span_id: None,
         }
@@ -199,8 +205,18 @@ mod tests {
 
         let live = tail.next().await.unwrap().unwrap();
         let mut live_labels = output.labels.clone();
-        assert!(live_labels.remove(DETECTED_LEVEL_LABEL).is_some());
-        assert_eq!(live.streams.len(), 1, "live lines carry no detected_level");
+        assert!(live_labels.remove("detected_level").is_some());
+        assert!(live_labels.remove("user").is_some());
+        assert_eq!(
+            live_labels.keys().collect::<Vec<_>>(),
+            ["env", "service_name"],
+            "a live line carries its stream's labels"
+        );
+        assert_eq!(
+            live.streams.len(),
+            1,
+            "live lines carry no structured metadata"
+        );
         let sent: Vec<(i64, &str)> = live.streams[&live_labels]
             .iter()
             .map(|e| (e.ts / 1_000_000_000, e.line.as_str()))

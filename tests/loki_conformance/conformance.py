@@ -373,7 +373,8 @@ def main():
                 continue
             live_ns = time.time_ns() // 1000 * 1000
             live_body = json.dumps({"streams": [{"stream": {"service_name": "tailed", "level": "info"},
-                                                 "values": [[str(live_ns), "a line sent while tailing"]]}]}).encode()
+                                                 "values": [[str(live_ns), "a line sent while tailing",
+                                                             {"region": "eu"}]]}]}).encode()
 
             def pusher(base):
                 if not check.get("live"):
