@@ -217,6 +217,9 @@ pub(crate) struct VolumeAsk {
     pub steps: Option<Steps>,
     /// The most series, largest first.
     pub limit: usize,
+    /// Loki's `aggregateBy=labels`: one series per stream label name, `{name=""}`, holding the
+    /// bytes of the streams that have it.
+    pub by_label_names: bool,
 }
 
 /// A read of the rollup into series: the rows of `query` over `range`, each in the series of
@@ -282,11 +285,52 @@ pub(crate) struct IndexStats {
     pub(crate) entries: u64,
 }
 
+/// The (service, level) of a stream: the key of its rows in the rollup.
+fn rollup_key(labels: &Labels) -> (Option<String>, Option<String>) {
+    (
+        labels.get(labels::SERVICE_LABEL).cloned(),
+        labels.get(labels::LEVEL_LABEL).cloned(),
+    )
+}
+
 /// The labels of `stream` that `keep` names.
 fn only(stream: Labels, keep: &[String]) -> Labels {
     stream
         .into_iter()
         .filter(|(name, _)| keep.contains(name))
+        .collect()
+}
+
+/// Series of the rollup's (service, level) summed into one per stream label name (`{env=""}`):
+/// each adds to the names its streams have, those of `streams` with its service and level (or,
+/// when none was seen, the service and level themselves).
+fn by_names(series: Vec<Series>, streams: &[Labels]) -> Vec<Series> {
+    let mut names: BTreeMap<_, BTreeSet<String>> = BTreeMap::new();
+    for stream in streams {
+        names
+            .entry(rollup_key(stream))
+            .or_default()
+            .extend(stream.keys().cloned());
+    }
+    let mut sums: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
+    for one in series {
+        let own: BTreeSet<String> = one.labels.keys().cloned().collect();
+        for name in names.get(&rollup_key(&one.labels)).unwrap_or(&own) {
+            let points = sums
+                .entry(name.clone())
+                .or_insert_with(|| vec![None; one.points.len()]);
+            for (sum, point) in points.iter_mut().zip(&one.points) {
+                if let Some(value) = point {
+                    *sum.get_or_insert(0.0) += value;
+                }
+            }
+        }
+    }
+    sums.into_iter()
+        .map(|(name, points)| Series {
+            labels: Labels::from([(name, String::new())]),
+            points,
+        })
         .collect()
 }
 
@@ -408,10 +452,16 @@ impl Reads {
             targets,
             steps,
             limit,
+            by_label_names,
         } = ask;
         let started = Instant::now();
         rollup_selector(query, &targets)?;
-        let targets = if targets.is_empty() {
+        let targets = if by_label_names {
+            vec![
+                labels::SERVICE_LABEL.to_owned(),
+                labels::LEVEL_LABEL.to_owned(),
+            ]
+        } else if targets.is_empty() {
             query.selector.iter().map(|m| m.label.clone()).collect()
         } else {
             targets
@@ -438,6 +488,12 @@ impl Reads {
             self.rollup_series(read, &mut accumulator, &mut stats, charge)
                 .await?;
             let mut series = accumulator.finish();
+            if by_label_names {
+                let streams = self
+                    .streams_of(tenant, std::slice::from_ref(query), range)
+                    .await?;
+                series = by_names(series, &streams);
+            }
             let total = |s: &Series| s.points.iter().flatten().sum::<f64>();
             series.sort_by(|a, b| total(b).total_cmp(&total(a)));
             let cut: usize = series.iter().skip(limit).map(Series::bytes).sum();
@@ -551,43 +607,45 @@ impl Reads {
         selectors: &[LogQuery],
         range: TimeRange,
     ) -> Result<Vec<Labels>, HttpError> {
-        self.admitted(tenant, async {
-            let mut series = BTreeSet::new();
-            let mut rollup = BTreeSet::new();
-            for query in selectors {
-                if plan::is_indexed_selector(query) {
-                    self.selected_streams(
-                        tenant,
-                        query,
-                        range,
-                        &mut Stats::default(),
-                        &mut |mut stream, _| {
-                            stream.remove(labels::DETECTED_LEVEL_LABEL);
-                            rollup.insert(stream);
-                            Ok(())
-                        },
-                    )
-                    .await?;
-                }
-                self.sample(tenant, query, range, &mut |labels| {
-                    series.insert(labels);
-                })
+        self.admitted(tenant, self.streams_of(tenant, selectors, range))
+            .await
+    }
+
+    /// [`Reads::loki_series`] within a read already admitted.
+    async fn streams_of(
+        &self,
+        tenant: &str,
+        selectors: &[LogQuery],
+        range: TimeRange,
+    ) -> Result<Vec<Labels>, HttpError> {
+        let mut series = BTreeSet::new();
+        let mut rollup = BTreeSet::new();
+        for query in selectors {
+            if plan::is_indexed_selector(query) {
+                self.selected_streams(
+                    tenant,
+                    query,
+                    range,
+                    &mut Stats::default(),
+                    &mut |mut stream, _| {
+                        stream.remove(labels::DETECTED_LEVEL_LABEL);
+                        rollup.insert(stream);
+                        Ok(())
+                    },
+                )
                 .await?;
             }
-            let rollup_key = |labels: &Labels| {
-                (
-                    labels.get(labels::SERVICE_LABEL).cloned(),
-                    labels.get(labels::LEVEL_LABEL).cloned(),
-                )
-            };
-            let sampled: BTreeSet<_> = series.iter().map(rollup_key).collect();
-            series.extend(
-                rollup
-                    .into_iter()
-                    .filter(|stream| !sampled.contains(&rollup_key(stream))),
-            );
-            Ok(series.into_iter().collect())
-        })
-        .await
+            self.sample(tenant, query, range, &mut |labels| {
+                series.insert(labels);
+            })
+            .await?;
+        }
+        let sampled: BTreeSet<_> = series.iter().map(rollup_key).collect();
+        series.extend(
+            rollup
+                .into_iter()
+                .filter(|stream| !sampled.contains(&rollup_key(stream))),
+        );
+        Ok(series.into_iter().collect())
     }
 }

@@ -1052,6 +1052,49 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
         assert_eq!(s["service_name"], "worker", "{series}");
     }
 
+    // Volume by label name: each stream label of the selected streams, with their bytes.
+    let by_names = ok(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[
+            ("query", r#"{service_name="billing"}"#),
+            ("aggregateBy", "labels"),
+            span[0],
+            span[1],
+        ],
+        &[],
+    )
+    .await;
+    let billing_bytes = "invoice 42 overdue".len().to_string();
+    let mut named: Vec<(String, String)> = by_names["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let (name, value) = s["metric"].as_object().unwrap().iter().next().unwrap();
+            assert_eq!(value, "", "{by_names}");
+            (name.clone(), s["value"][1].as_str().unwrap().to_owned())
+        })
+        .collect();
+    named.sort();
+    assert_eq!(
+        named,
+        ["level", "region", "service_name"].map(|name| (name.to_owned(), billing_bytes.clone())),
+        "{by_names}"
+    );
+    let bogus = get(
+        addr,
+        "/loki/api/v1/index/volume",
+        &[
+            ("query", r#"{service_name="billing"}"#),
+            ("aggregateBy", "x"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(bogus.status, 400, "{}", bogus.text());
+    assert!(bogus.text().contains("invalid aggregation option"));
+
     // Volume: bytes per series of the selector's labels, from the rollup.
     let mut bytes: BTreeMap<&str, usize> = BTreeMap::new();
     for k in &KNOWN {

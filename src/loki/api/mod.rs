@@ -430,10 +430,17 @@ fn volume_params(params: &Params) -> Result<(LogQuery, VolumeAsk), HttpError> {
                 .collect()
         })
         .unwrap_or_default();
+    let by_label_names = match params.get("aggregateBy").unwrap_or("series") {
+        "series" => false,
+        "labels" => true,
+        // Loki's words.
+        _ => return Err(HttpError::BadRequest("invalid aggregation option".into())),
+    };
     let ask = VolumeAsk {
         targets,
         steps: None,
         limit: params.limit()?,
+        by_label_names,
     };
     Ok((query, ask))
 }
