@@ -1275,12 +1275,12 @@ async fn hostile_queries_are_refused_with_400_and_the_server_keeps_serving(db: &
                 "query",
                 r#"sum(count_over_time({service_name="api"} | unwrap duration [1m]))"#,
             )],
-            "not supported",
+            "invalid aggregation count_over_time with unwrap",
         ),
         (
             RANGE,
             vec![("query", r#"{service_name="api"} | unwrap duration"#)],
-            "| unwrap is not supported",
+            "| unwrap belongs in a range function",
         ),
         (
             "/loki/api/v1/series",

@@ -361,7 +361,7 @@ async fn query(call: Call) -> Response<Body> {
 async fn format_query(call: Call) -> Response<Body> {
     call.answer("format_query", |_, _, params, mut answer| async move {
         let query = logql(&params)?;
-        answer::success(json!(query.to_string()), &mut answer)?;
+        answer::success(json!(crate::loki::logql::pretty(&query)), &mut answer)?;
         Ok(answer)
     })
     .await

@@ -1,14 +1,20 @@
 //! LogQL, the query language of Loki's HTTP API, in the subset Grafana's Loki data source and
 //! people use: stream selectors, line filters, `| json` and `| logfmt` with label filters,
-//! `line_format`, `drop` and `keep`; range functions (`count_over_time`, `rate`, `bytes_over_time`,
-//! `bytes_rate`) under `sum`/`count`/`avg`/`min`/`max`/`topk` with `by`/`without`; arithmetic and
-//! `vector(n)`. Anything else is refused with a message naming it and where it is.
+//! `line_format`, `drop` and `keep`; range functions of lines (`count_over_time`, `rate`,
+//! `bytes_over_time`, `bytes_rate`, `absent_over_time`) and of `| unwrap`ped values
+//! (`sum_over_time`, `quantile_over_time`, `rate_counter`, …), with `offset`; aggregations
+//! (`sum`, `count`, `avg`, `min`, `max`, `topk`, `bottomk`, `sort`, `sort_desc`) with
+//! `by`/`without`; arithmetic, comparisons and set operators with `bool`, `on`/`ignoring` and
+//! `group_left`/`group_right`; `label_replace` and `vector(n)`. Anything else is refused with a
+//! message naming it and where it is.
 //!
 //! - [`lexer`]: tokens with their offsets, durations and sizes as Loki writes them.
 //! - [`ast`]: what a parsed query says.
 //! - [`parser`]: the grammar, and the limits (length, nesting, range) a hostile query meets first.
+//! - [`eval`], [`binary`], [`samples`], [`unwrap`]: metric values as Loki computes them.
 
 pub(crate) mod ast;
+pub(crate) mod binary;
 pub(crate) mod eval;
 mod format;
 pub(crate) mod labels;
@@ -16,13 +22,16 @@ pub(crate) mod lexer;
 pub(crate) mod parser;
 pub(crate) mod pipeline;
 pub(crate) mod plan;
+mod pretty;
+pub(crate) mod samples;
+pub(crate) mod unwrap;
 
 pub use ast::Query;
 pub use parser::parse;
+pub(crate) use pretty::pretty;
 
 /// Why a query could not be parsed: where and what.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("parse error at line {line}, col {column}: {message}")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParseError {
     /// The byte offset in the query where the problem is.
     pub position: usize,
@@ -32,7 +41,23 @@ pub struct ParseError {
     pub column: usize,
     /// What is wrong, for the person who wrote the query.
     pub message: String,
+    /// False for the checks Loki makes of a whole expression (a function's parameter, its
+    /// grouping), whose message it gives without a place: `parse error : …`.
+    pub placed: bool,
 }
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.placed {
+            let (line, column, message) = (self.line, self.column, &self.message);
+            write!(f, "parse error at line {line}, col {column}: {message}")
+        } else {
+            write!(f, "parse error : {}", self.message)
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
 
 impl ParseError {
     /// An error at byte `position` of a one-line query; [`ParseError::in_text`] places it in a
@@ -43,6 +68,15 @@ impl ParseError {
             line: 1,
             column: position + 1,
             message: message.into(),
+            placed: true,
+        }
+    }
+
+    /// An error about the expression at `position` that Loki reports without a place.
+    pub fn unplaced(position: usize, message: impl Into<String>) -> Self {
+        ParseError {
+            placed: false,
+            ..ParseError::at(position, message)
         }
     }
 

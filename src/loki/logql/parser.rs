@@ -37,7 +37,14 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
         depth: 0,
     };
     let query = if parser.peek() == Some(&Token::LBrace) {
-        Query::Log(parser.log_query()?)
+        let query = parser.log_query()?;
+        if parser.at_unwrap() {
+            return Err(ParseError::at(
+                parser.position(),
+                "| unwrap belongs in a range function of a metric query, such as sum_over_time({…} | unwrap bytes [5m])",
+            ));
+        }
+        Query::Log(query)
     } else {
         Query::Metric(parser.metric(0)?)
     };
@@ -189,8 +196,22 @@ impl Parser {
         Ok(matchers)
     }
 
-    /// The next pipeline stage, or `None` where the pipeline ends.
+    /// True when the next tokens are `| unwrap`, which ends a log pipeline.
+    fn at_unwrap(&self) -> bool {
+        self.peek() == Some(&Token::Pipe)
+            && matches!(self.tokens.get(self.next + 1), Some((_, Token::Ident(word))) if word == "unwrap")
+    }
+
+    /// True when the next token is the word `word`.
+    fn at_word(&self, word: &str) -> bool {
+        matches!(self.peek(), Some(Token::Ident(next)) if next == word)
+    }
+
+    /// The next pipeline stage, or `None` where the pipeline ends (at `| unwrap` too).
     fn stage(&mut self) -> Result<Option<Stage>, ParseError> {
+        if self.at_unwrap() {
+            return Ok(None);
+        }
         let op = match self.peek() {
             Some(Token::PipeEq) => LineOp::Contains,
             Some(Token::Ne) => LineOp::NotContains,
@@ -220,7 +241,7 @@ impl Parser {
             "line_format" => Some(Stage::LineFormat(self.string("a quoted template")?)),
             "drop" => Some(Stage::Drop(self.label_list()?)),
             "keep" => Some(Stage::Keep(self.label_list()?)),
-            "regexp" | "pattern" | "unpack" | "label_format" | "decolorize" | "unwrap" => {
+            "regexp" | "pattern" | "unpack" | "label_format" | "decolorize" => {
                 return Err(ParseError::at(
                     at,
                     format!("| {name} is not supported; supported stages: | json, | logfmt, | line_format, | drop, | keep and label filters"),
@@ -356,30 +377,81 @@ impl Parser {
     fn metric(&mut self, min_precedence: u8) -> Result<MetricExpr, ParseError> {
         let mut left = self.metric_operand()?;
         loop {
+            // Loki's precedence, loosest first: or; and, unless; comparisons; + -; * /.
             let (op, precedence) = match self.peek() {
-                Some(Token::Plus) => (BinaryOp::Add, 1),
-                Some(Token::Minus) => (BinaryOp::Sub, 1),
-                Some(Token::Star) => (BinaryOp::Mul, 2),
-                Some(Token::Slash) => (BinaryOp::Div, 2),
-                Some(Token::Gt | Token::Ge | Token::Lt | Token::Le | Token::EqEq | Token::Ne) => {
-                    return Err(ParseError::at(
-                        self.position(),
-                        "comparison operators between metric expressions are not supported; + - * / are",
-                    ))
-                }
+                Some(Token::Ident(word)) if word == "or" => (BinaryOp::Or, 1),
+                Some(Token::Ident(word)) if word == "and" => (BinaryOp::And, 2),
+                Some(Token::Ident(word)) if word == "unless" => (BinaryOp::Unless, 2),
+                Some(Token::EqEq) => (BinaryOp::Eq, 3),
+                Some(Token::Ne) => (BinaryOp::Ne, 3),
+                Some(Token::Gt) => (BinaryOp::Gt, 3),
+                Some(Token::Ge) => (BinaryOp::Ge, 3),
+                Some(Token::Lt) => (BinaryOp::Lt, 3),
+                Some(Token::Le) => (BinaryOp::Le, 3),
+                Some(Token::Plus) => (BinaryOp::Add, 4),
+                Some(Token::Minus) => (BinaryOp::Sub, 4),
+                Some(Token::Star) => (BinaryOp::Mul, 5),
+                Some(Token::Slash) => (BinaryOp::Div, 5),
                 _ => return Ok(left),
             };
             if precedence < min_precedence {
                 return Ok(left);
             }
+            let at = self.position();
             self.next += 1;
+            let modifier = self.binary_modifier()?;
             let right = self.nested(|parser| parser.metric(precedence + 1))?;
+            if op.is_set() {
+                // As Loki: a number has no labels to match on.
+                for (side, operand) in [("left", &left), ("right", &right)] {
+                    if let MetricExpr::Number(value) = operand {
+                        return Err(ParseError::unplaced(
+                            at,
+                            format!(
+                                "unexpected literal for {side} leg of logical/set binary operation ({}): {value:.6}",
+                                set_name(op)
+                            ),
+                        ));
+                    }
+                }
+            }
             left = MetricExpr::Binary {
                 op,
+                modifier,
                 left: Box::new(left),
                 right: Box::new(right),
             };
         }
+    }
+
+    /// `bool`, `on (…)` or `ignoring (…)`, `group_left (…)` or `group_right (…)`, each optional.
+    fn binary_modifier(&mut self) -> Result<BinaryModifier, ParseError> {
+        let mut modifier = BinaryModifier::default();
+        if self.at_word("bool") {
+            self.next += 1;
+            modifier.return_bool = true;
+        }
+        let on = match self.peek() {
+            Some(Token::Ident(word)) if word == "on" => true,
+            Some(Token::Ident(word)) if word == "ignoring" => false,
+            _ => return Ok(modifier),
+        };
+        self.next += 1;
+        modifier.on = on;
+        modifier.labels = Some(self.label_names()?);
+        let right = match self.peek() {
+            Some(Token::Ident(word)) if word == "group_left" => false,
+            Some(Token::Ident(word)) if word == "group_right" => true,
+            _ => return Ok(modifier),
+        };
+        self.next += 1;
+        let include = if self.peek() == Some(&Token::LParen) {
+            self.label_names()?
+        } else {
+            Vec::new()
+        };
+        modifier.group = Some(Group { right, include });
+        Ok(modifier)
     }
 
     fn metric_operand(&mut self) -> Result<MetricExpr, ParseError> {
@@ -413,10 +485,24 @@ impl Parser {
             "rate" => Some(RangeFunction::Rate),
             "bytes_over_time" => Some(RangeFunction::BytesOverTime),
             "bytes_rate" => Some(RangeFunction::BytesRate),
+            "absent_over_time" => Some(RangeFunction::AbsentOverTime),
+            "sum_over_time" => Some(RangeFunction::SumOverTime),
+            "avg_over_time" => Some(RangeFunction::AvgOverTime),
+            "min_over_time" => Some(RangeFunction::MinOverTime),
+            "max_over_time" => Some(RangeFunction::MaxOverTime),
+            "first_over_time" => Some(RangeFunction::FirstOverTime),
+            "last_over_time" => Some(RangeFunction::LastOverTime),
+            "stddev_over_time" => Some(RangeFunction::StddevOverTime),
+            "stdvar_over_time" => Some(RangeFunction::StdvarOverTime),
+            "quantile_over_time" => Some(RangeFunction::QuantileOverTime),
+            "rate_counter" => Some(RangeFunction::RateCounter),
             _ => None,
         };
         if let Some(function) = range {
-            return self.nested(|parser| parser.range_function(function));
+            return self.nested(|parser| parser.range_function(at, function));
+        }
+        if name == "label_replace" {
+            return self.nested(Self::label_replace);
         }
         let aggregate = match name {
             "sum" => Some(AggregateOp::Sum),
@@ -425,10 +511,13 @@ impl Parser {
             "min" => Some(AggregateOp::Min),
             "max" => Some(AggregateOp::Max),
             "topk" => Some(AggregateOp::Topk),
+            "bottomk" => Some(AggregateOp::Bottomk),
+            "sort" => Some(AggregateOp::Sort),
+            "sort_desc" => Some(AggregateOp::SortDesc),
             _ => None,
         };
         if let Some(op) = aggregate {
-            return self.nested(|parser| parser.aggregation(op));
+            return self.nested(|parser| parser.aggregation(at, op));
         }
         if name == "vector" {
             self.expect(Token::LParen, "(")?;
@@ -446,28 +535,42 @@ impl Parser {
             at,
             format!(
                 "{name} is not supported; supported: count_over_time, rate, bytes_over_time, bytes_rate, \
-                 sum, count, avg, min, max, topk, vector"
+                 absent_over_time, sum_over_time, avg_over_time, min_over_time, max_over_time, \
+                 first_over_time, last_over_time, stddev_over_time, stdvar_over_time, \
+                 quantile_over_time, rate_counter, sum, count, avg, min, max, topk, bottomk, sort, \
+                 sort_desc, label_replace, vector"
             ),
         ))
     }
 
-    fn range_function(&mut self, function: RangeFunction) -> Result<MetricExpr, ParseError> {
+    fn range_function(
+        &mut self,
+        at: usize,
+        function: RangeFunction,
+    ) -> Result<MetricExpr, ParseError> {
+        let name = function.name();
         self.expect(Token::LParen, "(")?;
-        let query = self.log_query()?;
-        self.expect(Token::LBracket, "[ and a range like [5m]")?;
-        let at = self.position();
-        let range = match self.advance() {
-            Some((_, Token::Unit(text))) => lexer::duration(&text)
-                .filter(|range| !range.is_zero())
-                .ok_or_else(|| ParseError::at(at, format!("{text:?} is not a range like 5m")))?,
-            _ => {
-                self.next = self.next.saturating_sub(1);
-                return Err(self.unexpected("a range like 5m"));
+        let parameter = match self.peek() {
+            Some(Token::Number(value)) => {
+                let value = *value;
+                self.next += 1;
+                self.expect(Token::Comma, ",")?;
+                Some(value)
             }
+            _ => None,
         };
+        let query = self.log_query()?;
+        let unwrap = if self.at_unwrap() {
+            self.next += 2;
+            Some(self.unwrap()?)
+        } else {
+            None
+        };
+        self.expect(Token::LBracket, "[ and a range like [5m]")?;
+        let range = self.duration("a range like 5m")?;
         if range > MAX_RANGE {
             return Err(ParseError::at(
-                at,
+                self.position(),
                 format!(
                     "the range is longer than {} days",
                     MAX_RANGE.as_secs() / 86_400
@@ -475,30 +578,165 @@ impl Parser {
             ));
         }
         self.expect(Token::RBracket, "]")?;
-        if matches!(self.peek(), Some(Token::Ident(word)) if word == "offset") {
-            return Err(ParseError::at(self.position(), "offset is not supported"));
-        }
+        let offset = if self.at_word("offset") {
+            self.next += 1;
+            self.duration("an offset like 10m")?
+        } else {
+            Duration::ZERO
+        };
         self.expect(Token::RParen, ")")?;
-        Ok(MetricExpr::Range {
+        let grouping = self.grouping()?;
+        // Loki's checks, in its words, at the function.
+        let refuse = |message: String| Err(ParseError::unplaced(at, message));
+        match (function, parameter) {
+            (RangeFunction::QuantileOverTime, None) => {
+                return refuse(format!("parameter required for operation {name}"))
+            }
+            (RangeFunction::QuantileOverTime, Some(_)) | (_, None) => {}
+            (_, Some(value)) => {
+                return refuse(format!(
+                    "parameter {value} not supported for operation {name}"
+                ))
+            }
+        }
+        let groups = matches!(
+            function,
+            RangeFunction::AvgOverTime
+                | RangeFunction::StddevOverTime
+                | RangeFunction::StdvarOverTime
+                | RangeFunction::QuantileOverTime
+                | RangeFunction::MaxOverTime
+                | RangeFunction::MinOverTime
+                | RangeFunction::FirstOverTime
+                | RangeFunction::LastOverTime
+        );
+        if grouping.is_some() && !groups {
+            return refuse(format!("grouping not allowed for {name} aggregation"));
+        }
+        let with_unwrap = !matches!(
+            function,
+            RangeFunction::CountOverTime | RangeFunction::BytesOverTime | RangeFunction::BytesRate
+        );
+        match &unwrap {
+            Some(_) if !with_unwrap => {
+                return refuse(format!("invalid aggregation {name} with unwrap"))
+            }
+            None if function.needs_unwrap() => {
+                return refuse(format!("invalid aggregation {name} without unwrap"))
+            }
+            _ => {}
+        }
+        Ok(MetricExpr::Range(RangeExpr {
             function,
             query,
             range,
+            offset,
+            unwrap,
+            parameter,
+            grouping,
+        }))
+    }
+
+    /// A duration (`5m`, `1h30m`) that is not zero.
+    fn duration(&mut self, wanted: &str) -> Result<Duration, ParseError> {
+        let at = self.position();
+        match self.advance() {
+            Some((_, Token::Unit(text))) => lexer::duration(&text)
+                .filter(|range| !range.is_zero())
+                .ok_or_else(|| ParseError::at(at, format!("{text:?} is not {wanted}"))),
+            _ => {
+                self.next = self.next.saturating_sub(1);
+                Err(self.unexpected(wanted))
+            }
+        }
+    }
+
+    /// What follows `| unwrap`: `name`, `duration(name)`, `duration_seconds(name)` or
+    /// `bytes(name)`, then label filters.
+    fn unwrap(&mut self) -> Result<Unwrap, ParseError> {
+        let first = self.ident("a label name")?;
+        let (label, conversion) = if self.peek() == Some(&Token::LParen) {
+            let conversion = match first.as_str() {
+                "duration" => Conversion::Duration,
+                "duration_seconds" => Conversion::DurationSeconds,
+                "bytes" => Conversion::Bytes,
+                other => {
+                    return Err(ParseError::at(
+                        self.position(),
+                        format!("unwrap {other}(…) is not a conversion; unwrap takes duration(…), duration_seconds(…) or bytes(…)"),
+                    ))
+                }
+            };
+            self.next += 1;
+            let label = self.ident("a label name")?;
+            self.expect(Token::RParen, ")")?;
+            (label, conversion)
+        } else {
+            (first, Conversion::Number)
+        };
+        let mut filters = Vec::new();
+        while self.peek() == Some(&Token::Pipe) {
+            self.next += 1;
+            filters.push(self.label_filter_or()?);
+        }
+        Ok(Unwrap {
+            label,
+            conversion,
+            filters,
         })
     }
 
-    fn aggregation(&mut self, op: AggregateOp) -> Result<MetricExpr, ParseError> {
+    /// `label_replace(expr, "dst", "replacement", "src", "regex")`, after its name.
+    fn label_replace(&mut self) -> Result<MetricExpr, ParseError> {
+        self.expect(Token::LParen, "(")?;
+        let inner = self.metric(0)?;
+        let mut texts = Vec::with_capacity(4);
+        for wanted in [
+            "a destination label",
+            "a replacement",
+            "a source label",
+            "a regular expression",
+        ] {
+            self.expect(Token::Comma, ",")?;
+            texts.push(self.string(&format!("{wanted} as a quoted string"))?);
+        }
+        let at = self.position();
+        self.expect(Token::RParen, ")")?;
+        let [dst, replacement, src, regex]: [String; 4] =
+            texts.try_into().expect("four texts were read");
+        if let Err(err) = regex::Regex::new(&format!("^(?:{regex})$")) {
+            return Err(ParseError::unplaced(
+                at,
+                format!("invalid regex in label_replace: {err}"),
+            ));
+        }
+        Ok(MetricExpr::LabelReplace(LabelReplace {
+            inner: Box::new(inner),
+            dst,
+            replacement,
+            src,
+            regex,
+        }))
+    }
+
+    fn aggregation(&mut self, at: usize, op: AggregateOp) -> Result<MetricExpr, ParseError> {
         // The grouping may come before the arguments or after them.
         let mut grouping = self.grouping()?;
         self.expect(Token::LParen, "(")?;
-        let parameter = if op == AggregateOp::Topk {
+        let parameter = if matches!(op, AggregateOp::Topk | AggregateOp::Bottomk) {
             let at = self.position();
             let k = match self.advance() {
                 Some((_, Token::Number(k))) if k >= 1.0 && k.fract() == 0.0 => k,
                 _ => {
+                    let name = if op == AggregateOp::Topk {
+                        "topk"
+                    } else {
+                        "bottomk"
+                    };
                     return Err(ParseError::at(
                         at,
-                        "topk takes a whole number k first: topk(5, …)",
-                    ))
+                        format!("{name} takes a whole number k first: {name}(5, …)"),
+                    ));
                 }
             };
             self.expect(Token::Comma, ",")?;
@@ -517,6 +755,12 @@ impl Parser {
             }
             grouping = Some(after);
         }
+        if grouping.is_some() && matches!(op, AggregateOp::Sort | AggregateOp::SortDesc) {
+            return Err(ParseError::unplaced(
+                at,
+                "sort and sort_desc doesn't allow grouping by ",
+            ));
+        }
         Ok(MetricExpr::Aggregate {
             op,
             grouping,
@@ -532,6 +776,12 @@ impl Parser {
             _ => return Ok(None),
         };
         self.next += 1;
+        let labels = self.label_names()?;
+        Ok(Some(Grouping { without, labels }))
+    }
+
+    /// `(a, b)`: label names in parentheses, maybe none.
+    fn label_names(&mut self) -> Result<Vec<String>, ParseError> {
         self.expect(Token::LParen, "(")?;
         let mut labels = Vec::new();
         while self.peek() != Some(&Token::RParen) {
@@ -541,7 +791,16 @@ impl Parser {
             labels.push(self.ident("a label name")?);
         }
         self.expect(Token::RParen, ")")?;
-        Ok(Some(Grouping { without, labels }))
+        Ok(labels)
+    }
+}
+
+/// A set operator's name, as Loki's messages write it.
+fn set_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::And => "and",
+        BinaryOp::Or => "or",
+        _ => "unless",
     }
 }
 
@@ -624,11 +883,11 @@ mod tests {
         assert_eq!(grouping.unwrap().labels, ["level"]);
         assert!(matches!(
             *inner,
-            MetricExpr::Range {
+            MetricExpr::Range(RangeExpr {
                 function: RangeFunction::CountOverTime,
                 range,
                 ..
-            } if range == Duration::from_secs(60)
+            }) if range == Duration::from_secs(60)
         ));
         // The grouping after the arguments, topk's k, and arithmetic with precedence.
         let after = metric(r#"topk(3, sum(rate({app="a"}[5m])) without (pod))"#);
@@ -669,11 +928,9 @@ mod tests {
             (2, 6),
             "{second_line}"
         );
-        let unknown = error(r#"quantile_over_time(0.9, {app="a"} | unwrap x [5m])"#);
+        let unknown = error(r#"predict_linear(rate({app="a"}[5m]), 1)"#);
         assert!(
-            unknown
-                .message
-                .contains("quantile_over_time is not supported"),
+            unknown.message.contains("predict_linear is not supported"),
             "{unknown}"
         );
         assert_eq!(unknown.position, 0);
@@ -689,6 +946,102 @@ mod tests {
         assert!(error(r#"{app="a"} extra"#)
             .message
             .contains("unexpected \"extra\""));
+    }
+
+    #[test]
+    fn range_functions_take_unwrap_offset_a_parameter_and_a_grouping() {
+        let MetricExpr::Range(range) = metric(
+            r#"quantile_over_time(0.9, {app="a"} | logfmt | unwrap duration(took) | __error__="" [10m] offset 5m) by (method)"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(range.function, RangeFunction::QuantileOverTime);
+        assert_eq!(range.parameter, Some(0.9));
+        assert_eq!(range.offset, Duration::from_secs(300));
+        assert_eq!(range.grouping.unwrap().labels, ["method"]);
+        let unwrap = range.unwrap.unwrap();
+        assert_eq!(
+            (
+                unwrap.label.as_str(),
+                unwrap.conversion,
+                unwrap.filters.len()
+            ),
+            ("took", Conversion::Duration, 1)
+        );
+        assert_eq!(range.query.pipeline, [Stage::Parser(ParserKind::Logfmt)]);
+        // A label called `bytes` is a label, `bytes(…)` a conversion.
+        let MetricExpr::Range(bytes) = metric(r#"sum_over_time({app="a"} | unwrap bytes [1m])"#)
+        else {
+            panic!()
+        };
+        assert_eq!(bytes.unwrap.unwrap().conversion, Conversion::Number);
+        // Loki 3.7.6's answers, word for word.
+        for (query, loki) in [
+            (r#"quantile_over_time({a="b"} | unwrap x [5m])"#, "parse error : parameter required for operation quantile_over_time"),
+            (r#"sum_over_time(0.5, {a="b"} | unwrap x [5m])"#, "parse error : parameter 0.5 not supported for operation sum_over_time"),
+            (r#"sum_over_time({a="b"} [5m])"#, "parse error : invalid aggregation sum_over_time without unwrap"),
+            (r#"count_over_time({a="b"} | unwrap x [5m])"#, "parse error : invalid aggregation count_over_time with unwrap"),
+            (r#"sum_over_time({a="b"} | unwrap x [5m]) by (a)"#, "parse error : grouping not allowed for sum_over_time aggregation"),
+            (r#"rate({a="b"}[5m]) by (a)"#, "parse error : grouping not allowed for rate aggregation"),
+            ("vector(1) or 2", "parse error : unexpected literal for right leg of logical/set binary operation (or): 2.000000"),
+            ("sort(vector(1)) by (a)", "parse error : sort and sort_desc doesn't allow grouping by "),
+        ] {
+            assert_eq!(error(query).to_string(), loki, "{query}");
+        }
+        assert!(error(r#"{a="b"} | unwrap x"#)
+            .message
+            .contains("range function"));
+    }
+
+    #[test]
+    fn binary_operators_bind_as_in_loki_with_their_modifiers() {
+        // or < and, unless < comparisons < + - < * /
+        let MetricExpr::Binary { op, right, .. } =
+            metric("vector(1) or vector(2) and vector(3) > bool 1 + 2 * 3")
+        else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Or);
+        let MetricExpr::Binary { op, right, .. } = *right else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::And);
+        let MetricExpr::Binary { op, modifier, .. } = *right else {
+            panic!()
+        };
+        assert_eq!((op, modifier.return_bool), (BinaryOp::Gt, true));
+        let MetricExpr::Binary { modifier, .. } = metric(
+            r#"sum by (a, b) (rate({x="y"}[1m])) / on (a) group_left (c) sum by (a, c) (rate({x="y"}[1m]))"#,
+        ) else {
+            panic!()
+        };
+        assert!(modifier.on);
+        assert_eq!(modifier.labels, Some(vec!["a".to_string()]));
+        assert_eq!(
+            modifier.group,
+            Some(Group {
+                right: false,
+                include: vec!["c".into()]
+            })
+        );
+        let MetricExpr::Binary { modifier, .. } =
+            metric("vector(1) unless ignoring (a) group_right vector(2)")
+        else {
+            panic!()
+        };
+        assert!(!modifier.on && modifier.group.unwrap().right);
+        let MetricExpr::LabelReplace(replace) =
+            metric(r#"label_replace(bottomk(2, vector(1)), "dst", "$1", "src", "(.*)")"#)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (replace.dst.as_str(), replace.regex.as_str()),
+            ("dst", "(.*)")
+        );
+        assert!(error(r#"label_replace(vector(1), "a", "b", "c", "(")"#)
+            .to_string()
+            .starts_with("parse error : invalid regex in label_replace:"));
     }
 
     #[test]

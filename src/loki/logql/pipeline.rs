@@ -292,6 +292,22 @@ impl Pipeline {
     }
 }
 
+/// A label filter on its own, as `| unwrap`'s filters run it.
+#[derive(Clone, Debug)]
+pub(crate) struct LabelCheck(Condition);
+
+impl LabelCheck {
+    /// Compiles `filter`.
+    pub(crate) fn compile(filter: &LabelFilter) -> Result<Self, CompileError> {
+        compile_condition(filter).map(LabelCheck)
+    }
+
+    /// Whether `labels` pass, as a pipeline's filter stage decides (which may set `__error__`).
+    pub(crate) fn holds(&self, labels: &mut Labels) -> bool {
+        self.0.holds(labels)
+    }
+}
+
 fn compile_stage(stage: &Stage) -> Result<Step, CompileError> {
     Ok(match stage {
         Stage::LineFilter { op, pattern } => match op {
