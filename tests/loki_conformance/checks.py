@@ -282,6 +282,7 @@ metric("m_unwrap_not_a_number_by", f'max_over_time({PAY_DEBUG} | logfmt | ts="t2
 metric("m_unwrap_error_dropped", f'sum_over_time({PAY_DEBUG} | logfmt | unwrap path | __error__="" [5m])')
 metric("m_unwrap_missing_label", f"sum_over_time({PAYMENTS} | json | unwrap bytes [5m])")
 metric("m_unwrap_post_filter", f"sum_over_time({PROD} | json | unwrap bytes | bytes > 80000 [5m])")
+metric("m_unwrap_avg_by_filtered", f"avg_over_time({PROD} | json | unwrap bytes | bytes > 80000 [10m]) by (level)")
 metric("m_rate_counter_series", f"rate_counter({PROD} | json | unwrap seq [10m])")
 instant("i_unwrap_quantile", f"quantile_over_time(0.5, {PROD} | json | unwrap duration(duration) [1h]) by (method)", 0)
 metric("m_unwrap_without_refused", f"sum_over_time({PAY_DEBUG}[5m])")
