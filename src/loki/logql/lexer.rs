@@ -13,9 +13,9 @@ pub(crate) enum Token {
     LParen,
     /// `)`
     RParen,
-    /// `[`
-    LBracket,
-    /// `]`
+    /// `[5m]`: a range, read whole as Loki's lexer reads it.
+    Range(std::time::Duration),
+    /// `]` on its own.
     RBracket,
     /// `,`
     Comma,
@@ -59,6 +59,9 @@ pub(crate) enum Token {
     Number(f64),
     /// A number with a unit of time or size (`5m`, `1h30m`, `10KB`), as written.
     Unit(String),
+    /// What the lexer could not read, and why: the parser reports it when it gets this far, as
+    /// Loki's parser, which reads tokens as it needs them, does.
+    Invalid(ParseError),
 }
 
 impl Token {
@@ -73,7 +76,8 @@ impl Token {
             Token::RBrace => "}",
             Token::LParen => "(",
             Token::RParen => ")",
-            Token::LBracket => "[",
+            Token::Range(_) => "[",
+            Token::Invalid(_) => "?",
             Token::RBracket => "]",
             Token::Comma => ",",
             Token::Pipe => "|",
@@ -97,10 +101,153 @@ impl Token {
     }
 }
 
-/// Splits `text` into tokens with their byte offsets.
-pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
-    let bytes = text.as_bytes();
+/// Words that Loki's lexer reads as keywords, named by their text in its messages.
+const KEYWORDS: &[&str] = &[
+    "by",
+    "without",
+    "bool",
+    "label_replace",
+    "offset",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "or",
+    "and",
+    "unless",
+    "json",
+    "regexp",
+    "logfmt",
+    "unpack",
+    "pattern",
+    "label_format",
+    "line_format",
+    "ip",
+    "decolorize",
+    "drop",
+    "keep",
+    "unwrap",
+    "variants",
+    "of",
+];
+
+/// Words that Loki's lexer reads as functions when `(` (or `by (`, `without (`) follows.
+const FUNCTIONS: &[&str] = &[
+    "rate",
+    "rate_counter",
+    "count_over_time",
+    "bytes_rate",
+    "bytes_over_time",
+    "avg_over_time",
+    "sum_over_time",
+    "min_over_time",
+    "max_over_time",
+    "stdvar_over_time",
+    "stddev_over_time",
+    "quantile_over_time",
+    "first_over_time",
+    "last_over_time",
+    "absent_over_time",
+    "vector",
+    "sum",
+    "avg",
+    "max",
+    "min",
+    "count",
+    "stddev",
+    "stdvar",
+    "bottomk",
+    "topk",
+    "sort",
+    "sort_desc",
+    "approx_topk",
+    "bytes",
+    "duration",
+    "duration_seconds",
+];
+
+/// True when `word`, followed by `rest`, is a function as Loki's lexer tells one from a label
+/// name: `(` follows, or `by (`, `without (`.
+pub(crate) fn is_function(word: &str, rest: &[(usize, Token)]) -> bool {
+    let word = word.to_ascii_lowercase();
+    if !FUNCTIONS.contains(&word.as_str()) && word != "label_replace" {
+        return false;
+    }
+    match rest {
+        [(_, Token::LParen), ..] => true,
+        [(_, Token::Ident(next)), (_, Token::LParen), ..] => {
+            matches!(next.to_ascii_lowercase().as_str(), "by" | "without")
+        }
+        _ => false,
+    }
+}
+
+impl Token {
+    /// The token's name in Loki's syntax errors (`unexpected IDENTIFIER`, `unexpected }`), where
+    /// `rest` is what follows it.
+    pub(crate) fn loki_name(&self, rest: &[(usize, Token)]) -> String {
+        let symbol = match self {
+            Token::Ident(word) => {
+                let lower = word.to_ascii_lowercase();
+                if is_function(word, rest) {
+                    // `label_replace` is also a keyword, which names it by its text.
+                    if lower == "label_replace" {
+                        return lower;
+                    }
+                    return match lower.as_str() {
+                        "bytes" => "BYTES_CONV".into(),
+                        "duration" => "DURATION_CONV".into(),
+                        "duration_seconds" => "DURATION_SECONDS_CONV".into(),
+                        _ => lower.to_ascii_uppercase(),
+                    };
+                }
+                if KEYWORDS.contains(&lower.as_str()) {
+                    return lower;
+                }
+                return "IDENTIFIER".into();
+            }
+            Token::Str(_) => "STRING",
+            Token::Number(_) => "NUMBER",
+            Token::Unit(text) if duration(text).is_some() => "DURATION",
+            Token::Unit(_) => "BYTES",
+            Token::Range(_) => "RANGE",
+            Token::Invalid(_) => "$end",
+            other => return other.describe().trim_matches('"').to_owned(),
+        };
+        symbol.to_owned()
+    }
+
+    /// True for the tokens Loki's lexer completes by reading ahead, after which its position
+    /// has no line: its messages about them say `line 0`.
+    pub(crate) fn read_ahead(&self) -> bool {
+        matches!(
+            self,
+            Token::PipeEq
+                | Token::PipeTilde
+                | Token::EqEq
+                | Token::Re
+                | Token::Ne
+                | Token::NotRe
+                | Token::Ge
+                | Token::Le
+                | Token::Range(_)
+                | Token::Unit(_)
+        )
+    }
+}
+
+/// Splits `text` into tokens with their byte offsets. What cannot be read ends the tokens as
+/// [`Token::Invalid`].
+pub(crate) fn tokenize(text: &str) -> Vec<(usize, Token)> {
     let mut tokens = Vec::new();
+    if let Err(err) = read_tokens(text, &mut tokens) {
+        tokens.push((err.position, Token::Invalid(err)));
+    }
+    tokens
+}
+
+fn read_tokens(text: &str, tokens: &mut Vec<(usize, Token)>) -> Result<(), ParseError> {
+    let bytes = text.as_bytes();
     let mut at = 0;
     while at < bytes.len() {
         let start = at;
@@ -127,7 +274,12 @@ pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
             (b'}', _) => (Token::RBrace, 1),
             (b'(', _) => (Token::LParen, 1),
             (b')', _) => (Token::RParen, 1),
-            (b'[', _) => (Token::LBracket, 1),
+            (b'[', _) => {
+                let (range, end) = range(text, at)?;
+                tokens.push((start, Token::Range(range)));
+                at = end;
+                continue;
+            }
             (b']', _) => (Token::RBracket, 1),
             (b',', _) => (Token::Comma, 1),
             (b'+', _) => (Token::Plus, 1),
@@ -143,7 +295,7 @@ pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
             (b'`', _) => {
                 let close = text[at + 1..]
                     .find('`')
-                    .ok_or_else(|| ParseError::at(start, "a raw string is not closed with `"))?;
+                    .ok_or_else(|| ParseError::at(start, "literal not terminated"))?;
                 tokens.push((start, Token::Str(text[at + 1..at + 1 + close].to_owned())));
                 at += close + 2;
                 continue;
@@ -174,7 +326,72 @@ pub(crate) fn tokenize(text: &str) -> Result<Vec<(usize, Token)>, ParseError> {
         tokens.push((start, token));
         at += width;
     }
-    Ok(tokens)
+    Ok(())
+}
+
+/// `[5m]` at `start`, read as Loki reads it: everything up to `]` is a Prometheus duration.
+fn range(text: &str, start: usize) -> Result<(std::time::Duration, usize), ParseError> {
+    let lost = |message: String| Err(ParseError::at(start, message).line_lost());
+    let Some(close) = text[start + 1..].find(']') else {
+        return lost("missing closing ']' in duration".into());
+    };
+    let written = &text[start + 1..start + 1 + close];
+    match prometheus_duration(written) {
+        Ok(range) => Ok((range, start + close + 2)),
+        Err(message) => lost(message),
+    }
+}
+
+/// A duration as Prometheus's `model.ParseDuration` reads it (`1h30m`, `2d`, `100ms`: whole
+/// numbers of units from years down, each at most once), or its error message.
+pub(crate) fn prometheus_duration(text: &str) -> Result<std::time::Duration, String> {
+    if text.is_empty() {
+        return Err("empty duration string".into());
+    }
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let invalid = || format!("not a valid duration string: {text:?}");
+    const UNITS: [(&str, u64); 7] = [
+        ("y", 365 * 86_400_000),
+        ("w", 7 * 86_400_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ];
+    let mut rest = text;
+    let mut millis: u64 = 0;
+    let mut next_unit = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(invalid());
+        }
+        let value: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        let found = UNITS[next_unit..]
+            .iter()
+            .position(|(name, _)| *name == unit);
+        let Some(offset) = found else {
+            return Err(invalid());
+        };
+        let size = UNITS[next_unit + offset].1;
+        next_unit += offset + 1;
+        millis = value
+            .checked_mul(size)
+            .and_then(|part| millis.checked_add(part))
+            .ok_or_else(|| "duration out of range".to_owned())?;
+        rest = &rest[unit_len..];
+    }
+    Ok(std::time::Duration::from_millis(millis))
 }
 
 /// A double-quoted string starting at `start`: its value and the offset after its closing quote.
@@ -232,7 +449,7 @@ fn quoted(text: &str, start: usize) -> Result<(String, usize), ParseError> {
             c => value.push(c),
         }
     }
-    Err(ParseError::at(start, "a string is not closed with \""))
+    Err(ParseError::at(start, "literal not terminated"))
 }
 
 /// A number at `start`, with the unit that may follow it (`5m`, `1h30m`, `10KB`).
@@ -330,7 +547,7 @@ mod tests {
 
     #[test]
     fn operators_strings_and_units_are_tokens_with_their_offsets() {
-        let tokens = tokenize(r#"{app="a\"b"} |= `raw\d` != "x" | n >= 1.5 [5m]"#).unwrap();
+        let tokens = tokenize(r#"{app="a\"b"} |= `raw\d` != "x" | n >= 1.5 [5m]"#);
         let kinds: Vec<Token> = tokens.into_iter().map(|(_, token)| token).collect();
         assert_eq!(
             kinds,
@@ -348,14 +565,17 @@ mod tests {
                 Token::Ident("n".into()),
                 Token::Ge,
                 Token::Number(1.5),
-                Token::LBracket,
-                Token::Unit("5m".into()),
-                Token::RBracket,
+                Token::Range(Duration::from_secs(300)),
             ]
         );
-        let error = tokenize("{a=\"open}").unwrap_err();
-        assert_eq!(error.position, 3);
-        assert!(tokenize("{a=1} # x").is_err());
+        let Some((3, Token::Invalid(error))) = tokenize("{a=\"open}").pop() else {
+            panic!("an unclosed string ends the tokens");
+        };
+        assert_eq!(error.message, "literal not terminated");
+        assert!(matches!(
+            tokenize("{a=1} # x").pop(),
+            Some((_, Token::Invalid(_)))
+        ));
     }
 
     #[test]
@@ -370,5 +590,27 @@ mod tests {
         assert_eq!(bytes("10KB"), Some(10_000));
         assert_eq!(bytes("1MiB"), Some(1_048_576));
         assert_eq!(bytes("10"), None);
+    }
+
+    #[test]
+    fn ranges_read_as_prometheus_durations() {
+        assert_eq!(prometheus_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(
+            prometheus_duration("1s500ms"),
+            Ok(Duration::from_millis(1500))
+        );
+        assert_eq!(prometheus_duration("2d"), Ok(Duration::from_secs(172_800)));
+        let invalid = |text: &str| Err(format!("not a valid duration string: {text:?}"));
+        assert_eq!(prometheus_duration("5"), invalid("5"));
+        assert_eq!(prometheus_duration("1.5s"), invalid("1.5s"));
+        assert_eq!(prometheus_duration("30m1h"), invalid("30m1h"));
+        assert_eq!(prometheus_duration(""), Err("empty duration string".into()));
+        let Some((2, Token::Invalid(error))) = tokenize("a [5m:1m]").pop() else {
+            panic!("a range that is no duration ends the tokens");
+        };
+        assert_eq!(
+            error.to_string(),
+            r#"parse error at line 0, col 3: not a valid duration string: "5m:1m""#
+        );
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod ast;
 pub(crate) mod binary;
 pub(crate) mod eval;
 mod format;
+mod go_regex;
 pub(crate) mod labels;
 pub(crate) mod lexer;
 pub(crate) mod parser;
@@ -44,12 +45,16 @@ pub struct ParseError {
     /// False for the checks Loki makes of a whole expression (a function's parameter, its
     /// grouping), whose message it gives without a place: `parse error : …`.
     pub placed: bool,
+    /// True where Loki's lexer had read ahead of the token it reports (`==`, `[5m]`, `5m`),
+    /// which leaves its position without a line: its message says `line 0`.
+    pub line_lost: bool,
 }
 
 impl std::fmt::Display for ParseError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.placed {
-            let (line, column, message) = (self.line, self.column, &self.message);
+            let line = if self.line_lost { 0 } else { self.line };
+            let (column, message) = (self.column, &self.message);
             write!(f, "parse error at line {line}, col {column}: {message}")
         } else {
             write!(f, "parse error : {}", self.message)
@@ -69,6 +74,15 @@ impl ParseError {
             column: position + 1,
             message: message.into(),
             placed: true,
+            line_lost: false,
+        }
+    }
+
+    /// The error as Loki places it after reading ahead of its token: `line 0`.
+    pub fn line_lost(self) -> Self {
+        ParseError {
+            line_lost: true,
+            ..self
         }
     }
 

@@ -865,7 +865,7 @@ mod tests {
             Query::Log(log) => log,
             Query::Metric(_) => unreachable!(),
         };
-        let err = Pipeline::compile(&log(r#"{service_name=~"("}"#)).unwrap_err();
+        let err = Pipeline::compile(&log(r#"{service_name="a"} |~ "(""#)).unwrap_err();
         assert!(err.0.contains("invalid regular expression"), "{err}");
         let giant = format!(r#"{{service_name="a"}} |~ "{}""#, "(a|b|c){1000}".repeat(8));
         let err = Pipeline::compile(&log(&giant)).unwrap_err();
