@@ -258,6 +258,16 @@ impl Parser {
             && matches!(self.tokens.get(self.next + 1), Some((_, Token::Ident(word))) if word == "unwrap")
     }
 
+    /// True when the next token is a name, not a keyword or a function.
+    fn at_name(&self) -> bool {
+        match self.tokens.get(self.next) {
+            Some((_, token @ Token::Ident(_))) => {
+                token.loki_name(&self.tokens[self.next + 1..]) == "IDENTIFIER"
+            }
+            _ => false,
+        }
+    }
+
     /// True when the next token is the word `word`.
     fn at_word(&self, word: &str) -> bool {
         matches!(self.peek(), Some(Token::Ident(next)) if next == word)
@@ -307,7 +317,7 @@ impl Parser {
         };
         if let Some(stage) = keyword {
             // `| json` takes no arguments here: `| json a="b"` is not supported.
-            if matches!(stage, Stage::Parser(_)) && matches!(self.peek(), Some(Token::Ident(_))) {
+            if matches!(stage, Stage::Parser(_)) && self.at_name() {
                 return Err(ParseError::at(
                     self.position(),
                     "parser arguments (| json label=\"path\") are not supported",
@@ -316,6 +326,9 @@ impl Parser {
             return Ok(stage);
         }
         self.next -= 1;
+        if !self.at_name() {
+            return Err(self.unexpected(&[]));
+        }
         Ok(Stage::LabelFilter(self.label_filter_or()?))
     }
 
@@ -345,7 +358,7 @@ impl Parser {
                 Some(Token::Ident(word)) if word == "and" => self.next += 1,
                 Some(Token::Comma) => self.next += 1,
                 // Loki also reads two filters side by side as both: `a="1" b="2"`.
-                Some(Token::Ident(word)) if word != "or" => {}
+                Some(Token::Ident(_)) if self.at_name() => {}
                 _ => return Ok(left),
             }
             let right = self.label_filter_primary()?;
@@ -529,17 +542,22 @@ impl Parser {
                 self.expect(Token::RParen, &[])?;
                 Ok(inner)
             }
-            Some(Token::Ident(name))
-                if lexer::is_function(name, &self.tokens[self.next + 1..]) =>
-            {
+            Some(Token::Ident(name)) if lexer::is_function(name, &self.tokens[self.next + 1..]) => {
                 let name = name.clone();
                 self.next += 1;
                 self.function(at, &name)
             }
-            Some(Token::LBrace) => Err(ParseError::at(
-                at,
-                "a log query cannot be combined here; wrap it in a range function like count_over_time({…}[5m])",
-            )),
+            Some(Token::LBrace) => {
+                // Loki's grammar reads a log query here, and then finds a range unexpected.
+                self.log_query()?;
+                if matches!(self.peek(), Some(Token::Range(_))) {
+                    return Err(self.unexpected(&[]));
+                }
+                Err(ParseError::at(
+                    at,
+                    "a log query cannot be combined here; wrap it in a range function like count_over_time({…}[5m])",
+                ))
+            }
             _ => Err(self.unexpected(&[])),
         }
     }
@@ -634,8 +652,8 @@ impl Parser {
                 &["NUMBER", "{", "("]
             }));
         }
-        let query = self.log_query()?;
-        let unwrap = if self.at_unwrap() {
+        let mut query = self.log_query()?;
+        let mut unwrap = if self.at_unwrap() {
             self.next += 2;
             Some(self.unwrap()?)
         } else {
@@ -643,13 +661,8 @@ impl Parser {
         };
         let range = match self.peek() {
             Some(Token::Range(range)) => *range,
-            // Right after `unwrap x`, Loki's grammar takes the range or another stage only.
-            _ if unwrap
-                .as_ref()
-                .is_some_and(|unwrap| unwrap.filters.is_empty()) =>
-            {
-                return Err(self.unexpected(&["RANGE", "|"]))
-            }
+            // After `unwrap x` and its filters, Loki's grammar takes the range or a stage only.
+            _ if unwrap.is_some() => return Err(self.unexpected(&["RANGE", "|"])),
             _ => return Err(self.unexpected(&[])),
         };
         if range.is_zero() {
@@ -674,6 +687,16 @@ impl Parser {
         } else {
             Duration::ZERO
         };
+        if query.pipeline.is_empty() && unwrap.is_none() {
+            // Loki also takes the pipeline after the range: `count_over_time({…}[5m] | json)`.
+            while let Some(stage) = self.stage()? {
+                query.pipeline.push(stage);
+            }
+            if self.at_unwrap() {
+                self.next += 2;
+                unwrap = Some(self.unwrap()?);
+            }
+        }
         self.expect(Token::RParen, &[")"])?;
         let grouping = self.grouping()?;
         // Loki's checks, in its words, at the function.
@@ -820,12 +843,27 @@ impl Parser {
         self.expect(Token::LParen, &["("])?;
         let parameter = if matches!(op, AggregateOp::Topk | AggregateOp::Bottomk) {
             let name = op.name();
+            let after = self.tokens.get(self.next + 1).map(|(_, token)| token);
             let k = match self.peek() {
-                Some(Token::Number(k)) => *k,
+                Some(Token::Number(k)) if after == Some(&Token::Comma) => *k,
                 _ => {
-                    // Loki reads the rest, then finds the parameter missing.
+                    // Loki reads the rest, then finds the parameter missing: unless what
+                    // follows cannot go on, where its grammar stops first.
                     self.metric(0)?;
                     self.expect(Token::RParen, &[])?;
+                    if grouping.is_none() {
+                        self.grouping()?;
+                    }
+                    let goes_on = match self.peek() {
+                        None | Some(Token::RParen | Token::Comma) => true,
+                        Some(Token::Ident(word)) => {
+                            matches!(word.as_str(), "or" | "and" | "unless")
+                        }
+                        Some(token) => token.is_binary_operator(),
+                    };
+                    if !goes_on {
+                        return Err(self.unexpected(&[]));
+                    }
                     return Err(ParseError::unplaced(
                         at,
                         format!("parameter required for operation {name}"),
@@ -1059,6 +1097,13 @@ mod tests {
             (r#"sum by (rate({a="b"}[5m]))"#, "parse error at line 1, col 9: syntax error: unexpected RATE, expecting IDENTIFIER or )"),
             (r#"sum by (a,) (rate({a="b"}[5m]))"#, "parse error at line 1, col 11: syntax error: unexpected ), expecting IDENTIFIER"),
             (r#"topk(rate({a="b"}[5m]))"#, "parse error : parameter required for operation topk"),
+            ("topk(3) by (a)", "parse error : parameter required for operation topk"),
+            ("topk(3) sum(vector(1))", "parse error at line 1, col 9: syntax error: unexpected SUM"),
+            (r#"count_over_time({a="b"} | json [5m] | logfmt)"#, "parse error at line 1, col 37: syntax error: unexpected |, expecting )"),
+            (r#"count_over_time({a="b"}[5m] | json offset 1h)"#, "parse error at line 1, col 36: syntax error: unexpected offset, expecting )"),
+            ("rate(5e", "parse error at line 1, col 6: exponent has no digits"),
+            (r#"sum by (5a) (rate({a="b"}[5m]))"#, "parse error at line 1, col 9: syntax error: unexpected NUMBER, expecting IDENTIFIER or )"),
+            (r#"{a="b", c~"d"}"#, "parse error at line 1, col 10: syntax error: unexpected IDENTIFIER, expecting = or =~ or !~ or !="),
             (r#"rate({a="b"}[5m]) + on rate({a="b"}[5m])"#, "parse error at line 1, col 24: syntax error: unexpected RATE, expecting ("),
             (r#"rate({a="b"}[5m]) == == 1"#, "parse error at line 0, col 22: syntax error: unexpected =="),
             (r#"rate({a="b"}[5m]) > bool"#, "parse error at line 1, col 25: syntax error: unexpected $end"),
@@ -1105,6 +1150,11 @@ mod tests {
             panic!()
         };
         assert_eq!(bytes.unwrap.unwrap().conversion, Conversion::Number);
+        // As Loki: the pipeline may follow the range.
+        assert_eq!(
+            metric(r#"sum_over_time({a="b"}[5m] offset 1m | json | unwrap x | y="1")"#),
+            metric(r#"sum_over_time({a="b"} | json | unwrap x | y="1" [5m] offset 1m)"#)
+        );
         // Loki 3.7.6's answers, word for word.
         for (query, loki) in [
             (r#"quantile_over_time({a="b"} | unwrap x [5m])"#, "parse error : parameter required for operation quantile_over_time"),
