@@ -26,6 +26,7 @@ pub(crate) mod plan;
 mod pretty;
 pub(crate) mod samples;
 pub(crate) mod unwrap;
+mod validate;
 
 pub use ast::Query;
 pub use parser::parse;

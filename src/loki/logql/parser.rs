@@ -49,44 +49,8 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
     if parser.peek().is_some() {
         return Err(parser.unexpected(&[]));
     }
-    // Loki checks the selectors once the whole query has parsed.
-    match &query {
-        Query::Log(log) => check_selector(&log.selector)?,
-        Query::Metric(expr) => check_selectors(expr)?,
-    }
+    super::validate::check(&query)?;
     Ok(query)
-}
-
-/// Loki's refusal of a selector that every stream matches: it would read them all.
-fn check_selector(matchers: &[Matcher]) -> Result<(), ParseError> {
-    let narrows = matchers.iter().any(|matcher| match matcher.op {
-        MatchOp::Eq => !matcher.value.is_empty(),
-        // An expression too large to compile here is refused when the query compiles.
-        MatchOp::Re => {
-            super::pipeline::regex(&matcher.value, true).map_or(true, |re| !re.is_match(""))
-        }
-        MatchOp::Ne | MatchOp::NotRe => false,
-    });
-    if narrows {
-        return Ok(());
-    }
-    Err(ParseError::unplaced(
-        0,
-        "queries require at least one regexp or equality matcher that does not have an empty-compatible value. For instance, app=~\".*\" does not meet this requirement, but app=~\".+\" will",
-    ))
-}
-
-fn check_selectors(expr: &MetricExpr) -> Result<(), ParseError> {
-    match expr {
-        MetricExpr::Range(range) => check_selector(&range.query.selector),
-        MetricExpr::Aggregate { inner, .. } => check_selectors(inner),
-        MetricExpr::LabelReplace(replace) => check_selectors(&replace.inner),
-        MetricExpr::Binary { left, right, .. } => {
-            check_selectors(left)?;
-            check_selectors(right)
-        }
-        MetricExpr::Number(_) | MetricExpr::Vector(_) => Ok(()),
-    }
 }
 
 struct Parser {
@@ -399,6 +363,12 @@ impl Parser {
                 return Err(self.unexpected(&["STRING"]))
             }
             _ => {}
+        }
+        if let (Some(Token::Str(pattern)), CompareOp::Re | CompareOp::NotRe) = (self.peek(), op) {
+            // Loki compiles a label filter's expression as it reads it.
+            if let Some(message) = super::go_regex::error(pattern) {
+                return Err(ParseError::unplaced(at, message));
+            }
         }
         let value = match self.advance() {
             Some((_, Token::Str(text))) => LabelValue::Text(text),
@@ -822,7 +792,8 @@ impl Parser {
         self.expect(Token::RParen, &[")"])?;
         let [dst, replacement, src, regex]: [String; 4] =
             texts.try_into().expect("four texts were read");
-        if let Err(err) = regex::Regex::new(&format!("^(?:{regex})$")) {
+        // Loki compiles the expression anchored, and quotes it so.
+        if let Some(err) = super::go_regex::error(&format!("^(?:{regex})$")) {
             return Err(ParseError::unplaced(
                 at,
                 format!("invalid regex in label_replace: {err}"),
@@ -1117,6 +1088,11 @@ mod tests {
             (r#"max_over_time(rate({a="b"}[1m])[5m:1m])"#, "parse error at line 1, col 15: syntax error: unexpected RATE, expecting NUMBER or { or ("),
             (r#"{a="b"} |= `x"#, "parse error at line 1, col 12: literal not terminated"),
             (r#"{a=~"("}"#, "parse error : error parsing regexp: missing closing ): `(`"),
+            (r#"{a=~"a**"}"#, "parse error : error parsing regexp: invalid nested repetition operator: `**`"),
+            (r#"{a="b"} | x =~ "(""#, "parse error : error parsing regexp: missing closing ): `(`"),
+            (r#"{a="b"} |= "x" | json |~ "(" | y="1" |~ "z""#, r#"parse error : stage '|= "x" |~ "("' : error parsing regexp: missing closing ): `(`"#),
+            (r#"{a="b"} |= "x" | line_format "z" |~ "(""#, r#"parse error : stage '|~ "("' : error parsing regexp: missing closing ): `(`"#),
+            (r#"label_replace(rate({a="b"}[5m]), "a", "b", "c", "(")"#, "parse error : invalid regex in label_replace: error parsing regexp: missing closing ): `^(?:()$`"),
             (r#"{a=~".*"}"#, r#"parse error : queries require at least one regexp or equality matcher that does not have an empty-compatible value. For instance, app=~".*" does not meet this requirement, but app=~".+" will"#),
         ] {
             assert_eq!(error(query).to_string(), loki, "{query}");

@@ -865,7 +865,13 @@ mod tests {
             Query::Log(log) => log,
             Query::Metric(_) => unreachable!(),
         };
-        let err = Pipeline::compile(&log(r#"{service_name="a"} |~ "(""#)).unwrap_err();
+        // The parser refuses such a pattern first; compiling refuses it too.
+        let mut unclosed = log(r#"{service_name="a"}"#);
+        unclosed.pipeline.push(Stage::LineFilter {
+            op: LineOp::Matches,
+            pattern: "(".into(),
+        });
+        let err = Pipeline::compile(&unclosed).unwrap_err();
         assert!(err.0.contains("invalid regular expression"), "{err}");
         let giant = format!(r#"{{service_name="a"}} |~ "{}""#, "(a|b|c){1000}".repeat(8));
         let err = Pipeline::compile(&log(&giant)).unwrap_err();
