@@ -42,6 +42,7 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
             // Loki's grammar has `| unwrap` in range functions only: the word is unexpected.
             parser.next += 1;
         }
+        parser.log_query_operand(&query)?;
         Query::Log(query)
     } else {
         Query::Metric(parser.metric(0)?)
@@ -323,6 +324,7 @@ impl Parser {
                 Some(Token::Comma) => self.next += 1,
                 // Loki also reads two filters side by side as both: `a="1" b="2"`.
                 Some(Token::Ident(_)) if self.at_name() => {}
+                Some(Token::LParen) => {}
                 _ => return Ok(left),
             }
             let right = self.label_filter_primary()?;
@@ -373,9 +375,13 @@ impl Parser {
         let value = match self.advance() {
             Some((_, Token::Str(text))) => LabelValue::Text(text),
             Some((_, Token::Number(value))) => LabelValue::Number(value),
-            Some((_, Token::Minus)) => match self.peek() {
+            Some((_, sign @ (Token::Minus | Token::Plus))) => match self.peek() {
                 Some(Token::Number(value)) => {
-                    let value = -*value;
+                    let value = if sign == Token::Minus {
+                        -*value
+                    } else {
+                        *value
+                    };
                     self.next += 1;
                     LabelValue::Number(value)
                 }
@@ -457,6 +463,34 @@ impl Parser {
         }
     }
 
+    /// A log query followed by a binary operator, which Loki's grammar reads as an operand before
+    /// it finds that a log query is not one: the operation is read, then refused in its words.
+    fn log_query_operand(&mut self, query: &LogQuery) -> Result<(), ParseError> {
+        let op = match self.peek() {
+            Some(Token::Ident(word)) if matches!(word.as_str(), "or" | "and" | "unless") => {
+                word.clone()
+            }
+            Some(token) if token.is_binary_operator() => token.loki_name(&[]),
+            _ => return Ok(()),
+        };
+        self.next += 1;
+        self.binary_modifier()?;
+        if self.peek() == Some(&Token::LBrace) {
+            self.log_query()?;
+        } else {
+            self.metric(1)?;
+        }
+        let kind = if query.pipeline.is_empty() {
+            "MatchersExpr"
+        } else {
+            "PipelineExpr"
+        };
+        Err(ParseError::unplaced(
+            0,
+            format!("unexpected type for left leg of binary operation ({op}): *syntax.{kind}"),
+        ))
+    }
+
     /// `bool`, `on (…)` or `ignoring (…)`, `group_left (…)` or `group_right (…)`, each optional.
     fn binary_modifier(&mut self) -> Result<BinaryModifier, ParseError> {
         let mut modifier = BinaryModifier::default();
@@ -495,11 +529,12 @@ impl Parser {
                 self.next += 1;
                 Ok(MetricExpr::Number(value))
             }
-            Some(Token::Minus) => {
+            Some(sign @ (Token::Minus | Token::Plus)) => {
+                let negative = *sign == Token::Minus;
                 self.next += 1;
                 match self.peek() {
                     Some(Token::Number(value)) => {
-                        let value = -*value;
+                        let value = if negative { -*value } else { *value };
                         self.next += 1;
                         Ok(MetricExpr::Number(value))
                     }
@@ -518,8 +553,13 @@ impl Parser {
                 self.function(at, &name)
             }
             Some(Token::LBrace) => {
-                // Loki's grammar reads a log query here, and then finds a range unexpected.
+                // Loki's grammar reads a log query here, and then finds a range or an unwrap
+                // unexpected.
                 self.log_query()?;
+                if self.at_unwrap() {
+                    self.next += 1;
+                    return Err(self.unexpected(&[]));
+                }
                 if matches!(self.peek(), Some(Token::Range(_))) {
                     return Err(self.unexpected(&[]));
                 }
@@ -615,6 +655,19 @@ impl Parser {
             }
             _ => None,
         };
+        if self.peek() == Some(&Token::LParen) {
+            // Loki also reads a log range in parentheses, which loghaul does not.
+            while self.peek() == Some(&Token::LParen) {
+                self.next += 1;
+            }
+            if self.peek() != Some(&Token::LBrace) {
+                return Err(self.unexpected(&["{", "("]));
+            }
+            return Err(ParseError::at(
+                self.position(),
+                "a log range in parentheses is not supported; write count_over_time({…} | … [5m])",
+            ));
+        }
         if self.peek() != Some(&Token::LBrace) {
             return Err(self.unexpected(if parameter.is_some() {
                 &["{", "("]
@@ -1073,6 +1126,13 @@ mod tests {
             (r#"count_over_time({a="b"} | json [5m] | logfmt)"#, "parse error at line 1, col 37: syntax error: unexpected |, expecting )"),
             (r#"count_over_time({a="b"}[5m] | json offset 1h)"#, "parse error at line 1, col 36: syntax error: unexpected offset, expecting )"),
             ("rate(5e", "parse error at line 1, col 6: exponent has no digits"),
+            ("+(rate({a=\"b\"}[1m]))", "parse error at line 1, col 2: syntax error: unexpected (, expecting NUMBER"),
+            (r#"{a="b"} or {c="d"}"#, "parse error : unexpected type for left leg of binary operation (or): *syntax.MatchersExpr"),
+            (r#"{a="b"} | json + 1"#, "parse error : unexpected type for left leg of binary operation (+): *syntax.PipelineExpr"),
+            (r#"rate((a="b"}[1m]))"#, "parse error at line 1, col 7: syntax error: unexpected IDENTIFIER, expecting { or ("),
+            (r#"{a="b"} | x > +"#, "parse error at line 1, col 16: syntax error: unexpected $end, expecting NUMBER"),
+            (r#"{a="b"} | d >= 1m ( keep a"#, "parse error at line 1, col 21: syntax error: unexpected keep, expecting IDENTIFIER or ("),
+            (r#"({a="b"} | logfmt | unwrap x [5m])"#, "parse error at line 1, col 21: syntax error: unexpected unwrap"),
             (r#"sum by (5a) (rate({a="b"}[5m]))"#, "parse error at line 1, col 9: syntax error: unexpected NUMBER, expecting IDENTIFIER or )"),
             (r#"{a="b", c~"d"}"#, "parse error at line 1, col 10: syntax error: unexpected IDENTIFIER, expecting = or =~ or !~ or !="),
             (r#"rate({a="b"}[5m]) + on rate({a="b"}[5m])"#, "parse error at line 1, col 24: syntax error: unexpected RATE, expecting ("),
