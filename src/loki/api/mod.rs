@@ -33,7 +33,7 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
-use serde_json::json;
+use serde_json::{json, Value as Json};
 
 use self::metrics::LokiMetrics;
 use crate::error::HttpError;
@@ -382,9 +382,13 @@ async fn format_query(call: Call) -> Response<Body> {
     let error = String::from_utf8_lossy(&text).trim_end().to_owned();
     parts.headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static("application/json; charset=utf-8"),
     );
-    let body = json!({"status": "invalid-query", "error": error}).to_string();
+    // In Loki's order, with its newline.
+    let body = format!(
+        "{{\"status\":\"invalid-query\",\"error\":{}}}\n",
+        Json::String(error)
+    );
     Response::from_parts(parts, Body::from(body))
 }
 

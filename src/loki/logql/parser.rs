@@ -655,71 +655,19 @@ impl Parser {
             }
             _ => None,
         };
-        if self.peek() == Some(&Token::LParen) {
-            // Loki also reads a log range in parentheses, which loghaul does not.
-            while self.peek() == Some(&Token::LParen) {
-                self.next += 1;
-            }
-            if self.peek() != Some(&Token::LBrace) {
-                return Err(self.unexpected(&["{", "("]));
-            }
-            return Err(ParseError::at(
-                self.position(),
-                "a log range in parentheses is not supported; write count_over_time({…} | … [5m])",
-            ));
-        }
-        if self.peek() != Some(&Token::LBrace) {
+        if !matches!(self.peek(), Some(Token::LBrace | Token::LParen)) {
             return Err(self.unexpected(if parameter.is_some() {
                 &["{", "("]
             } else {
                 &["NUMBER", "{", "("]
             }));
         }
-        let mut query = self.log_query()?;
-        let mut unwrap = if self.at_unwrap() {
-            self.next += 2;
-            Some(self.unwrap()?)
-        } else {
-            None
-        };
-        let range = match self.peek() {
-            Some(Token::Range(range)) => *range,
-            // After `unwrap x` and its filters, Loki's grammar takes the range or a stage only.
-            _ if unwrap.is_some() => return Err(self.unexpected(&["RANGE", "|"])),
-            _ => return Err(self.unexpected(&[])),
-        };
-        if range.is_zero() {
-            return Err(ParseError::at(
-                self.position(),
-                "the range must be longer than 0s",
-            ));
-        }
-        if range > MAX_RANGE {
-            return Err(ParseError::at(
-                self.position(),
-                format!(
-                    "the range is longer than {} days",
-                    MAX_RANGE.as_secs() / 86_400
-                ),
-            ));
-        }
-        self.next += 1;
-        let offset = if self.at_word("offset") {
-            self.next += 1;
-            self.duration()?
-        } else {
-            Duration::ZERO
-        };
-        if query.pipeline.is_empty() && unwrap.is_none() {
-            // Loki also takes the pipeline after the range: `count_over_time({…}[5m] | json)`.
-            while let Some(stage) = self.stage()? {
-                query.pipeline.push(stage);
-            }
-            if self.at_unwrap() {
-                self.next += 2;
-                unwrap = Some(self.unwrap()?);
-            }
-        }
+        let LogRange {
+            query,
+            unwrap,
+            range,
+            offset,
+        } = self.nested(Self::log_range)?;
         self.expect(Token::RParen, &[")"])?;
         let grouping = self.grouping()?;
         // Loki's checks, in its words, at the function.
@@ -771,6 +719,106 @@ impl Parser {
             parameter,
             grouping,
         }))
+    }
+
+    /// A range function's lines: `{…} | … [5m] offset 1m`, the pipeline also after the range
+    /// (`{…}[5m] | json`), and in parentheses as Loki takes them: `({…} | json)[5m]`,
+    /// `({…} | json [5m])`.
+    fn log_range(&mut self) -> Result<LogRange, ParseError> {
+        if self.peek() == Some(&Token::LParen) {
+            self.next += 1;
+            if self.peek() == Some(&Token::LParen) {
+                let inner = self.nested(Self::log_range)?;
+                self.expect(Token::RParen, &[")"])?;
+                return Ok(inner);
+            }
+            if self.peek() != Some(&Token::LBrace) {
+                return Err(self.unexpected(&["{", "("]));
+            }
+            let query = self.log_query()?;
+            if self.peek() == Some(&Token::RParen) {
+                // `({…} | json)[5m]`: the range after the parentheses.
+                self.next += 1;
+                if !matches!(self.peek(), Some(Token::Range(_))) {
+                    return Err(self.unexpected(&["RANGE"]));
+                }
+                return self.range_of(query, None);
+            }
+            let inner = self.range_after(query)?;
+            self.expect(Token::RParen, &[")"])?;
+            return Ok(inner);
+        }
+        let query = self.log_query()?;
+        self.range_after(query)
+    }
+
+    /// What follows a range function's log query: its unwrap, range and offset, and the
+    /// pipeline when it comes after the range.
+    fn range_after(&mut self, query: LogQuery) -> Result<LogRange, ParseError> {
+        let unwrap = if self.at_unwrap() {
+            self.next += 2;
+            Some(self.unwrap()?)
+        } else {
+            None
+        };
+        match self.peek() {
+            Some(Token::Range(_)) => {}
+            // After `unwrap x` and its filters, Loki's grammar takes the range or a stage only.
+            _ if unwrap.is_some() => return Err(self.unexpected(&["RANGE", "|"])),
+            _ => return Err(self.unexpected(&[])),
+        }
+        let mut log = self.range_of(query, unwrap)?;
+        if log.query.pipeline.is_empty() && log.unwrap.is_none() {
+            // Loki also takes the pipeline after the range: `count_over_time({…}[5m] | json)`.
+            while let Some(stage) = self.stage()? {
+                log.query.pipeline.push(stage);
+            }
+            if self.at_unwrap() {
+                self.next += 2;
+                log.unwrap = Some(self.unwrap()?);
+            }
+        }
+        Ok(log)
+    }
+
+    /// The range token next, and the offset after it.
+    fn range_of(
+        &mut self,
+        query: LogQuery,
+        unwrap: Option<Unwrap>,
+    ) -> Result<LogRange, ParseError> {
+        let Some(Token::Range(range)) = self.peek() else {
+            return Err(self.unexpected(&["RANGE"]));
+        };
+        let range = *range;
+        if range.is_zero() {
+            return Err(ParseError::at(
+                self.position(),
+                "the range must be longer than 0s",
+            ));
+        }
+        if range > MAX_RANGE {
+            return Err(ParseError::at(
+                self.position(),
+                format!(
+                    "the range is longer than {} days",
+                    MAX_RANGE.as_secs() / 86_400
+                ),
+            ));
+        }
+        self.next += 1;
+        let offset = if self.at_word("offset") {
+            self.next += 1;
+            self.duration()?
+        } else {
+            Duration::ZERO
+        };
+        Ok(LogRange {
+            query,
+            unwrap,
+            range,
+            offset,
+        })
     }
 
     /// An offset's duration (`5m`, `1h30m`) that is not zero.
@@ -953,6 +1001,14 @@ impl Parser {
     }
 }
 
+/// The lines a range function reads: its log query, unwrap, range and offset.
+struct LogRange {
+    query: LogQuery,
+    unwrap: Option<Unwrap>,
+    range: Duration,
+    offset: Duration,
+}
+
 /// A set operator's name, as Loki's messages write it.
 fn set_name(op: BinaryOp) -> &'static str {
     match op {
@@ -1130,6 +1186,7 @@ mod tests {
             (r#"{a="b"} or {c="d"}"#, "parse error : unexpected type for left leg of binary operation (or): *syntax.MatchersExpr"),
             (r#"{a="b"} | json + 1"#, "parse error : unexpected type for left leg of binary operation (+): *syntax.PipelineExpr"),
             (r#"rate((a="b"}[1m]))"#, "parse error at line 1, col 7: syntax error: unexpected IDENTIFIER, expecting { or ("),
+            (r#"count_over_time((({a="b"} |= "x"))[5m])"#, "parse error at line 1, col 34: syntax error: unexpected ), expecting RANGE"),
             (r#"{a="b"} | x > +"#, "parse error at line 1, col 16: syntax error: unexpected $end, expecting NUMBER"),
             (r#"{a="b"} | d >= 1m ( keep a"#, "parse error at line 1, col 21: syntax error: unexpected keep, expecting IDENTIFIER or ("),
             (r#"({a="b"} | logfmt | unwrap x [5m])"#, "parse error at line 1, col 21: syntax error: unexpected unwrap"),
@@ -1186,7 +1243,11 @@ mod tests {
             panic!()
         };
         assert_eq!(bytes.unwrap.unwrap().conversion, Conversion::Number);
-        // As Loki: the pipeline may follow the range.
+        // As Loki: the pipeline may follow the range, and the lines be in parentheses.
+        assert_eq!(
+            metric(r#"count_over_time(({a="b"} | json)[5m] offset 1m)"#),
+            metric(r#"count_over_time((({a="b"}[5m] offset 1m | json)))"#)
+        );
         assert_eq!(
             metric(r#"sum_over_time({a="b"}[5m] offset 1m | json | unwrap x | y="1")"#),
             metric(r#"sum_over_time({a="b"} | json | unwrap x | y="1" [5m] offset 1m)"#)
