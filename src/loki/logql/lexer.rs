@@ -170,7 +170,7 @@ const FUNCTIONS: &[&str] = &[
 /// name: `(` follows, or `by (`, `without (`.
 pub(crate) fn is_function(word: &str, rest: &[(usize, Token)]) -> bool {
     let word = word.to_ascii_lowercase();
-    if !FUNCTIONS.contains(&word.as_str()) && word != "label_replace" {
+    if !FUNCTIONS.contains(&word.as_str()) && !matches!(word.as_str(), "label_replace" | "ip") {
         return false;
     }
     match rest {
@@ -196,8 +196,8 @@ impl Token {
                     return "IDENTIFIER".into();
                 }
                 if is_function(word, rest) {
-                    // `label_replace` is also a keyword, which names it by its text.
-                    if lower == "label_replace" {
+                    // `label_replace` and `ip` are also keywords, named by their text.
+                    if matches!(lower.as_str(), "label_replace" | "ip") {
                         return lower;
                     }
                     return match lower.as_str() {

@@ -5,12 +5,17 @@
 //! (`sum_over_time`, `quantile_over_time`, `rate_counter`, …), with `offset`; aggregations
 //! (`sum`, `count`, `avg`, `min`, `max`, `topk`, `bottomk`, `sort`, `sort_desc`) with
 //! `by`/`without`; arithmetic, comparisons and set operators with `bool`, `on`/`ignoring` and
-//! `group_left`/`group_right`; `label_replace` and `vector(n)`. Anything else is refused with a
-//! message naming it and where it is.
+//! `group_left`/`group_right`; `label_replace` and `vector(n)`. A query that is not LogQL is
+//! refused in Loki's words and at Loki's place; LogQL loghaul does not run, with a message
+//! naming it and where it is.
 //!
-//! - [`lexer`]: tokens with their offsets, durations and sizes as Loki writes them.
+//! - [`lexer`]: tokens with their offsets, durations and sizes as Loki writes them, and their
+//!   names in Loki's syntax errors.
 //! - [`ast`]: what a parsed query says.
 //! - [`parser`]: the grammar, and the limits (length, nesting, range) a hostile query meets first.
+//! - `validate`, `go_regex`: Loki's checks of a parsed query, and Go's words for a regular
+//!   expression that does not compile.
+//! - `format`, `pretty`: a query written back as Loki writes it, on one line or laid out.
 //! - [`eval`], [`binary`], [`samples`], [`unwrap`]: metric values as Loki computes them.
 
 pub(crate) mod ast;

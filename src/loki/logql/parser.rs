@@ -622,8 +622,9 @@ impl Parser {
             self.expect(Token::RParen, &[")"])?;
             return Ok(MetricExpr::Vector(value));
         }
-        if matches!(name, "bytes" | "duration" | "duration_seconds") {
-            // Conversions of `| unwrap`, which Loki's grammar has nowhere else.
+        if matches!(name, "bytes" | "duration" | "duration_seconds" | "ip") {
+            // Conversions of `| unwrap` and the line filter `ip(…)`, which Loki's grammar has
+            // nowhere else.
             self.next -= 1;
             return Err(self.unexpected(&[]));
         }
