@@ -271,6 +271,61 @@ metric("m_rate_counter", f"sum(rate_counter({PAY_DEBUG} | logfmt | unwrap bytes 
 metric("m_count_values", f'count_values("n", sum by (service_name) (count_over_time({ALL}[10m])))')
 metric("m_subquery", f"max_over_time(rate({CHECKOUT}[1m])[5m:1m])")
 
+# ---- comparisons, set operators and vector matching -----------------------------------------------
+BY_SERVICE_5M = f"sum by (service_name) (count_over_time({ALL}[5m]))"
+BY_LEVEL_ENV = f"sum by (level, env) (count_over_time({CHECKOUT}[5m]))"
+BY_ENV = f"sum by (env) (count_over_time({CHECKOUT}[5m]))"
+metric("m_cmp_scalar_left", f"3 < {BY_SERVICE_5M}")
+metric("m_cmp_vectors", f"{BY_SERVICE_5M} >= sum by (service_name) (count_over_time({ALL}[10m])) / 2")
+metric("m_cmp_eq_bool", f"sum by (level) (count_over_time({CHECKOUT}[5m])) == bool 4")
+metric("m_cmp_ne_le", f"{BY_SERVICE_5M} != 4 <= 8")
+metric("m_cmp_scalars", "1 < 2")
+metric("m_div_zero", f"sum(count_over_time({CHECKOUT}[5m])) / 0")
+metric("m_and", f'{BY_SERVICE_5M} and sum by (service_name) (count_over_time({ALL} |= "error" [5m]))')
+metric("m_or", f'sum by (level) (count_over_time({CHECKOUT} |= "cache" [5m])) or sum by (level) (count_over_time({CHECKOUT}[5m]))')
+metric("m_unless_on", f"sum by (service_name, env) (count_over_time({ALL}[5m])) unless on (env) sum by (env) (count_over_time({STAGING}[5m]))")
+metric("m_group_left", f"{BY_LEVEL_ENV} / on (env) group_left {BY_ENV}")
+metric("m_group_right", f"sum by (env) (count_over_time({CHECKOUT} |= \"slow\" [10m])) - on (env) group_right {BY_LEVEL_ENV}")
+metric("m_group_left_include", f"{BY_LEVEL_ENV} / on (env) group_left (service_name) sum by (env, service_name) (count_over_time({CHECKOUT}[5m]))")
+metric("m_group_unique_refused", f"sum by (env, level) (count_over_time({CHECKOUT} |= \"slow\" [10m])) - on (env) group_right (level) {BY_LEVEL_ENV}")
+metric("m_ignoring_group_left", f"{BY_LEVEL_ENV} * ignoring (level) group_left {BY_ENV}")
+metric("m_on_one_to_one", f"{BY_ENV} + on (env) sum by (env, service_name) (count_over_time({CHECKOUT}[5m]))")
+metric("m_many_to_one_refused", f"sum by (level) (count_over_time({CHECKOUT}[5m])) + on () sum(count_over_time({CHECKOUT}[5m]))")
+metric("m_set_literal_refused", "vector(1) or 2")
+
+# ---- bottomk, sort, offset, absent_over_time, label_replace -------------------------------------
+instant("i_bottomk", f"bottomk(2, sum by (service_name) (count_over_time({ALL}[1h])))", 0)
+instant("i_sort", f"sort(sum by (service_name) (count_over_time({ALL}[1h])))", 0)
+instant("i_bottomk_by", f"bottomk(1, sum by (env, level) (count_over_time({CHECKOUT}[1h]))) by (env)", 0)
+metric("m_offset_steps", f"sum by (level) (rate({CHECKOUT}[2m] offset 90s))", step="30s", start=Rel(-1800))
+instant("i_offset", f"sum(count_over_time({CHECKOUT}[15m] offset 15m))", 0)
+metric("m_offset_unwrap", f"sum_over_time({PAY_DEBUG} | logfmt | unwrap bytes [5m] offset 5m)")
+metric("m_absent_some_steps", f'absent_over_time({CHECKOUT} |= "slow" [2m])')
+metric("m_absent_labels", 'absent_over_time({service_name="nope", env=~"x", level="a", level="b"}[5m])')
+metric("m_label_replace_some", f'label_replace(sum by (level) (count_over_time({CHECKOUT}[10m])), "lvl", "x-$1", "level", "e(.*)")')
+metric("m_label_replace_delete", f'label_replace({BY_LEVEL_ENV}, "env", "", "level", "info")')
+
+# ---- unwrap --------------------------------------------------------------------------------------
+metric("m_unwrap_min_by", f"min_over_time({PAY_DEBUG} | logfmt | unwrap bytes [10m]) by (method)")
+metric("m_unwrap_first_by", f"first_over_time({PROD} | json | unwrap seq [10m]) by (level)")
+metric("m_unwrap_stdvar", f"stdvar_over_time({PROD} | json | unwrap bytes [15m]) by (level)")
+metric("m_unwrap_rate", f"rate({PAY_DEBUG} | logfmt | unwrap bytes [5m])")
+metric("m_unwrap_sum_rate_by", f"sum by (method) (rate({PAY_DEBUG} | logfmt | unwrap bytes [5m]))")
+metric("m_unwrap_quantile_0", f"quantile_over_time(0, {PROD} | json | unwrap bytes [10m]) by (level)")
+metric("m_unwrap_quantile_1", f"quantile_over_time(1, {PROD} | json | unwrap bytes [10m]) by (level)")
+metric("m_unwrap_bytes_conv", f"sum_over_time({PAY_DEBUG} | logfmt | unwrap bytes(size) [10m])")
+metric("m_unwrap_duration_seconds", f"avg_over_time({PAY_DEBUG} | logfmt | unwrap duration_seconds(duration) [10m]) by (status)")
+metric("m_unwrap_not_a_number", f'sum_over_time({PAY_DEBUG} | logfmt | ts="t24" | unwrap path [5m])')
+metric("m_unwrap_not_a_number_by", f'max_over_time({PAY_DEBUG} | logfmt | ts="t24" | unwrap path [5m]) by (method)')
+metric("m_unwrap_error_dropped", f'sum_over_time({PAY_DEBUG} | logfmt | unwrap path | __error__="" [5m])')
+metric("m_unwrap_missing_label", f"sum_over_time({PAYMENTS} | json | unwrap bytes [5m])")
+metric("m_unwrap_post_filter", f"sum_over_time({PROD} | json | unwrap bytes | bytes > 80000 [5m])")
+metric("m_unwrap_avg_by_filtered", f"avg_over_time({PROD} | json | unwrap bytes | bytes > 80000 [10m]) by (level)")
+metric("m_rate_counter_series", f"rate_counter({PROD} | json | unwrap seq [10m])")
+instant("i_unwrap_quantile", f"quantile_over_time(0.5, {PROD} | json | unwrap duration(duration) [1h]) by (method)", 0)
+metric("m_unwrap_without_refused", f"sum_over_time({PAY_DEBUG}[5m])")
+metric("m_unwrap_grouping_refused", f"sum_over_time({PAY_DEBUG} | logfmt | unwrap bytes [5m]) by (method)")
+
 # ---- instant metric queries --------------------------------------------------------------------
 instant("i_count_by_service", f"sum by (service_name) (count_over_time({ALL}[10m]))", -600)
 instant("i_rate", f"rate({CHECKOUT}[5m])", -1200)
@@ -357,6 +412,13 @@ add("format_query_log", "format_query", [("query", '{service_name="checkout",lev
     norm="data")
 add("format_query_metric", "format_query",
     [("query", 'sum by(level)(count_over_time({service_name="checkout"}|json|status>=500[5m]))')], norm="data")
+add("format_query_unwrap", "format_query",
+    [("query", 'max_over_time({a="b"} | unwrap duration_seconds(d) | x > 1 [1m] offset 90s) by (m)')], norm="data")
+add("format_query_binary", "format_query",
+    [("query", 'rate({a="b"}[1m]) > bool on (x) group_left (z) rate({c="d"}[1m]) or vector(1) unless bottomk(2, rate({e="f"}[1m]))')],
+    norm="data")
+add("format_query_label_replace", "format_query",
+    [("query", 'sort_desc(label_replace(rate({a="b"}[1m]), "dst", "$1-x", "src", "(.*)"))')], norm="data")
 add("patterns_proxy", "patterns", [("query", PROXY), ("start", START), ("end", END)], norm="data")
 
 # ---- live tail (run last: the live check pushes one more line) ---------------------------------

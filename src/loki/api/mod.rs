@@ -33,7 +33,7 @@ use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::routing::get;
 use axum::Router;
 use chrono::Utc;
-use serde_json::json;
+use serde_json::{json, Value as Json};
 
 use self::metrics::LokiMetrics;
 use crate::error::HttpError;
@@ -254,11 +254,10 @@ impl Call {
     }
 }
 
-/// The `query=` parameter, which every endpoint that has one needs.
+/// The `query=` parameter, which every endpoint that has one needs. Without it the query is
+/// empty, and refused as Loki refuses it: `syntax error: unexpected $end`.
 fn query_text(params: &Params) -> Result<&str, HttpError> {
-    params
-        .get("query")
-        .ok_or_else(|| HttpError::BadRequest("the query parameter is missing".into()))
+    Ok(params.get("query").unwrap_or(""))
 }
 
 /// The query of `query=`, parsed.
@@ -300,12 +299,18 @@ async fn query_range(call: Call) -> Response<Body> {
         "query_range",
         |reads, tenant, params, mut answer| async move {
             let range = params.range(Utc::now())?;
+            if range.from == range.to {
+                return Err(HttpError::BadRequest(
+                    "end timestamp must not be before or equal to start time".into(),
+                ));
+            }
+            // Loki reads the step of any range query, a log query's too, before its query.
+            let step = params.step(range)?;
             match logql(&params)? {
                 Query::Log(query) => {
                     log_answer(&reads, &tenant, &query, range, &params, answer).await
                 }
                 Query::Metric(expr) => {
-                    let step = params.step(range)?;
                     let steps = Steps::aligned(nanos(range.from), nanos(range.to), step)?;
                     let (value, stats) = reads
                         .loki_metric(
@@ -359,12 +364,32 @@ async fn query(call: Call) -> Response<Body> {
 
 /// The query written back as Loki writes it, for Grafana's query editor: parsed, not run.
 async fn format_query(call: Call) -> Response<Body> {
-    call.answer("format_query", |_, _, params, mut answer| async move {
-        let query = logql(&params)?;
-        answer::success(json!(query.pretty()), &mut answer)?;
-        Ok(answer)
-    })
-    .await
+    let response = call
+        .answer("format_query", |_, _, params, mut answer| async move {
+            let query = logql(&params)?;
+            answer::success(json!(crate::loki::logql::pretty(&query)), &mut answer)?;
+            Ok(answer)
+        })
+        .await;
+    if response.status() != StatusCode::BAD_REQUEST {
+        return response;
+    }
+    // Loki says why a query does not parse in JSON here, unlike its other endpoints.
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let error = String::from_utf8_lossy(&text).trim_end().to_owned();
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    // In Loki's order, with its newline.
+    let body = format!(
+        "{{\"status\":\"invalid-query\",\"error\":{}}}\n",
+        Json::String(error)
+    );
+    Response::from_parts(parts, Body::from(body))
 }
 
 async fn labels(call: Call) -> Response<Body> {

@@ -2,8 +2,6 @@
 //! fraction), Unix nanoseconds or RFC 3339; steps as a duration or seconds; `limit`,
 //! `direction`, `since`; each refused with a message naming the parameter.
 
-use std::time::Duration;
-
 use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::error::HttpError;
@@ -91,7 +89,7 @@ impl Params {
         let (from, to) = (ceil_micros(from), ceil_micros(to));
         if to < from {
             return Err(bad(
-                "the end timestamp must not be before the start time".into()
+                "end timestamp must not be before or equal to start time".into(),
             ));
         }
         if to - from > MAX_QUERY_LENGTH {
@@ -158,13 +156,9 @@ impl Params {
             let seconds = ((range.to - range.from).num_seconds() / 250).max(1);
             return Ok(seconds * 1_000_000_000);
         };
-        let step = parse_step(text).ok_or_else(|| {
-            bad(format!(
-                "invalid step {text:?}: expected a duration such as 1m or a number of seconds"
-            ))
-        })?;
-        i64::try_from(step.as_nanos())
-            .ok()
+        let step = parse_step(text)
+            .ok_or_else(|| bad(format!("cannot parse {text:?} to a valid duration")))?;
+        Some(step)
             .filter(|nanos| *nanos > 0)
             .ok_or_else(|| bad("zero or negative query resolution step widths are not accepted. Try a positive integer".into()))
     }
@@ -193,12 +187,15 @@ pub(crate) fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     }
 }
 
-/// A step: a duration (`30s`, `1m`) or a number of seconds (`15`, `0.5`).
-pub(crate) fn parse_step(text: &str) -> Option<Duration> {
+/// A step in nanoseconds, as Loki reads it: a number of seconds (`15`, `0.5`, `-1`) or a
+/// Prometheus duration (`30s`, `1m30s`; not `1.5m`).
+pub(crate) fn parse_step(text: &str) -> Option<i64> {
     if let Ok(seconds) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds).ok();
+        let nanos = seconds * 1e9;
+        return (nanos.is_finite() && nanos.abs() < i64::MAX as f64).then_some(nanos as i64);
     }
-    lexer::duration(text)
+    let step = lexer::prometheus_duration(text).ok()?;
+    i64::try_from(step.as_nanos()).ok()
 }
 
 /// `at` rounded up to a whole microsecond: an entry stored at a whole microsecond is before `at`

@@ -226,30 +226,25 @@ pub enum LabelValue {
 /// A metric query.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MetricExpr {
-    /// `count_over_time({…} | … [5m])`.
-    Range {
-        /// Which function of the range.
-        function: RangeFunction,
-        /// The log query whose lines are counted.
-        query: LogQuery,
-        /// The range, `[5m]`.
-        range: Duration,
-    },
-    /// `sum by (level) (…)`, `topk(5, …)`.
+    /// `count_over_time({…} | … [5m])`, `quantile_over_time(0.9, {…} | unwrap x [5m]) by (a)`.
+    Range(RangeExpr),
+    /// `sum by (level) (…)`, `topk(5, …)`, `sort_desc(…)`.
     Aggregate {
         /// Which aggregation.
         op: AggregateOp,
         /// `by (…)` or `without (…)`; `None`: everything into one series.
         grouping: Option<Grouping>,
-        /// `topk`'s k.
+        /// `topk`'s and `bottomk`'s k.
         parameter: Option<f64>,
         /// What is aggregated.
         inner: Box<MetricExpr>,
     },
-    /// `a + b`, `a * 2`.
+    /// `a + b`, `a * 2`, `a > bool 3`, `a and on (x) b`.
     Binary {
         /// The operator.
         op: BinaryOp,
+        /// `bool`, `on`/`ignoring`, `group_left`/`group_right`.
+        modifier: BinaryModifier,
         /// Left operand.
         left: Box<MetricExpr>,
         /// Right operand.
@@ -259,19 +254,122 @@ pub enum MetricExpr {
     Number(f64),
     /// `vector(1)`: one series without labels, this value at every step.
     Vector(f64),
+    /// `label_replace(…, "dst", "$1", "src", "(.*)")`.
+    LabelReplace(LabelReplace),
 }
 
-/// A function over a range of log lines.
+/// A range function over the lines (or the values unwrapped from them) of a log query.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeExpr {
+    /// Which function of the range.
+    pub function: RangeFunction,
+    /// The log query whose lines it reads.
+    pub query: LogQuery,
+    /// The range, `[5m]`.
+    pub range: Duration,
+    /// `offset 10m`: each step reads the range that ends this long before it.
+    pub offset: Duration,
+    /// `| unwrap label`: the number each line gives, for the functions of values.
+    pub unwrap: Option<Unwrap>,
+    /// `quantile_over_time`'s quantile.
+    pub parameter: Option<f64>,
+    /// `… by (a)` after the function: the lines of a group make one series.
+    pub grouping: Option<Grouping>,
+}
+
+/// `| unwrap name`, `| unwrap duration(name)`, `| unwrap bytes(name)`, and the label filters
+/// after it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unwrap {
+    /// The label whose value is the sample.
+    pub label: String,
+    /// How its text becomes a number.
+    pub conversion: Conversion,
+    /// `| __error__=""` and other label filters after the unwrap.
+    pub filters: Vec<LabelFilter>,
+}
+
+/// How an unwrapped label's text is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    /// A plain number.
+    Number,
+    /// `duration(…)`: a duration such as `250ms`, in seconds.
+    Duration,
+    /// `duration_seconds(…)`: the same.
+    DurationSeconds,
+    /// `bytes(…)`: a size such as `10KB`, in bytes.
+    Bytes,
+}
+
+/// A function over a range of log lines, or of the values unwrapped from them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RangeFunction {
     /// Lines in the range.
     CountOverTime,
-    /// Lines per second over the range.
+    /// Lines (or unwrapped values) per second over the range.
     Rate,
     /// Bytes of the lines in the range.
     BytesOverTime,
     /// Bytes per second over the range.
     BytesRate,
+    /// 1 where the range has no line, nothing where it has one.
+    AbsentOverTime,
+    /// The sum of the values.
+    SumOverTime,
+    /// Their mean.
+    AvgOverTime,
+    /// The smallest.
+    MinOverTime,
+    /// The largest.
+    MaxOverTime,
+    /// The earliest.
+    FirstOverTime,
+    /// The latest.
+    LastOverTime,
+    /// Their population standard deviation.
+    StddevOverTime,
+    /// Their population variance.
+    StdvarOverTime,
+    /// Their φ-quantile.
+    QuantileOverTime,
+    /// Their per-second rate as a counter's, with resets.
+    RateCounter,
+}
+
+impl RangeFunction {
+    /// Its name in LogQL.
+    pub fn name(self) -> &'static str {
+        match self {
+            RangeFunction::CountOverTime => "count_over_time",
+            RangeFunction::Rate => "rate",
+            RangeFunction::BytesOverTime => "bytes_over_time",
+            RangeFunction::BytesRate => "bytes_rate",
+            RangeFunction::AbsentOverTime => "absent_over_time",
+            RangeFunction::SumOverTime => "sum_over_time",
+            RangeFunction::AvgOverTime => "avg_over_time",
+            RangeFunction::MinOverTime => "min_over_time",
+            RangeFunction::MaxOverTime => "max_over_time",
+            RangeFunction::FirstOverTime => "first_over_time",
+            RangeFunction::LastOverTime => "last_over_time",
+            RangeFunction::StddevOverTime => "stddev_over_time",
+            RangeFunction::StdvarOverTime => "stdvar_over_time",
+            RangeFunction::QuantileOverTime => "quantile_over_time",
+            RangeFunction::RateCounter => "rate_counter",
+        }
+    }
+
+    /// True for the functions that read an unwrapped value, never the lines alone.
+    pub fn needs_unwrap(self) -> bool {
+        !matches!(
+            self,
+            RangeFunction::CountOverTime
+                | RangeFunction::Rate
+                | RangeFunction::BytesOverTime
+                | RangeFunction::BytesRate
+                | RangeFunction::AbsentOverTime
+        )
+    }
 }
 
 /// An aggregation across series.
@@ -289,6 +387,12 @@ pub enum AggregateOp {
     Max,
     /// `topk(k, …)`
     Topk,
+    /// `bottomk(k, …)`
+    Bottomk,
+    /// `sort(…)`: ascending by value.
+    Sort,
+    /// `sort_desc(…)`
+    SortDesc,
 }
 
 /// `by (a, b)` or `without (a, b)`.
@@ -300,7 +404,7 @@ pub struct Grouping {
     pub labels: Vec<String>,
 }
 
-/// An arithmetic operator between metric expressions.
+/// A binary operator between metric expressions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
     /// `+`
@@ -311,23 +415,84 @@ pub enum BinaryOp {
     Mul,
     /// `/`
     Div,
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `and`: the left series that have a match on the right.
+    And,
+    /// `or`: the left series, and the right ones without a match on the left.
+    Or,
+    /// `unless`: the left series without a match on the right.
+    Unless,
 }
 
-/// A range function over a log query, such as `count_over_time({…} |= "x" [5m])`.
-#[derive(Clone, Copy, Debug)]
-pub struct RangeQuery<'a> {
-    /// The function.
-    pub function: RangeFunction,
-    /// The log query whose lines it counts.
-    pub query: &'a LogQuery,
-    /// Its range.
-    pub range: Duration,
+impl BinaryOp {
+    /// True for `==`, `!=`, `>`, `>=`, `<`, `<=`.
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Lt | BinaryOp::Le
+        )
+    }
+
+    /// True for `and`, `or`, `unless`.
+    pub fn is_set(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Unless)
+    }
+}
+
+/// What may follow a binary operator: `bool`, then `on (…)` or `ignoring (…)`, then
+/// `group_left (…)` or `group_right (…)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BinaryModifier {
+    /// `bool`: a comparison gives 0 or 1 instead of filtering.
+    pub return_bool: bool,
+    /// `on (…)`: match on these labels only; else on all labels but `labels`.
+    pub on: bool,
+    /// The labels of `on` or `ignoring`; `None` when neither is written.
+    pub labels: Option<Vec<String>>,
+    /// `group_left`/`group_right`: which side may have many series for one of the other.
+    pub group: Option<Group>,
+}
+
+/// `group_left (…)` or `group_right (…)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    /// `group_right`: the right side is the "many" side.
+    pub right: bool,
+    /// Labels copied from the "one" side.
+    pub include: Vec<String>,
+}
+
+/// `label_replace(inner, "dst", "replacement", "src", "regex")`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabelReplace {
+    /// The series whose labels change.
+    pub inner: Box<MetricExpr>,
+    /// The label written.
+    pub dst: String,
+    /// Its value, with `$1`, `${name}` for the regular expression's groups.
+    pub replacement: String,
+    /// The label the regular expression matches.
+    pub src: String,
+    /// The regular expression, matched against the whole value.
+    pub regex: String,
 }
 
 impl MetricExpr {
     /// This expression when it is a `sum` (by or without labels, or of everything) of a range
-    /// function: the sum's grouping and the range function.
-    pub fn sum_of_range(&self) -> Option<(&Option<Grouping>, RangeQuery<'_>)> {
+    /// function that lets Loki count each line straight into its group (no grouping of its own,
+    /// and a function that sums): the sum's grouping and the range function.
+    pub fn sum_of_range(&self) -> Option<(&Option<Grouping>, &RangeExpr)> {
         let MetricExpr::Aggregate {
             op: AggregateOp::Sum,
             grouping,
@@ -338,18 +503,19 @@ impl MetricExpr {
             return None;
         };
         match &**inner {
-            MetricExpr::Range {
-                function,
-                query,
-                range,
-            } => Some((
-                grouping,
-                RangeQuery {
-                    function: *function,
-                    query,
-                    range: *range,
-                },
-            )),
+            MetricExpr::Range(range)
+                if range.grouping.is_none()
+                    && matches!(
+                        range.function,
+                        RangeFunction::CountOverTime
+                            | RangeFunction::Rate
+                            | RangeFunction::BytesOverTime
+                            | RangeFunction::BytesRate
+                            | RangeFunction::SumOverTime
+                    ) =>
+            {
+                Some((grouping, range))
+            }
             _ => None,
         }
     }

@@ -26,6 +26,13 @@ const LABEL_OVERHEAD_BYTES: usize = 64;
 pub struct EvalError(pub String);
 
 impl EvalError {
+    /// A query past [`MAX_SERIES`].
+    pub(crate) fn too_many_series() -> Self {
+        EvalError(format!(
+            "maximum number of series ({MAX_SERIES}) reached for a single query; narrow the selector or aggregate with sum by (…)"
+        ))
+    }
+
     /// A metric query whose line still carries `__error__` after its pipeline, in Loki's words
     /// (a 400 there too): counting it would silently count lines the query could not read.
     pub(crate) fn pipeline(kind: &str, labels: &Labels) -> Self {
@@ -105,7 +112,7 @@ impl Steps {
 
     /// The indexes of the instants whose range `(t - range, t]` holds `ts`, that is the `t` in
     /// `[ts, ts + range)`.
-    fn covering(&self, ts: i64, range: i64) -> std::ops::Range<usize> {
+    pub(crate) fn covering(&self, ts: i64, range: i64) -> std::ops::Range<usize> {
         let first = ceil_div(ts - self.start, self.step).max(0);
         let past = ceil_div(ts + range - self.start, self.step).clamp(0, self.count as i64);
         (first.min(past) as usize)..(past as usize)
@@ -177,6 +184,8 @@ impl Value {
 pub(crate) struct RangeAccumulator {
     function: RangeFunction,
     range: i64,
+    /// `offset`: each step counts the range that ends this long before it.
+    offset: i64,
     steps: Steps,
     series: HashMap<Labels, Vec<Option<f64>>>,
 }
@@ -187,9 +196,16 @@ impl RangeAccumulator {
         RangeAccumulator {
             function,
             range,
+            offset: 0,
             steps,
             series: HashMap::new(),
         }
+    }
+
+    /// The same, each step counting the range that ends `offset` nanoseconds before it.
+    pub(crate) fn with_offset(mut self, offset: i64) -> Self {
+        self.offset = offset;
+        self
     }
 
     /// The steps it counts at.
@@ -218,7 +234,9 @@ impl RangeAccumulator {
         count: u64,
         bytes: u64,
     ) -> Result<usize, EvalError> {
-        let covering = self.steps.covering(ts, self.range);
+        let covering = self
+            .steps
+            .covering(ts.saturating_add(self.offset), self.range);
         if covering.is_empty() {
             return Ok(0);
         }
@@ -228,9 +246,7 @@ impl RangeAccumulator {
             Some(points) => points,
             None => {
                 if series_count >= MAX_SERIES {
-                    return Err(EvalError(format!(
-                        "maximum number of series ({MAX_SERIES}) reached for a single query; narrow the selector or aggregate with sum by (…)"
-                    )));
+                    return Err(EvalError::too_many_series());
                 }
                 made = series_bytes(&labels, self.steps.count);
                 self.series
@@ -239,8 +255,9 @@ impl RangeAccumulator {
             }
         };
         let amount = match self.function {
-            RangeFunction::CountOverTime | RangeFunction::Rate => count as f64,
             RangeFunction::BytesOverTime | RangeFunction::BytesRate => bytes as f64,
+            // Lines: the functions of values read samples instead ([`super::samples`]).
+            _ => count as f64,
         };
         for point in &mut points[covering] {
             *point.get_or_insert(0.0) += amount;
@@ -310,17 +327,24 @@ pub(crate) fn aggregate(
             .or_default()
             .push(one);
     }
-    if op == AggregateOp::Topk {
+    if matches!(op, AggregateOp::Topk | AggregateOp::Bottomk) {
         let k = parameter.unwrap_or(0.0);
         if !(k >= 1.0 && k.fract() == 0.0) {
             return Err(EvalError(format!(
-                "topk's parameter must be a whole number of at least 1, not {k}"
+                "topk's and bottomk's parameter must be a whole number of at least 1, not {k}"
             )));
         }
+        let largest = op == AggregateOp::Topk;
         return Ok(groups
             .into_values()
-            .flat_map(|members| top_k(members, k as usize, steps))
+            .flat_map(|members| top_k(members, k as usize, steps, largest))
             .collect());
+    }
+    if matches!(op, AggregateOp::Sort | AggregateOp::SortDesc) {
+        return Ok(sorted(
+            groups.into_values().flatten().collect(),
+            op == AggregateOp::SortDesc,
+        ));
     }
     Ok(groups
         .into_iter()
@@ -339,7 +363,10 @@ pub(crate) fn aggregate(
                         AggregateOp::Max => {
                             values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
                         }
-                        AggregateOp::Topk => unreachable!("handled above"),
+                        AggregateOp::Topk
+                        | AggregateOp::Bottomk
+                        | AggregateOp::Sort
+                        | AggregateOp::SortDesc => unreachable!("handled above"),
                     })
                 })
                 .collect();
@@ -349,8 +376,27 @@ pub(crate) fn aggregate(
         .collect())
 }
 
-/// The `k` largest of `members` at each step; a series keeps the points where it is among them.
-fn top_k(members: Vec<Series>, k: usize, steps: usize) -> Vec<Series> {
+/// `sort`/`sort_desc`: every series, in the order of its last value (an instant query's only
+/// one), NaN last, ties by labels; the series are unchanged.
+fn sorted(mut series: Vec<Series>, descending: bool) -> Vec<Series> {
+    let last = |s: &Series| s.points.iter().rev().find_map(|p| *p).unwrap_or(f64::NAN);
+    series.sort_by(|a, b| {
+        let (x, y) = (last(a), last(b));
+        let by_value = match (x.is_nan(), y.is_nan()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ if descending => y.total_cmp(&x),
+            _ => x.total_cmp(&y),
+        };
+        by_value.then_with(|| a.labels.cmp(&b.labels))
+    });
+    series
+}
+
+/// The `k` largest (or smallest) of `members` at each step; a series keeps the points where it
+/// is among them.
+fn top_k(members: Vec<Series>, k: usize, steps: usize, largest: bool) -> Vec<Series> {
     let mut kept: Vec<Series> = members
         .iter()
         .map(|s| Series {
@@ -367,8 +413,12 @@ fn top_k(members: Vec<Series>, k: usize, steps: usize) -> Vec<Series> {
         // Ties go to the series whose labels sort first: the order the series were made in
         // depends on hashing, and an answer must not change between two runs of one query.
         present.sort_by(|a, b| {
-            b.1.total_cmp(&a.1)
-                .then_with(|| members[a.0].labels.cmp(&members[b.0].labels))
+            let by_value = if largest {
+                b.1.total_cmp(&a.1)
+            } else {
+                a.1.total_cmp(&b.1)
+            };
+            by_value.then_with(|| members[a.0].labels.cmp(&members[b.0].labels))
         });
         for (index, value) in present.into_iter().take(k) {
             kept[index].points[at] = Some(value);
@@ -378,57 +428,58 @@ fn top_k(members: Vec<Series>, k: usize, steps: usize) -> Vec<Series> {
     kept
 }
 
-fn apply(op: BinaryOp, left: f64, right: f64) -> f64 {
-    match op {
-        BinaryOp::Add => left + right,
-        BinaryOp::Sub => left - right,
-        BinaryOp::Mul => left * right,
-        BinaryOp::Div => left / right,
+/// `label_replace`: where `regex` matches the whole of a series' `src` label (empty when it has
+/// none), `dst` becomes `replacement` with the groups expanded (and goes when that is empty);
+/// other series are unchanged.
+pub(crate) fn label_replace(
+    mut series: Vec<Series>,
+    replace: &LabelReplace,
+) -> Result<Vec<Series>, EvalError> {
+    let regex = regex::Regex::new(&format!("^(?:{})$", replace.regex))
+        .map_err(|err| EvalError(format!("invalid regex in label_replace: {err}")))?;
+    for one in &mut series {
+        let source = one.labels.get(&replace.src).map_or("", String::as_str);
+        let Some(captures) = regex.captures(source) else {
+            continue;
+        };
+        let mut value = String::new();
+        captures.expand(&replace.replacement, &mut value);
+        one.labels.remove(&replace.dst);
+        if !value.is_empty() {
+            one.labels.insert(replace.dst.clone(), value);
+        }
     }
+    // Two series may now share labels; Loki answers both, and so does this.
+    series.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Ok(series)
 }
 
-/// `left op right`: numbers with numbers, each point with a number, and series with the series
-/// of the other side that have the same labels.
-pub(crate) fn binary(op: BinaryOp, left: Value, right: Value) -> Value {
-    let map = |series: Vec<Series>, f: &dyn Fn(f64) -> f64| {
-        series
-            .into_iter()
-            .map(|s| Series {
-                labels: s.labels,
-                points: s.points.into_iter().map(|p| p.map(f)).collect(),
-            })
-            .collect()
-    };
-    match (left, right) {
-        (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(apply(op, a, b)),
-        (Value::Matrix(series), Value::Scalar(b)) => {
-            Value::Matrix(map(series, &|a| apply(op, a, b)))
-        }
-        (Value::Scalar(a), Value::Matrix(series)) => {
-            Value::Matrix(map(series, &|b| apply(op, a, b)))
-        }
-        (Value::Matrix(left), Value::Matrix(right)) => {
-            let by_labels: HashMap<&Labels, &Series> =
-                right.iter().map(|s| (&s.labels, s)).collect();
-            Value::Matrix(
-                left.iter()
-                    .filter_map(|l| {
-                        let r = by_labels.get(&l.labels)?;
-                        let points = l
-                            .points
-                            .iter()
-                            .zip(&r.points)
-                            .map(|(a, b)| Some(apply(op, (*a)?, (*b)?)))
-                            .collect::<Vec<_>>();
-                        points.iter().any(Option::is_some).then(|| Series {
-                            labels: l.labels.clone(),
-                            points,
-                        })
-                    })
-                    .collect(),
-            )
+/// `absent_over_time`'s answer from the series its range made: 1 at each step where none has a
+/// point, labelled with the selector's equality matchers (a label matched more than once, or
+/// any other way, is left out), as Loki labels it.
+pub(crate) fn absent(series: &[Series], selector: &[Matcher], steps: usize) -> Vec<Series> {
+    let points: Vec<Option<f64>> = (0..steps)
+        .map(|at| {
+            let present = series.iter().any(|s| s.points[at].is_some());
+            (!present).then_some(1.0)
+        })
+        .collect();
+    if points.iter().all(Option::is_none) {
+        return Vec::new();
+    }
+    let mut labels = Labels::new();
+    let mut left_out = Vec::new();
+    for matcher in selector {
+        if matcher.op == MatchOp::Eq && !labels.contains_key(&matcher.label) {
+            labels.insert(matcher.label.clone(), matcher.value.clone());
+        } else {
+            left_out.push(&matcher.label);
         }
     }
+    for name in left_out {
+        labels.remove(name);
+    }
+    vec![Series { labels, points }]
 }
 
 /// `vector(value)`: one series without labels, `value` at every step.
@@ -558,9 +609,13 @@ mod tests {
         assert_eq!(top[0].labels["pod"], "b");
         assert!(aggregate(AggregateOp::Topk, &None, Some(0.5), series, 2).is_err());
 
-        let two = binary(BinaryOp::Add, vector(1.0, 1), vector(1.0, 1));
-        assert_eq!(two, vector(2.0, 1));
-        let doubled = binary(BinaryOp::Mul, sum_value(), Value::Scalar(2.0));
+        let plain = BinaryModifier::default();
+        let two =
+            super::super::binary::binary(BinaryOp::Add, &plain, vector(1.0, 1), vector(1.0, 1));
+        assert_eq!(two.unwrap(), vector(2.0, 1));
+        let doubled =
+            super::super::binary::binary(BinaryOp::Mul, &plain, sum_value(), Value::Scalar(2.0))
+                .unwrap();
         let Value::Matrix(doubled) = doubled else {
             panic!()
         };

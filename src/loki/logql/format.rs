@@ -21,51 +21,10 @@ impl Display for Query {
 /// Past this many bytes, Loki's `format_query` writes a log query one stage a line.
 const MAX_CHARS_PER_LINE: usize = 100;
 
-impl Query {
-    /// The query as Loki's `format_query` writes it: a log query longer than a line with one
-    /// stage a line (consecutive line filters are one stage), else as [`Display`] writes it.
-    pub fn pretty(&self) -> String {
-        match self {
-            Query::Log(query) => query.pretty(),
-            Query::Metric(expr) => expr.to_string(),
-        }
-    }
-}
-
-impl LogQuery {
-    fn pretty(&self) -> String {
-        let flat = self.to_string();
-        if flat.len() <= MAX_CHARS_PER_LINE {
-            return flat;
-        }
-        let selector = LogQuery {
-            selector: self.selector.clone(),
-            pipeline: Vec::new(),
-        };
-        let mut out = format!("{selector}\n");
-        let mut rest = self.pipeline.as_slice();
-        let mut first = true;
-        while !rest.is_empty() {
-            let filters = rest
-                .iter()
-                .take_while(|stage| matches!(stage, Stage::LineFilter { .. }))
-                .count();
-            let take = filters.max(1);
-            if !first {
-                out.push('\n');
-            }
-            first = false;
-            out.push_str(&pretty_stage(&rest[..take], 1));
-            rest = &rest[take..];
-        }
-        out
-    }
-}
-
 /// One stage of a split pipeline at `level`, as Loki writes it: `| decolorize` without its
 /// indent, and a run of line filters longer than a line one filter a line (without their `or`
 /// alternatives, as Loki drops them there).
-fn pretty_stage(stages: &[Stage], level: usize) -> String {
+pub(super) fn pretty_stage(stages: &[Stage], level: usize) -> String {
     let indent = "  ".repeat(level);
     match stages {
         [Stage::Decolorize] => Stage::Decolorize.to_string(),
@@ -287,37 +246,20 @@ impl Display for LabelFilter {
 impl Display for MetricExpr {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         match self {
-            MetricExpr::Range {
-                function,
-                query,
-                range,
-            } => {
-                let name = match function {
-                    RangeFunction::CountOverTime => "count_over_time",
-                    RangeFunction::Rate => "rate",
-                    RangeFunction::BytesOverTime => "bytes_over_time",
-                    RangeFunction::BytesRate => "bytes_rate",
-                };
-                write!(f, "{name}({query}[{}])", PromDuration(*range))
-            }
+            MetricExpr::Range(range) => range.fmt(f),
             MetricExpr::Aggregate {
                 op,
                 grouping,
                 parameter,
                 inner,
             } => {
-                let name = match op {
-                    AggregateOp::Sum => "sum",
-                    AggregateOp::Count => "count",
-                    AggregateOp::Avg => "avg",
-                    AggregateOp::Min => "min",
-                    AggregateOp::Max => "max",
-                    AggregateOp::Topk => "topk",
-                };
-                f.write_str(name)?;
-                if let Some(grouping) = grouping {
-                    let how = if grouping.without { "without" } else { "by" };
-                    write!(f, " {how} ({})", grouping.labels.join(","))?;
+                f.write_str(op.name())?;
+                // Loki leaves out `by ()`, which groups everything as no grouping does.
+                if let Some(grouping) = grouping
+                    .as_ref()
+                    .filter(|g| g.without || !g.labels.is_empty())
+                {
+                    write!(f, "{grouping}")?;
                 }
                 f.write_char('(')?;
                 if let Some(parameter) = parameter {
@@ -325,32 +267,150 @@ impl Display for MetricExpr {
                 }
                 write!(f, "{inner})")
             }
-            MetricExpr::Binary { op, left, right } => {
+            MetricExpr::Binary {
+                op,
+                modifier,
+                left,
+                right,
+            } => {
                 if let (MetricExpr::Number(a), MetricExpr::Number(b)) = (&**left, &**right) {
                     return Literal(op.apply(*a, *b)).fmt(f);
                 }
-                let op = match op {
-                    BinaryOp::Add => "+",
-                    BinaryOp::Sub => "-",
-                    BinaryOp::Mul => "*",
-                    BinaryOp::Div => "/",
-                };
-                write!(f, "({left} {op} {right})")
+                let name = op.symbol();
+                write!(f, "({left} {name}")?;
+                if modifier.return_bool {
+                    f.write_str(" bool")?;
+                }
+                // Loki writes the group (or nothing) after the matching labels and a space, so
+                // `on ()` without a group is followed by two spaces; `ignoring ()`, which matches
+                // as no modifier does, it leaves out with its group.
+                let written = modifier
+                    .labels
+                    .as_ref()
+                    .filter(|labels| modifier.on || !labels.is_empty());
+                if let Some(labels) = written {
+                    let how = if modifier.on { "on" } else { "ignoring" };
+                    write!(f, " {how} ({}) ", labels.join(","))?;
+                    if let Some(group) = &modifier.group {
+                        f.write_str(if group.right {
+                            "group_right"
+                        } else {
+                            "group_left"
+                        })?;
+                        if !group.include.is_empty() {
+                            write!(f, " ({})", group.include.join(","))?;
+                        }
+                    }
+                }
+                write!(f, " {right})")
             }
             MetricExpr::Number(number) => Literal(*number).fmt(f),
             MetricExpr::Vector(value) => write!(f, "vector({value:.6})"),
+            MetricExpr::LabelReplace(replace) => write!(
+                f,
+                "label_replace({},{},{},{},{})",
+                replace.inner,
+                Quoted(&replace.dst),
+                Quoted(&replace.replacement),
+                Quoted(&replace.src),
+                Quoted(&replace.regex)
+            ),
+        }
+    }
+}
+
+impl Display for Grouping {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let how = if self.without { "without" } else { "by" };
+        write!(f, " {how} ({})", self.labels.join(","))
+    }
+}
+
+impl Display for RangeExpr {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(", self.function.name())?;
+        if let Some(parameter) = self.parameter {
+            write!(f, "{},", Number(parameter))?;
+        }
+        self.query.fmt(f)?;
+        if let Some(unwrap) = &self.unwrap {
+            write!(f, " | {}", unwrap.written())?;
+            for filter in &unwrap.filters {
+                write!(f, " | {filter}")?;
+            }
+        }
+        write!(f, "[{}]", PromDuration(self.range))?;
+        if !self.offset.is_zero() {
+            write!(f, " offset {}", GoDuration(self.offset))?;
+        }
+        f.write_char(')')?;
+        if let Some(grouping) = &self.grouping {
+            grouping.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl AggregateOp {
+    /// Its name in LogQL.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AggregateOp::Sum => "sum",
+            AggregateOp::Count => "count",
+            AggregateOp::Avg => "avg",
+            AggregateOp::Min => "min",
+            AggregateOp::Max => "max",
+            AggregateOp::Topk => "topk",
+            AggregateOp::Bottomk => "bottomk",
+            AggregateOp::Sort => "sort",
+            AggregateOp::SortDesc => "sort_desc",
         }
     }
 }
 
 impl BinaryOp {
-    /// The operation on two numbers.
-    pub(crate) fn apply(self, a: f64, b: f64) -> f64 {
+    /// How LogQL writes it.
+    pub(crate) fn symbol(self) -> &'static str {
         match self {
-            BinaryOp::Add => a + b,
-            BinaryOp::Sub => a - b,
-            BinaryOp::Mul => a * b,
-            BinaryOp::Div => a / b,
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::Eq => "==",
+            BinaryOp::Ne => "!=",
+            BinaryOp::Gt => ">",
+            BinaryOp::Ge => ">=",
+            BinaryOp::Lt => "<",
+            BinaryOp::Le => "<=",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+            BinaryOp::Unless => "unless",
+        }
+    }
+    /// The operation on two numbers, as Loki folds it when it parses: a comparison gives 1 or 0,
+    /// a division by zero NaN.
+    pub(crate) fn apply(self, a: f64, b: f64) -> f64 {
+        match super::binary::binary(
+            self,
+            &BinaryModifier::default(),
+            super::eval::Value::Scalar(a),
+            super::eval::Value::Scalar(b),
+        ) {
+            Ok(super::eval::Value::Scalar(value)) => value,
+            _ => f64::NAN,
+        }
+    }
+}
+
+impl Unwrap {
+    /// `unwrap label`, `unwrap duration(label)`: the stage without its filters.
+    pub(crate) fn written(&self) -> String {
+        let label = &self.label;
+        match self.conversion {
+            Conversion::Number => format!("unwrap {label}"),
+            Conversion::Duration => format!("unwrap duration({label})"),
+            Conversion::DurationSeconds => format!("unwrap duration_seconds({label})"),
+            Conversion::Bytes => format!("unwrap bytes({label})"),
         }
     }
 }
@@ -375,7 +435,7 @@ impl Display for Number {
 
 /// A number of a metric expression as Go's `strconv.FormatFloat(n, 'g', -1, 64)` writes it: the
 /// shortest digits, in exponent form below 1e-4 and from 1e6 (`1e+06`, `1.5e-05`).
-struct Literal(f64);
+pub(crate) struct Literal(pub(crate) f64);
 
 impl Display for Literal {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -472,7 +532,7 @@ impl Display for Fraction {
 /// A range as Prometheus's `model.Duration` writes it: years and weeks only when they divide it,
 /// then each unit from days to milliseconds that is not zero (`2w`, `400d`, `1d1h1m1s`,
 /// `1s500ms`).
-struct PromDuration(Duration);
+pub(crate) struct PromDuration(pub(crate) Duration);
 
 impl Display for PromDuration {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -863,6 +923,94 @@ mod tests {
             r#"{a="b"} | keep a=~"b", c!~"x""#,
             r#"{a="b"} | keep a=~"b",c!~"x""#,
         ),
+        (
+            r#"sum_over_time({a="b"} | logfmt | unwrap bytes [5m])"#,
+            r#"sum_over_time({a="b"} | logfmt | unwrap bytes[5m])"#,
+        ),
+        (
+            r#"avg_over_time({a="b"} | unwrap bytes(s) [1m]) without (x, y)"#,
+            r#"avg_over_time({a="b"} | unwrap bytes(s)[1m]) without (x,y)"#,
+        ),
+        (
+            r#"max_over_time({a="b"} | unwrap duration_seconds(d) | x > 1 | y = "z" [1m])"#,
+            r#"max_over_time({a="b"} | unwrap duration_seconds(d) | x>1 | y="z"[1m])"#,
+        ),
+        (
+            r#"rate_counter({a="b"} | unwrap x [1m])"#,
+            r#"rate_counter({a="b"} | unwrap x[1m])"#,
+        ),
+        (
+            r#"absent_over_time({a="b"}[5m] offset 1h)"#,
+            r#"absent_over_time({a="b"}[5m] offset 1h0m0s)"#,
+        ),
+        (
+            r#"count_over_time({a="b"}[5m] offset 90s)"#,
+            r#"count_over_time({a="b"}[5m] offset 1m30s)"#,
+        ),
+        (
+            r#"bottomk(2, rate({a="b"}[1m]))"#,
+            r#"bottomk(2,rate({a="b"}[1m]))"#,
+        ),
+        (r#"sort(rate({a="b"}[1m]))"#, r#"sort(rate({a="b"}[1m]))"#),
+        (
+            r#"sort_desc(rate({a="b"}[1m]))"#,
+            r#"sort_desc(rate({a="b"}[1m]))"#,
+        ),
+        (r#"rate({a="b"}[1m]) > 2"#, r#"(rate({a="b"}[1m]) > 2)"#),
+        (
+            r#"rate({a="b"}[1m]) >= bool 2"#,
+            r#"(rate({a="b"}[1m]) >= bool 2)"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) != 1 < 2 <= 3"#,
+            r#"(((rate({a="b"}[1m]) != 1) < 2) <= 3)"#,
+        ),
+        ("1 > 2", "0"),
+        ("1 < bool 2", "1"),
+        (
+            r#"rate({a="b"}[1m]) or rate({c="d"}[1m]) unless rate({e="f"}[1m])"#,
+            r#"(rate({a="b"}[1m]) or (rate({c="d"}[1m]) unless rate({e="f"}[1m])))"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) / on (x, y) group_left (z) rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) / on (x,y) group_left (z) rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) / ignoring (x) group_right rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) / ignoring (x) group_right rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) / on () rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) / on ()  rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) > bool on (x) rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) > bool on (x)  rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"sum by () (rate({a="b"}[1m]))"#,
+            r#"sum(rate({a="b"}[1m]))"#,
+        ),
+        (
+            r#"sum without () (rate({a="b"}[1m]))"#,
+            r#"sum without ()(rate({a="b"}[1m]))"#,
+        ),
+        (
+            r#"avg_over_time({a="b"} | unwrap x [1m]) by ()"#,
+            r#"avg_over_time({a="b"} | unwrap x[1m]) by ()"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) and ignoring () rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) and rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"rate({a="b"}[1m]) + on () group_left rate({c="d"}[1m])"#,
+            r#"(rate({a="b"}[1m]) + on () group_left rate({c="d"}[1m]))"#,
+        ),
+        (
+            r#"label_replace(rate({a="b"}[1m]), "d\"st", "a\\b", "src", "")"#,
+            r#"label_replace(rate({a="b"}[1m]),"d\"st","a\\b","src","")"#,
+        ),
     ];
 
     /// Long log queries and what Loki 3.7.6's `format_query` answered for each: one stage a line.
@@ -897,10 +1045,10 @@ mod tests {
     fn long_log_queries_are_written_one_stage_a_line() {
         for (query, want) in LOKI_PRETTY {
             let parsed = parse(query).unwrap_or_else(|err| panic!("{query}: {err}"));
-            assert_eq!(parsed.pretty(), *want, "{query}");
+            assert_eq!(super::super::pretty(&parsed), *want, "{query}");
         }
         let short = r#"{a="b"} | json"#;
-        assert_eq!(parse(short).unwrap().pretty(), short);
+        assert_eq!(super::super::pretty(&parse(short).unwrap()), short);
     }
 
     /// Ranges longer than the parser takes, as Loki 3.7.6 writes them.
@@ -910,6 +1058,12 @@ mod tests {
         assert_eq!(days(400).to_string(), "400d");
         assert_eq!(days(365).to_string(), "1y");
         assert_eq!(days(14).to_string(), "2w");
+    }
+
+    /// Loki 3.7.6 folds a division by zero into NaN, which is no query of its own.
+    #[test]
+    fn a_folded_division_by_zero_is_nan() {
+        assert_eq!(parse("6 / 0").unwrap().to_string(), "NaN");
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
             ),
         ));
     }
-    let tokens = lexer::tokenize(text)?;
+    let tokens = lexer::tokenize(text);
     let mut parser = Parser {
         tokens,
         next: 0,
@@ -37,27 +37,21 @@ fn parse_query(text: &str) -> Result<Query, ParseError> {
         depth: 0,
     };
     let query = if parser.peek() == Some(&Token::LBrace) {
-        Query::Log(parser.log_query()?)
+        let query = parser.log_query()?;
+        if parser.at_unwrap() {
+            // Loki's grammar has `| unwrap` in range functions only: the word is unexpected.
+            parser.next += 1;
+        }
+        parser.log_query_operand(&query)?;
+        Query::Log(query)
     } else {
         Query::Metric(parser.metric(0)?)
     };
-    match parser.peek_at() {
-        None => Ok(query),
-        Some((at, Token::Ident(word)))
-            if matches!(query, Query::Log(_)) && matches!(word.as_str(), "or" | "and" | "unless") =>
-        {
-            Err(ParseError::at(
-                at,
-                format!(
-                    "{word} combines metric queries, not log queries; for lines with either text, write |= \"a\" or \"b\""
-                ),
-            ))
-        }
-        Some((at, token)) => Err(ParseError::at(
-            at,
-            format!("syntax error: unexpected {}", token.describe()),
-        )),
+    if parser.peek().is_some() {
+        return Err(parser.unexpected(&[]));
     }
+    super::validate::check(&query)?;
+    Ok(query)
 }
 
 struct Parser {
@@ -73,10 +67,6 @@ impl Parser {
         self.tokens.get(self.next).map(|(_, token)| token)
     }
 
-    fn peek_at(&self) -> Option<(usize, &Token)> {
-        self.tokens.get(self.next).map(|(at, token)| (*at, token))
-    }
-
     fn position(&self) -> usize {
         self.tokens.get(self.next).map_or(self.end, |(at, _)| *at)
     }
@@ -87,32 +77,60 @@ impl Parser {
         token
     }
 
-    fn unexpected(&self, wanted: &str) -> ParseError {
-        match self.peek_at() {
-            Some((at, token)) => ParseError::at(
-                at,
-                format!(
-                    "syntax error: unexpected {}, expecting {wanted}",
-                    token.describe()
-                ),
+    /// Loki's syntax error at the next token: `syntax error: unexpected }, expecting IDENTIFIER`,
+    /// with the tokens its grammar takes there when they are few (Loki names at most four), and
+    /// Loki's names for the tokens. A token the lexer could not read gives the lexer's error.
+    fn unexpected(&self, expecting: &[&str]) -> ParseError {
+        let (at, name, line_lost) = match self.tokens.get(self.next) {
+            Some((_, Token::Invalid(err))) => return err.clone(),
+            Some((at, token)) => (
+                *at,
+                token.loki_name(&self.tokens[self.next + 1..]),
+                token.read_ahead(),
             ),
-            None => ParseError::at(
-                self.end,
-                format!("syntax error: unexpected end of query, expecting {wanted}"),
-            ),
+            None => (self.end, "$end".to_owned(), false),
+        };
+        let mut message = format!("syntax error: unexpected {name}");
+        if !expecting.is_empty() {
+            message += ", expecting ";
+            message += &expecting.join(" or ");
+        }
+        if self.end == 0 {
+            // Loki's lexer has no position before the first character.
+            return ParseError::unplaced(0, message);
+        }
+        let err = ParseError::at(at, message);
+        if line_lost {
+            err.line_lost()
+        } else {
+            err
         }
     }
 
-    fn expect(&mut self, token: Token, wanted: &str) -> Result<(), ParseError> {
+    fn expect(&mut self, token: Token, expecting: &[&str]) -> Result<(), ParseError> {
         if self.peek() == Some(&token) {
             self.next += 1;
             Ok(())
         } else {
-            Err(self.unexpected(wanted))
+            Err(self.unexpected(expecting))
         }
     }
 
-    fn ident(&mut self, wanted: &str) -> Result<String, ParseError> {
+    /// A name (of a label, say): a word that Loki's lexer does not read as a keyword or a
+    /// function.
+    fn ident(&mut self, wanted: &[&str]) -> Result<String, ParseError> {
+        match self.tokens.get(self.next) {
+            Some((_, token @ Token::Ident(_)))
+                if token.loki_name(&self.tokens[self.next + 1..]) != "IDENTIFIER" =>
+            {
+                Err(self.unexpected(wanted))
+            }
+            _ => self.word(wanted),
+        }
+    }
+
+    /// Any word, a keyword too.
+    fn word(&mut self, wanted: &[&str]) -> Result<String, ParseError> {
         match self.peek() {
             Some(Token::Ident(name)) => {
                 let name = name.clone();
@@ -123,7 +141,7 @@ impl Parser {
         }
     }
 
-    fn string(&mut self, wanted: &str) -> Result<String, ParseError> {
+    fn string(&mut self, wanted: &[&str]) -> Result<String, ParseError> {
         match self.peek() {
             Some(Token::Str(text)) => {
                 let text = text.clone();
@@ -162,46 +180,71 @@ impl Parser {
     }
 
     fn selector(&mut self) -> Result<Vec<Matcher>, ParseError> {
-        let open = self.position();
-        self.expect(Token::LBrace, "{")?;
+        self.expect(Token::LBrace, &["{"])?;
         let mut matchers = Vec::new();
-        while self.peek() != Some(&Token::RBrace) {
-            if !matchers.is_empty() {
-                self.expect(Token::Comma, ", or }")?;
-            }
-            let label = self.ident("a label name")?;
-            let op = match self.advance() {
-                Some((_, Token::Eq)) => MatchOp::Eq,
-                Some((_, Token::Ne)) => MatchOp::Ne,
-                Some((_, Token::Re)) => MatchOp::Re,
-                Some((_, Token::NotRe)) => MatchOp::NotRe,
-                _ => {
-                    self.next -= 1;
-                    return Err(self.unexpected("=, !=, =~ or !~"));
+        if self.peek() != Some(&Token::RBrace) {
+            loop {
+                let label = self.ident(if matchers.is_empty() {
+                    &["IDENTIFIER", "}"]
+                } else {
+                    &["IDENTIFIER"]
+                })?;
+                let op = match self.peek() {
+                    Some(Token::Eq) => MatchOp::Eq,
+                    Some(Token::Ne) => MatchOp::Ne,
+                    Some(Token::Re) => MatchOp::Re,
+                    Some(Token::NotRe) => MatchOp::NotRe,
+                    _ => return Err(self.unexpected(&["=", "=~", "!~", "!="])),
+                };
+                self.next += 1;
+                let at = self.position();
+                let value = self.string(&["STRING"])?;
+                if matches!(op, MatchOp::Re | MatchOp::NotRe) {
+                    // Loki compiles a matcher's expression as it reads it.
+                    if let Some(message) = super::go_regex::error(&value) {
+                        return Err(ParseError::unplaced(at, message));
+                    }
                 }
-            };
-            let value = self.string("a quoted label value")?;
-            matchers.push(Matcher { label, op, value });
+                matchers.push(Matcher { label, op, value });
+                match self.peek() {
+                    Some(Token::Comma) => self.next += 1,
+                    Some(Token::RBrace) => break,
+                    _ => return Err(self.unexpected(&["}", ","])),
+                }
+            }
         }
-        self.expect(Token::RBrace, "}")?;
-        // Loki refuses a selector that matches everything: it would read every stream.
-        let narrows = matchers.iter().any(|matcher| match matcher.op {
-            MatchOp::Eq => !matcher.value.is_empty(),
-            MatchOp::Re => !matches!(matcher.value.as_str(), "" | ".*"),
-            MatchOp::Ne | MatchOp::NotRe => false,
-        });
-        if !narrows {
-            return Err(ParseError::at(
-                open,
-                "queries require at least one label matcher that is not empty-compatible, like {service_name=\"api\"}",
-            ));
-        }
+        self.expect(Token::RBrace, &["}"])?;
         Ok(matchers)
     }
 
-    /// The next pipeline stage, or `None` where the pipeline ends. A negated line filter with
-    /// `or` is one stage per alternative, as Loki reads it (`!= "a" or "b"`: neither).
+    /// True when the next tokens are `| unwrap`, which ends a log pipeline.
+    fn at_unwrap(&self) -> bool {
+        self.peek() == Some(&Token::Pipe)
+            && matches!(self.tokens.get(self.next + 1), Some((_, Token::Ident(word))) if word == "unwrap")
+    }
+
+    /// True when the next token is a name, not a keyword or a function.
+    fn at_name(&self) -> bool {
+        match self.tokens.get(self.next) {
+            Some((_, token @ Token::Ident(_))) => {
+                token.loki_name(&self.tokens[self.next + 1..]) == "IDENTIFIER"
+            }
+            _ => false,
+        }
+    }
+
+    /// True when the next token is the word `word`.
+    fn at_word(&self, word: &str) -> bool {
+        matches!(self.peek(), Some(Token::Ident(next)) if next == word)
+    }
+
+    /// The next pipeline stage, or `None` where the pipeline ends (at `| unwrap` too). A negated
+    /// line filter with `or` is one stage per alternative, as Loki reads it (`!= "a" or "b"`:
+    /// neither).
     fn stage(&mut self) -> Result<Option<Vec<Stage>>, ParseError> {
+        if self.at_unwrap() {
+            return Ok(None);
+        }
         let op = match self.peek() {
             Some(Token::PipeEq) => LineOp::Contains,
             Some(Token::Ne) => LineOp::NotContains,
@@ -216,7 +259,7 @@ impl Parser {
         self.next += 1;
         let pattern = self.line_pattern()?;
         let mut or = Vec::new();
-        while self.peek() == Some(&Token::Ident("or".into())) {
+        while self.at_word("or") {
             self.next += 1;
             or.push(self.line_pattern()?);
         }
@@ -236,20 +279,18 @@ impl Parser {
 
     /// A line filter's `"text"` or `ip("…")`.
     fn line_pattern(&mut self) -> Result<LinePattern, ParseError> {
-        if matches!(self.peek(), Some(Token::Ident(word)) if word == "ip") {
+        if self.at_word("ip") {
             self.next += 1;
             return Ok(LinePattern::Ip(self.ip_call()?));
         }
-        Ok(LinePattern::Text(
-            self.string("a quoted line filter or ip(\"…\")")?,
-        ))
+        Ok(LinePattern::Text(self.string(&["STRING", "ip"])?))
     }
 
     /// `("pattern")` after `ip`.
     fn ip_call(&mut self) -> Result<String, ParseError> {
-        self.expect(Token::LParen, "( after ip")?;
-        let pattern = self.string("a quoted IP, CIDR range or from-to range")?;
-        self.expect(Token::RParen, ")")?;
+        self.expect(Token::LParen, &["("])?;
+        let pattern = self.string(&["STRING"])?;
+        self.expect(Token::RParen, &[")"])?;
         Ok(pattern)
     }
 
@@ -259,7 +300,7 @@ impl Parser {
             return Ok(Stage::LabelFilter(self.label_filter_or()?));
         }
         let at = self.position();
-        let name = self.ident("a parser, line_format, drop, keep or a label filter")?;
+        let name = self.word(&[])?;
         // A name followed by a comparison is a label filter, whatever the name.
         let compared = matches!(
             self.peek(),
@@ -275,43 +316,29 @@ impl Parser {
                     | Token::Le
             )
         );
-        let stage =
-            match name.as_str() {
-                _ if compared => None,
-                "json" if matches!(self.peek(), Some(Token::Ident(_))) => {
-                    Some(Stage::JsonFields(self.extractions()?))
-                }
-                "json" => {
-                    if self.peek() == Some(&Token::Minus) {
-                        return Err(ParseError::at(
-                            self.position(),
-                            "| json takes no flags; --strict and --keep-empty are logfmt's",
-                        ));
-                    }
-                    Some(Stage::Parser(ParserKind::Json))
-                }
-                "logfmt" => Some(self.logfmt()?),
-                "regexp" => Some(Stage::Regexp(self.string("a quoted regular expression")?)),
-                "pattern" => Some(Stage::Pattern(self.string("a quoted pattern")?)),
-                "unpack" => Some(Stage::Unpack),
-                "decolorize" => Some(Stage::Decolorize),
-                "line_format" => Some(Stage::LineFormat(self.string("a quoted template")?)),
-                "label_format" => Some(Stage::LabelFormat(self.label_formats()?)),
-                "drop" => Some(Stage::Drop(self.named_labels()?)),
-                "keep" => Some(Stage::Keep(self.named_labels()?)),
-                "unwrap" => return Err(ParseError::at(
-                    at,
-                    "| unwrap is not supported; it takes a range function such as sum_over_time",
-                )),
-                "xml" => {
-                    return Err(ParseError::at(at, "| xml is not supported"));
-                }
-                _ => None,
-            };
+        let stage = match name.as_str() {
+            _ if compared => None,
+            "json" if self.at_name() => Some(Stage::JsonFields(self.extractions()?)),
+            "json" => Some(Stage::Parser(ParserKind::Json)),
+            "logfmt" => Some(self.logfmt()?),
+            "regexp" => Some(Stage::Regexp(self.string(&["STRING"])?)),
+            "pattern" => Some(Stage::Pattern(self.string(&["STRING"])?)),
+            "unpack" => Some(Stage::Unpack),
+            "decolorize" => Some(Stage::Decolorize),
+            "line_format" => Some(Stage::LineFormat(self.string(&["STRING"])?)),
+            "label_format" => Some(Stage::LabelFormat(self.label_formats()?)),
+            "drop" => Some(Stage::Drop(self.named_labels()?)),
+            "keep" => Some(Stage::Keep(self.named_labels()?)),
+            "xml" => return Err(ParseError::at(at, "| xml is not supported")),
+            _ => None,
+        };
         if let Some(stage) = stage {
             return Ok(stage);
         }
         self.next -= 1;
+        if !self.at_name() {
+            return Err(self.unexpected(&[]));
+        }
         Ok(Stage::LabelFilter(self.label_filter_or()?))
     }
 
@@ -348,7 +375,7 @@ impl Parser {
                 }
             }
         }
-        let fields = if matches!(self.peek(), Some(Token::Ident(_))) {
+        let fields = if self.at_name() {
             self.extractions()?
         } else {
             Vec::new()
@@ -367,10 +394,10 @@ impl Parser {
     fn extractions(&mut self) -> Result<Vec<Extraction>, ParseError> {
         let mut fields = Vec::new();
         loop {
-            let label = self.ident("a label name")?;
+            let label = self.ident(&["IDENTIFIER"])?;
             let path = if self.peek() == Some(&Token::Eq) {
                 self.next += 1;
-                self.string("a quoted path")?
+                self.string(&["STRING"])?
             } else {
                 label.clone()
             };
@@ -386,14 +413,14 @@ impl Parser {
     fn label_formats(&mut self) -> Result<Vec<LabelFormat>, ParseError> {
         let mut formats = Vec::new();
         loop {
-            let label = self.ident("a label name")?;
-            self.expect(Token::Eq, "=")?;
+            let label = self.ident(&["IDENTIFIER"])?;
+            self.expect(Token::Eq, &["="])?;
             let (rename, value) = match self.advance() {
                 Some((_, Token::Ident(source))) => (true, source),
                 Some((_, Token::Str(template))) => (false, template),
                 _ => {
                     self.next -= 1;
-                    return Err(self.unexpected("a label name or a quoted template"));
+                    return Err(self.unexpected(&["IDENTIFIER", "STRING"]));
                 }
             };
             formats.push(LabelFormat {
@@ -412,7 +439,7 @@ impl Parser {
     fn named_labels(&mut self) -> Result<Vec<NamedLabel>, ParseError> {
         let mut labels = Vec::new();
         loop {
-            let label = self.ident("a label name")?;
+            let label = self.ident(&["IDENTIFIER"])?;
             let op = match self.peek() {
                 Some(Token::Eq) => Some(MatchOp::Eq),
                 Some(Token::Ne) => Some(MatchOp::Ne),
@@ -423,7 +450,7 @@ impl Parser {
             labels.push(match op {
                 Some(op) => {
                     self.next += 1;
-                    let value = self.string("a quoted label value")?;
+                    let value = self.string(&["STRING"])?;
                     NamedLabel::Matching(Matcher { label, op, value })
                 }
                 None => NamedLabel::Name(label),
@@ -452,7 +479,8 @@ impl Parser {
                 Some(Token::Ident(word)) if word == "and" => self.next += 1,
                 Some(Token::Comma) => self.next += 1,
                 // Loki also reads two filters side by side as both: `a="1" b="2"`.
-                Some(Token::Ident(word)) if word != "or" => {}
+                Some(Token::Ident(_)) if self.at_name() => {}
+                Some(Token::LParen) => {}
                 _ => return Ok(left),
             }
             let right = self.label_filter_primary()?;
@@ -464,53 +492,70 @@ impl Parser {
         if self.peek() == Some(&Token::LParen) {
             self.next += 1;
             let inner = self.nested(Self::label_filter_or)?;
-            self.expect(Token::RParen, ")")?;
+            self.expect(Token::RParen, &[])?;
             return Ok(inner);
         }
-        let label = self.ident("a label name")?;
-        let op = match self.advance() {
-            Some((_, Token::Eq | Token::EqEq)) => CompareOp::Eq,
-            Some((_, Token::Ne)) => CompareOp::Ne,
-            Some((_, Token::Re)) => CompareOp::Re,
-            Some((_, Token::NotRe)) => CompareOp::NotRe,
-            Some((_, Token::Gt)) => CompareOp::Gt,
-            Some((_, Token::Ge)) => CompareOp::Ge,
-            Some((_, Token::Lt)) => CompareOp::Lt,
-            Some((_, Token::Le)) => CompareOp::Le,
-            _ => {
-                self.next -= 1;
-                return Err(self.unexpected("a comparison (=, !=, =~, !~, >, >=, <, <=)"));
-            }
+        let label = self.ident(&["IDENTIFIER", "("])?;
+        let op = match self.peek() {
+            Some(Token::Eq | Token::EqEq) => CompareOp::Eq,
+            Some(Token::Ne) => CompareOp::Ne,
+            Some(Token::Re) => CompareOp::Re,
+            Some(Token::NotRe) => CompareOp::NotRe,
+            Some(Token::Gt) => CompareOp::Gt,
+            Some(Token::Ge) => CompareOp::Ge,
+            Some(Token::Lt) => CompareOp::Lt,
+            Some(Token::Le) => CompareOp::Le,
+            _ => return Err(self.unexpected(&[])),
         };
         if matches!(op, CompareOp::Eq | CompareOp::Ne)
-            && matches!(self.peek(), Some(Token::Ident(word)) if word == "ip")
+            && matches!(self.tokens.get(self.next + 1), Some((_, Token::Ident(word))) if word == "ip")
         {
-            let at = self.position();
-            if matches!(self.tokens.get(self.next - 1), Some((_, Token::EqEq))) {
-                return Err(ParseError::at(
-                    at,
-                    "syntax error: unexpected ip; write = ip(\"…\")",
-                ));
+            if self.peek() == Some(&Token::EqEq) {
+                self.next += 1;
+                return Err(self.unexpected(&[]));
             }
-            self.next += 1;
+            self.next += 2;
             return Ok(LabelFilter::Ip {
                 label,
                 negated: op == CompareOp::Ne,
                 pattern: self.ip_call()?,
             });
         }
+        let textual_op = matches!(op, CompareOp::Re | CompareOp::NotRe)
+            || (self.peek() == Some(&Token::Eq) && op == CompareOp::Eq)
+            || op == CompareOp::Ne;
+        self.next += 1;
         let at = self.position();
+        // Loki's grammar takes a string after `=`, `!=`, `=~` and `!~` only, and only a string
+        // after `=~` and `!~`.
+        match self.peek() {
+            Some(Token::Str(_)) if textual_op => {}
+            Some(Token::Str(_)) => return Err(self.unexpected(&[])),
+            _ if matches!(op, CompareOp::Re | CompareOp::NotRe) => {
+                return Err(self.unexpected(&["STRING"]))
+            }
+            _ => {}
+        }
+        if let (Some(Token::Str(pattern)), CompareOp::Re | CompareOp::NotRe) = (self.peek(), op) {
+            // Loki compiles a label filter's expression as it reads it.
+            if let Some(message) = super::go_regex::error(pattern) {
+                return Err(ParseError::unplaced(at, message));
+            }
+        }
         let value = match self.advance() {
             Some((_, Token::Str(text))) => LabelValue::Text(text),
             Some((_, Token::Number(value))) => LabelValue::Number(value),
-            Some((_, Token::Minus)) => match self.advance() {
-                Some((_, Token::Number(value))) => LabelValue::Number(-value),
-                _ => {
-                    return Err(ParseError::at(
-                        at,
-                        "syntax error: expecting a number after -",
-                    ))
+            Some((_, sign @ (Token::Minus | Token::Plus))) => match self.peek() {
+                Some(Token::Number(value)) => {
+                    let value = if sign == Token::Minus {
+                        -*value
+                    } else {
+                        *value
+                    };
+                    self.next += 1;
+                    LabelValue::Number(value)
                 }
+                _ => return Err(self.unexpected(&["NUMBER"])),
             },
             Some((_, Token::Unit(text))) => {
                 if let Some(duration) = lexer::duration(&text) {
@@ -526,28 +571,12 @@ impl Parser {
                     ));
                 }
             }
-            _ => {
+            Some(_) => {
                 self.next -= 1;
-                return Err(self.unexpected("a string, number, duration or size"));
+                return Err(self.unexpected(&[]));
             }
+            None => return Err(self.unexpected(&[])),
         };
-        let textual = matches!(value, LabelValue::Text(_));
-        let ordered = matches!(
-            op,
-            CompareOp::Gt | CompareOp::Ge | CompareOp::Lt | CompareOp::Le
-        );
-        if ordered && textual {
-            return Err(ParseError::at(
-                at,
-                "a string cannot be compared with >, >=, < or <=; compare with a number, duration or size",
-            ));
-        }
-        if matches!(op, CompareOp::Re | CompareOp::NotRe) && !textual {
-            return Err(ParseError::at(
-                at,
-                "=~ and !~ take a quoted regular expression",
-            ));
-        }
         Ok(LabelFilter::Compare { label, op, value })
     }
 
@@ -557,54 +586,159 @@ impl Parser {
     fn metric(&mut self, min_precedence: u8) -> Result<MetricExpr, ParseError> {
         let mut left = self.metric_operand()?;
         loop {
+            // Loki's precedence, loosest first: or; and, unless; comparisons; + -; * /.
             let (op, precedence) = match self.peek() {
-                Some(Token::Plus) => (BinaryOp::Add, 1),
-                Some(Token::Minus) => (BinaryOp::Sub, 1),
-                Some(Token::Star) => (BinaryOp::Mul, 2),
-                Some(Token::Slash) => (BinaryOp::Div, 2),
-                Some(Token::Gt | Token::Ge | Token::Lt | Token::Le | Token::EqEq | Token::Ne) => {
-                    return Err(ParseError::at(
-                        self.position(),
-                        "comparison operators between metric expressions are not supported; + - * / are",
-                    ))
-                }
+                Some(Token::Ident(word)) if word == "or" => (BinaryOp::Or, 1),
+                Some(Token::Ident(word)) if word == "and" => (BinaryOp::And, 2),
+                Some(Token::Ident(word)) if word == "unless" => (BinaryOp::Unless, 2),
+                Some(Token::EqEq) => (BinaryOp::Eq, 3),
+                Some(Token::Ne) => (BinaryOp::Ne, 3),
+                Some(Token::Gt) => (BinaryOp::Gt, 3),
+                Some(Token::Ge) => (BinaryOp::Ge, 3),
+                Some(Token::Lt) => (BinaryOp::Lt, 3),
+                Some(Token::Le) => (BinaryOp::Le, 3),
+                Some(Token::Plus) => (BinaryOp::Add, 4),
+                Some(Token::Minus) => (BinaryOp::Sub, 4),
+                Some(Token::Star) => (BinaryOp::Mul, 5),
+                Some(Token::Slash) => (BinaryOp::Div, 5),
                 _ => return Ok(left),
             };
             if precedence < min_precedence {
                 return Ok(left);
             }
+            let at = self.position();
             self.next += 1;
+            let modifier = self.binary_modifier()?;
             let right = self.nested(|parser| parser.metric(precedence + 1))?;
+            if op.is_set() {
+                // As Loki: a number has no labels to match on.
+                for (side, operand) in [("left", &left), ("right", &right)] {
+                    if let MetricExpr::Number(value) = operand {
+                        return Err(ParseError::unplaced(
+                            at,
+                            format!(
+                                "unexpected literal for {side} leg of logical/set binary operation ({}): {value:.6}",
+                                set_name(op)
+                            ),
+                        ));
+                    }
+                }
+            }
             left = MetricExpr::Binary {
                 op,
+                modifier,
                 left: Box::new(left),
                 right: Box::new(right),
             };
         }
     }
 
+    /// A log query followed by a binary operator, which Loki's grammar reads as an operand before
+    /// it finds that a log query is not one: the operation is read, then refused in its words.
+    fn log_query_operand(&mut self, query: &LogQuery) -> Result<(), ParseError> {
+        let op = match self.peek() {
+            Some(Token::Ident(word)) if matches!(word.as_str(), "or" | "and" | "unless") => {
+                word.clone()
+            }
+            Some(token) if token.is_binary_operator() => token.loki_name(&[]),
+            _ => return Ok(()),
+        };
+        self.next += 1;
+        self.binary_modifier()?;
+        if self.peek() == Some(&Token::LBrace) {
+            self.log_query()?;
+        } else {
+            self.metric(1)?;
+        }
+        let kind = if query.pipeline.is_empty() {
+            "MatchersExpr"
+        } else {
+            "PipelineExpr"
+        };
+        Err(ParseError::unplaced(
+            0,
+            format!("unexpected type for left leg of binary operation ({op}): *syntax.{kind}"),
+        ))
+    }
+
+    /// `bool`, `on (…)` or `ignoring (…)`, `group_left (…)` or `group_right (…)`, each optional.
+    fn binary_modifier(&mut self) -> Result<BinaryModifier, ParseError> {
+        let mut modifier = BinaryModifier::default();
+        if self.at_word("bool") {
+            self.next += 1;
+            modifier.return_bool = true;
+        }
+        let on = match self.peek() {
+            Some(Token::Ident(word)) if word == "on" => true,
+            Some(Token::Ident(word)) if word == "ignoring" => false,
+            _ => return Ok(modifier),
+        };
+        self.next += 1;
+        modifier.on = on;
+        modifier.labels = Some(self.label_names()?);
+        let right = match self.peek() {
+            Some(Token::Ident(word)) if word == "group_left" => false,
+            Some(Token::Ident(word)) if word == "group_right" => true,
+            _ => return Ok(modifier),
+        };
+        self.next += 1;
+        let include = if self.peek() == Some(&Token::LParen) {
+            self.label_names()?
+        } else {
+            Vec::new()
+        };
+        modifier.group = Some(Group { right, include });
+        Ok(modifier)
+    }
+
     fn metric_operand(&mut self) -> Result<MetricExpr, ParseError> {
         let at = self.position();
-        match self.advance() {
-            Some((_, Token::Number(value))) => Ok(MetricExpr::Number(value)),
-            Some((_, Token::Minus)) => match self.advance() {
-                Some((_, Token::Number(value))) => Ok(MetricExpr::Number(-value)),
-                _ => Err(ParseError::at(at, "syntax error: expecting a number after -")),
-            },
-            Some((_, Token::LParen)) => {
+        match self.peek() {
+            Some(Token::Number(value)) => {
+                let value = *value;
+                self.next += 1;
+                Ok(MetricExpr::Number(value))
+            }
+            Some(sign @ (Token::Minus | Token::Plus)) => {
+                let negative = *sign == Token::Minus;
+                self.next += 1;
+                match self.peek() {
+                    Some(Token::Number(value)) => {
+                        let value = if negative { -*value } else { *value };
+                        self.next += 1;
+                        Ok(MetricExpr::Number(value))
+                    }
+                    _ => Err(self.unexpected(&["NUMBER"])),
+                }
+            }
+            Some(Token::LParen) => {
+                self.next += 1;
                 let inner = self.nested(|parser| parser.metric(0))?;
-                self.expect(Token::RParen, ")")?;
+                self.expect(Token::RParen, &[])?;
                 Ok(inner)
             }
-            Some((_, Token::Ident(name))) => self.function(at, &name),
-            Some((_, Token::LBrace)) => Err(ParseError::at(
-                at,
-                "a log query cannot be combined here; wrap it in a range function like count_over_time({…}[5m])",
-            )),
-            _ => {
-                self.next = self.next.saturating_sub(1);
-                Err(self.unexpected("a metric expression"))
+            Some(Token::Ident(name)) if lexer::is_function(name, &self.tokens[self.next + 1..]) => {
+                let name = name.clone();
+                self.next += 1;
+                self.function(at, &name)
             }
+            Some(Token::LBrace) => {
+                // Loki's grammar reads a log query here, and then finds a range or an unwrap
+                // unexpected.
+                self.log_query()?;
+                if self.at_unwrap() {
+                    self.next += 1;
+                    return Err(self.unexpected(&[]));
+                }
+                if matches!(self.peek(), Some(Token::Range(_))) {
+                    return Err(self.unexpected(&[]));
+                }
+                Err(ParseError::at(
+                    at,
+                    "a log query cannot be combined here; wrap it in a range function like count_over_time({…}[5m])",
+                ))
+            }
+            _ => Err(self.unexpected(&[])),
         }
     }
 
@@ -614,10 +748,24 @@ impl Parser {
             "rate" => Some(RangeFunction::Rate),
             "bytes_over_time" => Some(RangeFunction::BytesOverTime),
             "bytes_rate" => Some(RangeFunction::BytesRate),
+            "absent_over_time" => Some(RangeFunction::AbsentOverTime),
+            "sum_over_time" => Some(RangeFunction::SumOverTime),
+            "avg_over_time" => Some(RangeFunction::AvgOverTime),
+            "min_over_time" => Some(RangeFunction::MinOverTime),
+            "max_over_time" => Some(RangeFunction::MaxOverTime),
+            "first_over_time" => Some(RangeFunction::FirstOverTime),
+            "last_over_time" => Some(RangeFunction::LastOverTime),
+            "stddev_over_time" => Some(RangeFunction::StddevOverTime),
+            "stdvar_over_time" => Some(RangeFunction::StdvarOverTime),
+            "quantile_over_time" => Some(RangeFunction::QuantileOverTime),
+            "rate_counter" => Some(RangeFunction::RateCounter),
             _ => None,
         };
         if let Some(function) = range {
-            return self.nested(|parser| parser.range_function(function));
+            return self.nested(|parser| parser.range_function(at, function));
+        }
+        if name == "label_replace" {
+            return self.nested(Self::label_replace);
         }
         let aggregate = match name {
             "sum" => Some(AggregateOp::Sum),
@@ -626,97 +774,368 @@ impl Parser {
             "min" => Some(AggregateOp::Min),
             "max" => Some(AggregateOp::Max),
             "topk" => Some(AggregateOp::Topk),
+            "bottomk" => Some(AggregateOp::Bottomk),
+            "sort" => Some(AggregateOp::Sort),
+            "sort_desc" => Some(AggregateOp::SortDesc),
             _ => None,
         };
         if let Some(op) = aggregate {
-            return self.nested(|parser| parser.aggregation(op));
+            return self.nested(|parser| parser.aggregation(at, op));
         }
         if name == "vector" {
-            self.expect(Token::LParen, "(")?;
-            let value = match self.advance() {
-                Some((_, Token::Number(value))) => value,
-                _ => {
-                    self.next = self.next.saturating_sub(1);
-                    return Err(self.unexpected("a number"));
-                }
+            self.expect(Token::LParen, &["("])?;
+            let value = match self.peek() {
+                Some(Token::Number(value)) => *value,
+                _ => return Err(self.unexpected(&["NUMBER"])),
             };
-            self.expect(Token::RParen, ")")?;
+            self.next += 1;
+            self.expect(Token::RParen, &[")"])?;
             return Ok(MetricExpr::Vector(value));
+        }
+        if matches!(name, "bytes" | "duration" | "duration_seconds" | "ip") {
+            // Conversions of `| unwrap` and the line filter `ip(…)`, which Loki's grammar has
+            // nowhere else.
+            self.next -= 1;
+            return Err(self.unexpected(&[]));
         }
         Err(ParseError::at(
             at,
             format!(
                 "{name} is not supported; supported: count_over_time, rate, bytes_over_time, bytes_rate, \
-                 sum, count, avg, min, max, topk, vector"
+                 absent_over_time, sum_over_time, avg_over_time, min_over_time, max_over_time, \
+                 first_over_time, last_over_time, stddev_over_time, stdvar_over_time, \
+                 quantile_over_time, rate_counter, sum, count, avg, min, max, topk, bottomk, sort, \
+                 sort_desc, label_replace, vector"
             ),
         ))
     }
 
-    fn range_function(&mut self, function: RangeFunction) -> Result<MetricExpr, ParseError> {
-        self.expect(Token::LParen, "(")?;
-        let query = self.log_query()?;
-        self.expect(Token::LBracket, "[ and a range like [5m]")?;
-        let at = self.position();
-        let range = match self.advance() {
-            Some((_, Token::Unit(text))) => lexer::duration(&text)
-                .filter(|range| !range.is_zero())
-                .ok_or_else(|| ParseError::at(at, format!("{text:?} is not a range like 5m")))?,
-            _ => {
-                self.next = self.next.saturating_sub(1);
-                return Err(self.unexpected("a range like 5m"));
+    fn range_function(
+        &mut self,
+        at: usize,
+        function: RangeFunction,
+    ) -> Result<MetricExpr, ParseError> {
+        let name = function.name();
+        self.expect(Token::LParen, &["("])?;
+        let parameter = match self.peek() {
+            Some(Token::Number(value)) => {
+                let value = *value;
+                self.next += 1;
+                self.expect(Token::Comma, &[","])?;
+                Some(value)
             }
+            _ => None,
         };
+        if !matches!(self.peek(), Some(Token::LBrace | Token::LParen)) {
+            return Err(self.unexpected(if parameter.is_some() {
+                &["{", "("]
+            } else {
+                &["NUMBER", "{", "("]
+            }));
+        }
+        let LogRange {
+            query,
+            unwrap,
+            range,
+            offset,
+        } = self.nested(Self::log_range)?;
+        self.expect(Token::RParen, &[")"])?;
+        let grouping = self.grouping()?;
+        // Loki's checks, in its words, at the function.
+        let refuse = |message: String| Err(ParseError::unplaced(at, message));
+        match (function, parameter) {
+            (RangeFunction::QuantileOverTime, None) => {
+                return refuse(format!("parameter required for operation {name}"))
+            }
+            (RangeFunction::QuantileOverTime, Some(_)) | (_, None) => {}
+            (_, Some(value)) => {
+                return refuse(format!(
+                    "parameter {value} not supported for operation {name}"
+                ))
+            }
+        }
+        let groups = matches!(
+            function,
+            RangeFunction::AvgOverTime
+                | RangeFunction::StddevOverTime
+                | RangeFunction::StdvarOverTime
+                | RangeFunction::QuantileOverTime
+                | RangeFunction::MaxOverTime
+                | RangeFunction::MinOverTime
+                | RangeFunction::FirstOverTime
+                | RangeFunction::LastOverTime
+        );
+        if grouping.is_some() && !groups {
+            return refuse(format!("grouping not allowed for {name} aggregation"));
+        }
+        let with_unwrap = !matches!(
+            function,
+            RangeFunction::CountOverTime | RangeFunction::BytesOverTime | RangeFunction::BytesRate
+        );
+        match &unwrap {
+            Some(_) if !with_unwrap => {
+                return refuse(format!("invalid aggregation {name} with unwrap"))
+            }
+            None if function.needs_unwrap() => {
+                return refuse(format!("invalid aggregation {name} without unwrap"))
+            }
+            _ => {}
+        }
+        Ok(MetricExpr::Range(RangeExpr {
+            function,
+            query,
+            range,
+            offset,
+            unwrap,
+            parameter,
+            grouping,
+        }))
+    }
+
+    /// A range function's lines: `{…} | … [5m] offset 1m`, the pipeline also after the range
+    /// (`{…}[5m] | json`), and in parentheses as Loki takes them: `({…} | json)[5m]`,
+    /// `({…} | json [5m])`.
+    fn log_range(&mut self) -> Result<LogRange, ParseError> {
+        if self.peek() == Some(&Token::LParen) {
+            self.next += 1;
+            if self.peek() == Some(&Token::LParen) {
+                let inner = self.nested(Self::log_range)?;
+                self.expect(Token::RParen, &[")"])?;
+                return Ok(inner);
+            }
+            if self.peek() != Some(&Token::LBrace) {
+                return Err(self.unexpected(&["{", "("]));
+            }
+            let query = self.log_query()?;
+            if self.peek() == Some(&Token::RParen) {
+                // `({…} | json)[5m]`: the range after the parentheses.
+                self.next += 1;
+                if !matches!(self.peek(), Some(Token::Range(_))) {
+                    return Err(self.unexpected(&["RANGE"]));
+                }
+                return self.range_of(query, None);
+            }
+            let inner = self.range_after(query)?;
+            self.expect(Token::RParen, &[")"])?;
+            return Ok(inner);
+        }
+        let query = self.log_query()?;
+        self.range_after(query)
+    }
+
+    /// What follows a range function's log query: its unwrap, range and offset, and the
+    /// pipeline when it comes after the range.
+    fn range_after(&mut self, query: LogQuery) -> Result<LogRange, ParseError> {
+        let unwrap = if self.at_unwrap() {
+            self.next += 2;
+            Some(self.unwrap()?)
+        } else {
+            None
+        };
+        match self.peek() {
+            Some(Token::Range(_)) => {}
+            // After `unwrap x` and its filters, Loki's grammar takes the range or a stage only.
+            _ if unwrap.is_some() => return Err(self.unexpected(&["RANGE", "|"])),
+            _ => return Err(self.unexpected(&[])),
+        }
+        let mut log = self.range_of(query, unwrap)?;
+        if log.query.pipeline.is_empty() && log.unwrap.is_none() {
+            // Loki also takes the pipeline after the range: `count_over_time({…}[5m] | json)`.
+            while let Some(stages) = self.stage()? {
+                log.query.pipeline.extend(stages);
+            }
+            if self.at_unwrap() {
+                self.next += 2;
+                log.unwrap = Some(self.unwrap()?);
+            }
+        }
+        Ok(log)
+    }
+
+    /// The range token next, and the offset after it.
+    fn range_of(
+        &mut self,
+        query: LogQuery,
+        unwrap: Option<Unwrap>,
+    ) -> Result<LogRange, ParseError> {
+        let Some(Token::Range(range)) = self.peek() else {
+            return Err(self.unexpected(&["RANGE"]));
+        };
+        let range = *range;
+        if range.is_zero() {
+            return Err(ParseError::at(
+                self.position(),
+                "the range must be longer than 0s",
+            ));
+        }
         if range > MAX_RANGE {
             return Err(ParseError::at(
-                at,
+                self.position(),
                 format!(
                     "the range is longer than {} days",
                     MAX_RANGE.as_secs() / 86_400
                 ),
             ));
         }
-        self.expect(Token::RBracket, "]")?;
-        if matches!(self.peek(), Some(Token::Ident(word)) if word == "offset") {
-            return Err(ParseError::at(self.position(), "offset is not supported"));
-        }
-        self.expect(Token::RParen, ")")?;
-        Ok(MetricExpr::Range {
-            function,
+        self.next += 1;
+        let offset = if self.at_word("offset") {
+            self.next += 1;
+            self.duration()?
+        } else {
+            Duration::ZERO
+        };
+        Ok(LogRange {
             query,
+            unwrap,
             range,
+            offset,
         })
     }
 
-    fn aggregation(&mut self, op: AggregateOp) -> Result<MetricExpr, ParseError> {
+    /// An offset's duration (`5m`, `1h30m`) that is not zero.
+    fn duration(&mut self) -> Result<Duration, ParseError> {
+        let at = self.position();
+        match self.peek() {
+            Some(Token::Unit(text)) if lexer::duration(text).is_some() => {
+                let text = text.clone();
+                self.next += 1;
+                lexer::duration(&text)
+                    .filter(|range| !range.is_zero())
+                    .ok_or_else(|| {
+                        ParseError::at(at, format!("{text:?} is not an offset like 10m"))
+                    })
+            }
+            _ => Err(self.unexpected(&["DURATION"])),
+        }
+    }
+
+    /// What follows `| unwrap`: `name`, `duration(name)`, `duration_seconds(name)` or
+    /// `bytes(name)`, then label filters.
+    fn unwrap(&mut self) -> Result<Unwrap, ParseError> {
+        let conversion = matches!(self.peek(), Some(Token::Ident(word)) if matches!(word.as_str(), "duration" | "duration_seconds" | "bytes"))
+            && self.tokens.get(self.next + 1).map(|(_, token)| token) == Some(&Token::LParen);
+        let first = if conversion {
+            self.word(&[])?
+        } else {
+            self.ident(&[
+                "IDENTIFIER",
+                "BYTES_CONV",
+                "DURATION_CONV",
+                "DURATION_SECONDS_CONV",
+            ])?
+        };
+        let (label, conversion) = if self.peek() == Some(&Token::LParen) {
+            let conversion = match first.as_str() {
+                "duration" => Conversion::Duration,
+                "duration_seconds" => Conversion::DurationSeconds,
+                "bytes" => Conversion::Bytes,
+                _ => return Err(self.unexpected(&["RANGE", "|"])),
+            };
+            self.next += 1;
+            let label = self.ident(&["IDENTIFIER"])?;
+            self.expect(Token::RParen, &[")"])?;
+            (label, conversion)
+        } else {
+            (first, Conversion::Number)
+        };
+        let mut filters = Vec::new();
+        while self.peek() == Some(&Token::Pipe) {
+            self.next += 1;
+            filters.push(self.label_filter_or()?);
+        }
+        Ok(Unwrap {
+            label,
+            conversion,
+            filters,
+        })
+    }
+
+    /// `label_replace(expr, "dst", "replacement", "src", "regex")`, after its name.
+    fn label_replace(&mut self) -> Result<MetricExpr, ParseError> {
+        self.expect(Token::LParen, &["("])?;
+        let inner = self.metric(0)?;
+        let mut texts = Vec::with_capacity(4);
+        for at in 0..4 {
+            // After the expression, an operator could go on with it: Loki names no token.
+            self.expect(Token::Comma, if at == 0 { &[] } else { &[","] })?;
+            texts.push(self.string(&["STRING"])?);
+        }
+        let at = self.position();
+        self.expect(Token::RParen, &[")"])?;
+        let [dst, replacement, src, regex]: [String; 4] =
+            texts.try_into().expect("four texts were read");
+        // Loki compiles the expression anchored, and quotes it so.
+        if let Some(err) = super::go_regex::error(&format!("^(?:{regex})$")) {
+            return Err(ParseError::unplaced(
+                at,
+                format!("invalid regex in label_replace: {err}"),
+            ));
+        }
+        Ok(MetricExpr::LabelReplace(LabelReplace {
+            inner: Box::new(inner),
+            dst,
+            replacement,
+            src,
+            regex,
+        }))
+    }
+
+    fn aggregation(&mut self, at: usize, op: AggregateOp) -> Result<MetricExpr, ParseError> {
         // The grouping may come before the arguments or after them.
         let mut grouping = self.grouping()?;
-        self.expect(Token::LParen, "(")?;
-        let parameter = if op == AggregateOp::Topk {
-            let at = self.position();
-            let k = match self.advance() {
-                Some((_, Token::Number(k))) if k >= 1.0 && k.fract() == 0.0 => k,
+        self.expect(Token::LParen, &["("])?;
+        let parameter = if matches!(op, AggregateOp::Topk | AggregateOp::Bottomk) {
+            let name = op.name();
+            let after = self.tokens.get(self.next + 1).map(|(_, token)| token);
+            let k = match self.peek() {
+                Some(Token::Number(k)) if after == Some(&Token::Comma) => *k,
                 _ => {
-                    return Err(ParseError::at(
+                    // Loki reads the rest, then finds the parameter missing: unless what
+                    // follows cannot go on, where its grammar stops first.
+                    self.metric(0)?;
+                    self.expect(Token::RParen, &[])?;
+                    if grouping.is_none() {
+                        self.grouping()?;
+                    }
+                    let goes_on = match self.peek() {
+                        None | Some(Token::RParen | Token::Comma) => true,
+                        Some(Token::Ident(word)) => {
+                            matches!(word.as_str(), "or" | "and" | "unless")
+                        }
+                        Some(token) => token.is_binary_operator(),
+                    };
+                    if !goes_on {
+                        return Err(self.unexpected(&[]));
+                    }
+                    return Err(ParseError::unplaced(
                         at,
-                        "topk takes a whole number k first: topk(5, …)",
-                    ))
+                        format!("parameter required for operation {name}"),
+                    ));
                 }
             };
-            self.expect(Token::Comma, ",")?;
+            self.next += 1;
+            // `topk(2` may go on as an expression, `topk(2 + 1, …)`: Loki names no token.
+            self.expect(Token::Comma, &[])?;
+            if k < 1.0 || k.fract() != 0.0 {
+                return Err(ParseError::unplaced(
+                    at,
+                    format!("invalid parameter {name}({k},"),
+                ));
+            }
             Some(k)
         } else {
             None
         };
         let inner = self.metric(0)?;
-        self.expect(Token::RParen, ")")?;
-        if let Some(after) = self.grouping()? {
-            if grouping.is_some() {
-                return Err(ParseError::at(
-                    self.position(),
-                    "the grouping is given twice",
-                ));
-            }
-            grouping = Some(after);
+        self.expect(Token::RParen, &[])?;
+        if grouping.is_none() {
+            grouping = self.grouping()?;
+        }
+        if grouping.is_some() && matches!(op, AggregateOp::Sort | AggregateOp::SortDesc) {
+            return Err(ParseError::unplaced(
+                at,
+                "sort and sort_desc doesn't allow grouping by ",
+            ));
         }
         Ok(MetricExpr::Aggregate {
             op,
@@ -733,16 +1152,40 @@ impl Parser {
             _ => return Ok(None),
         };
         self.next += 1;
-        self.expect(Token::LParen, "(")?;
-        let mut labels = Vec::new();
-        while self.peek() != Some(&Token::RParen) {
-            if !labels.is_empty() {
-                self.expect(Token::Comma, ", or )")?;
-            }
-            labels.push(self.ident("a label name")?);
-        }
-        self.expect(Token::RParen, ")")?;
+        let labels = self.label_names()?;
         Ok(Some(Grouping { without, labels }))
+    }
+
+    /// `(a, b)`: label names in parentheses, maybe none.
+    fn label_names(&mut self) -> Result<Vec<String>, ParseError> {
+        self.expect(Token::LParen, &["("])?;
+        let mut labels = Vec::new();
+        if self.peek() != Some(&Token::RParen) {
+            labels.push(self.ident(&["IDENTIFIER", ")"])?);
+            while self.peek() == Some(&Token::Comma) {
+                self.next += 1;
+                labels.push(self.ident(&["IDENTIFIER"])?);
+            }
+        }
+        self.expect(Token::RParen, &[",", ")"])?;
+        Ok(labels)
+    }
+}
+
+/// The lines a range function reads: its log query, unwrap, range and offset.
+struct LogRange {
+    query: LogQuery,
+    unwrap: Option<Unwrap>,
+    range: Duration,
+    offset: Duration,
+}
+
+/// A set operator's name, as Loki's messages write it.
+fn set_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::And => "and",
+        BinaryOp::Or => "or",
+        _ => "unless",
     }
 }
 
@@ -908,11 +1351,13 @@ mod tests {
                 })]),
             ]
         );
-        // A stage's name followed by a comparison is a label filter.
+        // A name that is not a keyword, followed by a comparison, is a label filter; a
+        // keyword is not a name, as in Loki's lexer.
         assert!(matches!(
-            log(r#"{app="a"} | pattern="x""#).pipeline[0],
+            log(r#"{app="a"} | unpacked="x""#).pipeline[0],
             Stage::LabelFilter(_)
         ));
+        assert!(parse(r#"{app="a"} | pattern="x""#).is_err());
     }
 
     #[test]
@@ -931,11 +1376,11 @@ mod tests {
         assert_eq!(grouping.unwrap().labels, ["level"]);
         assert!(matches!(
             *inner,
-            MetricExpr::Range {
+            MetricExpr::Range(RangeExpr {
                 function: RangeFunction::CountOverTime,
                 range,
                 ..
-            } if range == Duration::from_secs(60)
+            }) if range == Duration::from_secs(60)
         ));
         // The grouping after the arguments, topk's k, and arithmetic with precedence.
         let after = metric(r#"topk(3, sum(rate({app="a"}[5m])) without (pod))"#);
@@ -960,51 +1405,195 @@ mod tests {
     fn errors_say_where_and_what() {
         let unclosed = error(r#"{app="a""#);
         assert_eq!(unclosed.position, 8);
-        assert!(unclosed.message.contains("end of query"), "{unclosed}");
-        assert_eq!(
-            unclosed.to_string(),
-            "parse error at line 1, col 9: syntax error: unexpected end of query, expecting , or }"
-        );
-        let everything = error(r#"{app=~".*"}"#);
-        assert!(
-            everything.message.contains("at least one label matcher"),
-            "{everything}"
-        );
         let second_line = error("{app=\"a\"}\n  |= 42");
         assert_eq!(
             (second_line.line, second_line.column),
             (2, 6),
             "{second_line}"
         );
-        let unknown = error(r#"quantile_over_time(0.9, {app="a"} | unwrap x [5m])"#);
+        let unknown = error(r#"stddev(rate({app="a"}[5m]))"#);
         assert!(
-            unknown
-                .message
-                .contains("quantile_over_time is not supported"),
+            unknown.message.contains("stddev is not supported"),
             "{unknown}"
         );
-        assert_eq!(unknown.position, 0);
         let stage = error(r#"{app="a"} | xml"#);
         assert!(stage.message.contains("| xml is not supported"), "{stage}");
-        let combined = error(r#"{app="a"} or {app="b"}"#);
-        assert!(
-            combined.message.contains("or combines metric queries"),
-            "{combined}"
-        );
-        let pattern_filter = error(r#"{app="a"} |> "<_> x""#);
-        assert!(
-            pattern_filter.message.contains("|> and !>"),
-            "{pattern_filter}"
-        );
         let flag = error(r#"{app="a"} | logfmt --lenient"#);
         assert!(flag.message.contains("unknown logfmt flag"), "{flag}");
-        let compare = error(r#"{app="a"} | status > "500""#);
-        assert!(compare.message.contains("cannot be compared"), "{compare}");
         let range = error(r#"rate({app="a"}[400d])"#);
         assert!(range.message.contains("longer than 30 days"), "{range}");
-        assert!(error(r#"{app="a"} extra"#)
-            .message
-            .contains("unexpected \"extra\""));
+    }
+
+    /// Syntax errors and what Loki 3.7.6 said of each, word for word: its token names, the
+    /// tokens its grammar takes where they are at most four, its places.
+    #[test]
+    fn syntax_errors_are_lokis() {
+        for (query, loki) in [
+            ("", "parse error : syntax error: unexpected $end"),
+            (" ", "parse error at line 1, col 2: syntax error: unexpected $end"),
+            ("{", "parse error at line 1, col 2: syntax error: unexpected $end, expecting IDENTIFIER or }"),
+            ("{a", "parse error at line 1, col 3: syntax error: unexpected $end, expecting = or =~ or !~ or !="),
+            (r#"{a="b""#, "parse error at line 1, col 7: syntax error: unexpected $end, expecting } or ,"),
+            (r#"{a="b" b="c"}"#, "parse error at line 1, col 8: syntax error: unexpected IDENTIFIER, expecting } or ,"),
+            ("{a=b}", "parse error at line 1, col 4: syntax error: unexpected IDENTIFIER, expecting STRING"),
+            (r#"{a=~"a",b="c",}"#, "parse error at line 1, col 15: syntax error: unexpected }, expecting IDENTIFIER"),
+            (r#"{a="b"}}"#, "parse error at line 1, col 8: syntax error: unexpected }"),
+            (r#"{a="b"} |= 5"#, "parse error at line 1, col 12: syntax error: unexpected NUMBER, expecting STRING or ip"),
+            (r#"{a="b"} | x"#, "parse error at line 1, col 12: syntax error: unexpected $end"),
+            (r#"{a="b"} | x > "s""#, "parse error at line 1, col 15: syntax error: unexpected STRING"),
+            (r#"{a="b"} | x =~ 5"#, "parse error at line 1, col 16: syntax error: unexpected NUMBER, expecting STRING"),
+            (r#"{a="b"} | x="1" or"#, "parse error at line 1, col 19: syntax error: unexpected $end, expecting IDENTIFIER or ("),
+            (r#"{a="b"} | drop a,"#, "parse error at line 1, col 18: syntax error: unexpected $end, expecting IDENTIFIER"),
+            (r#"{a="b"} [5m]"#, "parse error at line 0, col 9: syntax error: unexpected RANGE"),
+            (r#"{a="b"} | json | unwrap x"#, "parse error at line 1, col 18: syntax error: unexpected unwrap"),
+            ("rate(", "parse error at line 1, col 6: syntax error: unexpected $end, expecting NUMBER or { or ("),
+            (r#"rate({a="b"})"#, "parse error at line 1, col 13: syntax error: unexpected )"),
+            (r#"rate({a="b"}[5])"#, r#"parse error at line 0, col 13: not a valid duration string: "5""#),
+            (r#"count_over_time({a="b"}[5m)"#, "parse error at line 0, col 24: missing closing ']' in duration"),
+            (r#"rate({a="b"}[5m] offset)"#, "parse error at line 1, col 24: syntax error: unexpected ), expecting DURATION"),
+            ("sum(", "parse error at line 1, col 5: syntax error: unexpected $end"),
+            (r#"sum by (rate({a="b"}[5m]))"#, "parse error at line 1, col 9: syntax error: unexpected RATE, expecting IDENTIFIER or )"),
+            (r#"sum by (a,) (rate({a="b"}[5m]))"#, "parse error at line 1, col 11: syntax error: unexpected ), expecting IDENTIFIER"),
+            (r#"topk(rate({a="b"}[5m]))"#, "parse error : parameter required for operation topk"),
+            ("topk(3) by (a)", "parse error : parameter required for operation topk"),
+            ("topk(3) sum(vector(1))", "parse error at line 1, col 9: syntax error: unexpected SUM"),
+            (r#"count_over_time({a="b"} | json [5m] | logfmt)"#, "parse error at line 1, col 37: syntax error: unexpected |, expecting )"),
+            (r#"count_over_time({a="b"}[5m] | json offset 1h)"#, "parse error at line 1, col 36: syntax error: unexpected offset, expecting )"),
+            ("rate(5e", "parse error at line 1, col 6: exponent has no digits"),
+            ("+(rate({a=\"b\"}[1m]))", "parse error at line 1, col 2: syntax error: unexpected (, expecting NUMBER"),
+            (r#"{a="b"} or {c="d"}"#, "parse error : unexpected type for left leg of binary operation (or): *syntax.MatchersExpr"),
+            (r#"{a="b"} | json + 1"#, "parse error : unexpected type for left leg of binary operation (+): *syntax.PipelineExpr"),
+            (r#"rate((a="b"}[1m]))"#, "parse error at line 1, col 7: syntax error: unexpected IDENTIFIER, expecting { or ("),
+            (r#"count_over_time((({a="b"} |= "x"))[5m])"#, "parse error at line 1, col 34: syntax error: unexpected ), expecting RANGE"),
+            (r#"{a="b"} | x > +"#, "parse error at line 1, col 16: syntax error: unexpected $end, expecting NUMBER"),
+            (r#"{a="b"} | d >= 1m ( keep a"#, "parse error at line 1, col 21: syntax error: unexpected keep, expecting IDENTIFIER or ("),
+            (r#"({a="b"} | logfmt | unwrap x [5m])"#, "parse error at line 1, col 21: syntax error: unexpected unwrap"),
+            (r#"sum by (5a) (rate({a="b"}[5m]))"#, "parse error at line 1, col 9: syntax error: unexpected NUMBER, expecting IDENTIFIER or )"),
+            (r#"{a="b", c~"d"}"#, "parse error at line 1, col 10: syntax error: unexpected IDENTIFIER, expecting = or =~ or !~ or !="),
+            (r#"rate({a="b"}[5m]) + on rate({a="b"}[5m])"#, "parse error at line 1, col 24: syntax error: unexpected RATE, expecting ("),
+            (r#"rate({a="b"}[5m]) == == 1"#, "parse error at line 0, col 22: syntax error: unexpected =="),
+            (r#"rate({a="b"}[5m]) > bool"#, "parse error at line 1, col 25: syntax error: unexpected $end"),
+            ("vector(", "parse error at line 1, col 8: syntax error: unexpected $end, expecting NUMBER"),
+            (r#"label_replace(rate({a="b"}[5m]), "a")"#, "parse error at line 1, col 37: syntax error: unexpected ), expecting ,"),
+            ("foo(", "parse error at line 1, col 1: syntax error: unexpected IDENTIFIER"),
+            ("sum by", "parse error at line 1, col 1: syntax error: unexpected IDENTIFIER"),
+            ("- rate({a=\"b\"}[5m])", "parse error at line 1, col 3: syntax error: unexpected RATE, expecting NUMBER"),
+            (r#"sum_over_time({a="b"} | unwrap [5m])"#, "parse error at line 0, col 32: syntax error: unexpected RANGE, expecting IDENTIFIER or BYTES_CONV or DURATION_CONV or DURATION_SECONDS_CONV"),
+            (r#"sum_over_time({a="b"} | unwrap foo(x) [5m])"#, "parse error at line 1, col 35: syntax error: unexpected (, expecting RANGE or |"),
+            (r#"max_over_time(rate({a="b"}[1m])[5m:1m])"#, "parse error at line 1, col 15: syntax error: unexpected RATE, expecting NUMBER or { or ("),
+            (r#"{a="b"} |= `x"#, "parse error at line 1, col 12: literal not terminated"),
+            (r#"{a=~"("}"#, "parse error : error parsing regexp: missing closing ): `(`"),
+            (r#"{a=~"a**"}"#, "parse error : error parsing regexp: invalid nested repetition operator: `**`"),
+            (r#"{a="b"} | x =~ "(""#, "parse error : error parsing regexp: missing closing ): `(`"),
+            (r#"{a="b"} |= "x" | json |~ "(" | y="1" |~ "z""#, r#"parse error : stage '|= "x" |~ "("' : error parsing regexp: missing closing ): `(`"#),
+            (r#"{a="b"} |= "x" | line_format "z" |~ "(""#, r#"parse error : stage '|~ "("' : error parsing regexp: missing closing ): `(`"#),
+            (r#"label_replace(rate({a="b"}[5m]), "a", "b", "c", "(")"#, "parse error : invalid regex in label_replace: error parsing regexp: missing closing ): `^(?:()$`"),
+            (r#"{a=~".*"}"#, r#"parse error : queries require at least one regexp or equality matcher that does not have an empty-compatible value. For instance, app=~".*" does not meet this requirement, but app=~".+" will"#),
+        ] {
+            assert_eq!(error(query).to_string(), loki, "{query}");
+        }
+    }
+
+    #[test]
+    fn range_functions_take_unwrap_offset_a_parameter_and_a_grouping() {
+        let MetricExpr::Range(range) = metric(
+            r#"quantile_over_time(0.9, {app="a"} | logfmt | unwrap duration(took) | __error__="" [10m] offset 5m) by (method)"#,
+        ) else {
+            panic!()
+        };
+        assert_eq!(range.function, RangeFunction::QuantileOverTime);
+        assert_eq!(range.parameter, Some(0.9));
+        assert_eq!(range.offset, Duration::from_secs(300));
+        assert_eq!(range.grouping.unwrap().labels, ["method"]);
+        let unwrap = range.unwrap.unwrap();
+        assert_eq!(
+            (
+                unwrap.label.as_str(),
+                unwrap.conversion,
+                unwrap.filters.len()
+            ),
+            ("took", Conversion::Duration, 1)
+        );
+        assert_eq!(range.query.pipeline, [Stage::Parser(ParserKind::Logfmt)]);
+        // A label called `bytes` is a label, `bytes(…)` a conversion.
+        let MetricExpr::Range(bytes) = metric(r#"sum_over_time({app="a"} | unwrap bytes [1m])"#)
+        else {
+            panic!()
+        };
+        assert_eq!(bytes.unwrap.unwrap().conversion, Conversion::Number);
+        // As Loki: the pipeline may follow the range, and the lines be in parentheses.
+        assert_eq!(
+            metric(r#"count_over_time(({a="b"} | json)[5m] offset 1m)"#),
+            metric(r#"count_over_time((({a="b"}[5m] offset 1m | json)))"#)
+        );
+        assert_eq!(
+            metric(r#"sum_over_time({a="b"}[5m] offset 1m | json | unwrap x | y="1")"#),
+            metric(r#"sum_over_time({a="b"} | json | unwrap x | y="1" [5m] offset 1m)"#)
+        );
+        // Loki 3.7.6's answers, word for word.
+        for (query, loki) in [
+            (r#"quantile_over_time({a="b"} | unwrap x [5m])"#, "parse error : parameter required for operation quantile_over_time"),
+            (r#"sum_over_time(0.5, {a="b"} | unwrap x [5m])"#, "parse error : parameter 0.5 not supported for operation sum_over_time"),
+            (r#"sum_over_time({a="b"} [5m])"#, "parse error : invalid aggregation sum_over_time without unwrap"),
+            (r#"count_over_time({a="b"} | unwrap x [5m])"#, "parse error : invalid aggregation count_over_time with unwrap"),
+            (r#"sum_over_time({a="b"} | unwrap x [5m]) by (a)"#, "parse error : grouping not allowed for sum_over_time aggregation"),
+            (r#"rate({a="b"}[5m]) by (a)"#, "parse error : grouping not allowed for rate aggregation"),
+            ("vector(1) or 2", "parse error : unexpected literal for right leg of logical/set binary operation (or): 2.000000"),
+            ("sort(vector(1)) by (a)", "parse error : sort and sort_desc doesn't allow grouping by "),
+        ] {
+            assert_eq!(error(query).to_string(), loki, "{query}");
+        }
+    }
+
+    #[test]
+    fn binary_operators_bind_as_in_loki_with_their_modifiers() {
+        // or < and, unless < comparisons < + - < * /
+        let MetricExpr::Binary { op, right, .. } =
+            metric("vector(1) or vector(2) and vector(3) > bool 1 + 2 * 3")
+        else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Or);
+        let MetricExpr::Binary { op, right, .. } = *right else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::And);
+        let MetricExpr::Binary { op, modifier, .. } = *right else {
+            panic!()
+        };
+        assert_eq!((op, modifier.return_bool), (BinaryOp::Gt, true));
+        let MetricExpr::Binary { modifier, .. } = metric(
+            r#"sum by (a, b) (rate({x="y"}[1m])) / on (a) group_left (c) sum by (a, c) (rate({x="y"}[1m]))"#,
+        ) else {
+            panic!()
+        };
+        assert!(modifier.on);
+        assert_eq!(modifier.labels, Some(vec!["a".to_string()]));
+        assert_eq!(
+            modifier.group,
+            Some(Group {
+                right: false,
+                include: vec!["c".into()]
+            })
+        );
+        let MetricExpr::Binary { modifier, .. } =
+            metric("vector(1) unless ignoring (a) group_right vector(2)")
+        else {
+            panic!()
+        };
+        assert!(!modifier.on && modifier.group.unwrap().right);
+        let MetricExpr::LabelReplace(replace) =
+            metric(r#"label_replace(bottomk(2, vector(1)), "dst", "$1", "src", "(.*)")"#)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (replace.dst.as_str(), replace.regex.as_str()),
+            ("dst", "(.*)")
+        );
+        assert!(error(r#"label_replace(vector(1), "a", "b", "c", "(")"#)
+            .to_string()
+            .starts_with("parse error : invalid regex in label_replace:"));
     }
 
     #[test]

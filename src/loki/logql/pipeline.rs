@@ -394,6 +394,22 @@ impl Pipeline {
     }
 }
 
+/// A label filter on its own, as `| unwrap`'s filters run it.
+#[derive(Clone, Debug)]
+pub(crate) struct LabelCheck(Condition);
+
+impl LabelCheck {
+    /// Compiles `filter`.
+    pub(crate) fn compile(filter: &LabelFilter) -> Result<Self, CompileError> {
+        compile_condition(filter).map(LabelCheck)
+    }
+
+    /// Whether `labels` pass, as a pipeline's filter stage decides (which may set `__error__`).
+    pub(crate) fn holds(&self, labels: &mut Labels) -> bool {
+        self.0.holds(labels)
+    }
+}
+
 fn compile_stage(stage: &Stage) -> Result<Step, CompileError> {
     Ok(match stage {
         Stage::LineFilter { op, pattern, or } => Step::Line(compile_line_filter(*op, pattern, or)?),
@@ -1507,7 +1523,14 @@ mod tests {
             Query::Log(log) => log,
             Query::Metric(_) => unreachable!(),
         };
-        let err = Pipeline::compile(&log(r#"{service_name=~"("}"#)).unwrap_err();
+        // The parser refuses such a pattern first; compiling refuses it too.
+        let mut unclosed = log(r#"{service_name="a"}"#);
+        unclosed.pipeline.push(Stage::LineFilter {
+            op: LineOp::Matches,
+            pattern: LinePattern::Text("(".into()),
+            or: Vec::new(),
+        });
+        let err = Pipeline::compile(&unclosed).unwrap_err();
         assert!(err.0.contains("invalid regular expression"), "{err}");
         let giant = format!(r#"{{service_name="a"}} |~ "{}""#, "(a|b|c){1000}".repeat(8));
         let err = Pipeline::compile(&log(&giant)).unwrap_err();

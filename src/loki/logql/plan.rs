@@ -230,14 +230,24 @@ pub(crate) fn volume_plan(
     if !(whole_steps && aligned) {
         return None;
     }
-    let (
-        grouping,
-        RangeQuery {
-            function,
-            query,
-            range,
-        },
-    ) = expr.sum_of_range()?;
+    let (grouping, range_expr) = expr.sum_of_range()?;
+    // The rollup counts lines and their bytes at their own minute: no values, no offset.
+    let counts_lines = matches!(
+        range_expr.function,
+        RangeFunction::CountOverTime
+            | RangeFunction::Rate
+            | RangeFunction::BytesOverTime
+            | RangeFunction::BytesRate
+    );
+    if !counts_lines || range_expr.unwrap.is_some() || !range_expr.offset.is_zero() {
+        return None;
+    }
+    let RangeExpr {
+        function,
+        query,
+        range,
+        ..
+    } = range_expr;
     let by = match grouping {
         None => Vec::new(),
         Some(Grouping {
@@ -256,8 +266,8 @@ pub(crate) fn volume_plan(
             _ => false,
         });
     (whole_minutes && selector_only).then(|| VolumePlan {
-        function,
-        range,
+        function: *function,
+        range: *range,
         query: query.clone(),
         by,
     })

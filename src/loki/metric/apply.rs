@@ -4,6 +4,7 @@
 
 use super::program::Operation;
 use crate::error::HttpError;
+use crate::loki::logql::binary;
 use crate::loki::logql::eval::{self, Series, Steps, Value};
 use crate::loki::logql::labels::Labels;
 use crate::query::memory::ReadCharge;
@@ -39,16 +40,36 @@ pub(super) fn apply(
                 ))
             }
         },
-        Operation::Binary(op) => {
+        Operation::Binary(op, modifier) => {
             let right = pop(values);
             let left = pop(values);
             let (left_bytes, right_bytes) = (left.bytes(), right.bytes());
-            // Its series are at most those of the larger side.
-            let most = left_bytes.max(right_bytes);
+            // Its series are at most those of both sides (`or` keeps series of each).
+            let most = left_bytes + right_bytes;
             transform(charge, left_bytes + right_bytes, most, || {
-                Ok(eval::binary(*op, left, right))
+                Ok(binary::binary(*op, modifier, left, right)?)
             })?
         }
+        Operation::LabelReplace(replace) => match pop(values) {
+            Value::Matrix(series) => {
+                // The series change in place, so what they take is only known once they have:
+                // the difference is charged (or given back) then.
+                let held: usize = series.iter().map(Series::bytes).sum();
+                let value = Value::Matrix(eval::label_replace(series, replace)?);
+                let now = value.bytes();
+                if now > held {
+                    charge.charge(now - held)?;
+                } else {
+                    charge.release(held - now);
+                }
+                value
+            }
+            Value::Scalar(_) => {
+                return Err(HttpError::BadRequest(
+                    "label_replace takes series (such as count_over_time(…)), not a number".into(),
+                ))
+            }
+        },
         Operation::Number(value) => Value::Scalar(*value),
         Operation::Vector(value) => {
             charge.charge(eval::series_bytes(&Labels::new(), steps.count))?;

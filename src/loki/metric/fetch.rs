@@ -4,10 +4,13 @@ use chrono::DateTime;
 
 use super::program::Read;
 use crate::error::HttpError;
-use crate::loki::logql::ast::{Grouping, RangeQuery};
+use crate::loki::logql::ast::{Grouping, RangeExpr, RangeFunction};
 use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps};
+use crate::loki::logql::labels::Labels;
 use crate::loki::logql::pipeline::{Output, ERROR_LABEL};
 use crate::loki::logql::plan::VolumePlan;
+use crate::loki::logql::samples::SampleAccumulator;
+use crate::loki::logql::unwrap::Unwrapper;
 use crate::loki::read::{nanos, RollupRead, Scan, Stats, TimeRange};
 use crate::model::selection::Order;
 use crate::observability::metrics::CounterVec;
@@ -42,7 +45,7 @@ impl Reads {
                 fetch.sources.increment_static(["rollup"], 1);
                 self.rollup(plan, fetch).await
             }
-            Read::Scan { range, sum_by } => self.range_series(*range, *sum_by, fetch).await,
+            Read::Scan { range, sum_by } => self.range_series(range, *sum_by, fetch).await,
         }
     }
 
@@ -51,46 +54,54 @@ impl Reads {
     /// of its own series.
     async fn range_series(
         &self,
-        RangeQuery {
-            function,
-            query,
-            range,
-        }: RangeQuery<'_>,
+        range: &RangeExpr,
         sum_by: Option<&Option<Grouping>>,
         fetch: &mut Fetch<'_>,
     ) -> Result<Vec<Series>, HttpError> {
         fetch.sources.increment_static(["scan"], 1);
         let steps = fetch.steps;
-        let range = range.as_nanos() as i64;
-        let mut accumulator = RangeAccumulator::new(function, range, steps);
+        let width = range.range.as_nanos() as i64;
+        let offset = range.offset.as_nanos() as i64;
+        let mut target = Target::new(range, width, offset, steps)?;
         let span = TimeRange {
-            from: DateTime::from_timestamp_nanos(steps.start.saturating_sub(range)),
+            from: DateTime::from_timestamp_nanos(
+                steps.start.saturating_sub(offset).saturating_sub(width),
+            ),
             // A range ends at its step, `(t − range, t]`: the read ends past `end` by the stores'
             // resolution, a microsecond, which both keep and neither rounds away.
-            to: DateTime::from_timestamp_nanos(steps.end().saturating_add(1_000)),
+            to: DateTime::from_timestamp_nanos(
+                steps.end().saturating_sub(offset).saturating_add(1_000),
+            ),
         };
+        let absent = range.function == RangeFunction::AbsentOverTime;
+        // Loki refuses a line that still carries `__error__`, except a line counted into a `sum`
+        // of everything, whose one series never has the label (Loki 3.7.6 answers
+        // `sum(count_over_time({…} | json [5m]))` over such lines with their count). An unwrapped
+        // value is always checked: Loki's parser reads the label it unwraps, whatever the sum.
+        let checks_errors = target.unwraps() || !matches!(sum_by, Some(None));
         let mut failed = None;
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
-                // Loki refuses to count a line that still carries `__error__`, except into a
-                // `sum` of everything, whose one series never has the label (Loki 3.7.6 answers
-                // `sum(count_over_time({…} | json [5m]))` over such lines with their count).
-                let keeps_labels = !matches!(sum_by, Some(None));
-                if let Some(kind) = output
-                    .labels
+                let Some((labels, value)) = target.sample(output) else {
+                    return true;
+                };
+                if let Some(kind) = labels
                     .get(ERROR_LABEL)
-                    .filter(|kind| keeps_labels && !kind.is_empty())
+                    .filter(|kind| checks_errors && !kind.is_empty())
                 {
-                    failed = Some(EvalError::pipeline(kind, &output.labels).into());
+                    failed = Some(EvalError::pipeline(kind, &labels).into());
                     return false;
                 }
-                let labels = match sum_by {
-                    Some(grouping) => eval::group_key(grouping, &output.labels),
-                    None => output.labels,
+                let labels = match (sum_by, &range.grouping) {
+                    // Only whether a step has a line matters.
+                    _ if absent => Labels::new(),
+                    (Some(grouping), _) => eval::group_key(grouping, &labels),
+                    (None, Some(_)) => eval::group_key(&range.grouping, &labels),
+                    (None, None) => labels,
                 };
-                let made = accumulator
-                    .add(labels, nanos(row.ts), output.line.len())
+                let made = target
+                    .add(labels, nanos(row.ts), value)
                     .map_err(HttpError::from)
                     .and_then(|made| Ok(charge.charge(made)?));
                 match made {
@@ -103,7 +114,7 @@ impl Reads {
             };
             self.each_output(
                 fetch.tenant,
-                query,
+                &range.query,
                 Scan {
                     range: span,
                     order: Order::Any,
@@ -114,10 +125,23 @@ impl Reads {
             )
             .await?;
         }
-        match failed {
-            Some(err) => Err(err),
-            None => Ok(accumulator.finish()),
+        if let Some(err) = failed {
+            return Err(err);
         }
+        let held = target.held();
+        let mut series = target.finish();
+        if absent {
+            series = eval::absent(&series, &range.query.selector, steps.count);
+        }
+        // What the accumulator held beyond its series (folds, samples) goes back; what the
+        // answer takes beyond that is charged.
+        let now: usize = series.iter().map(Series::bytes).sum();
+        if now > held {
+            fetch.charge.charge(now - held)?;
+        } else {
+            fetch.charge.release(held - now);
+        }
+        Ok(series)
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
@@ -143,5 +167,71 @@ impl Reads {
         self.rollup_series(read, &mut accumulator, fetch.stats, fetch.charge)
             .await?;
         Ok(accumulator.finish())
+    }
+}
+
+/// What a scan feeds: lines into a count, or unwrapped values into a function of values.
+enum Target {
+    /// Each line counts (or its bytes do).
+    Lines {
+        accumulator: RangeAccumulator,
+        /// What the accumulator was charged for, all told.
+        held: usize,
+    },
+    /// Each line's value counts, where it has one.
+    Values(Unwrapper, SampleAccumulator),
+}
+
+impl Target {
+    fn new(range: &RangeExpr, width: i64, offset: i64, steps: Steps) -> Result<Self, HttpError> {
+        Ok(match &range.unwrap {
+            None => Target::Lines {
+                accumulator: RangeAccumulator::new(range.function, width, steps)
+                    .with_offset(offset),
+                held: 0,
+            },
+            Some(unwrap) => Target::Values(
+                Unwrapper::compile(unwrap)?,
+                SampleAccumulator::new(range.function, range.parameter, width, offset, steps),
+            ),
+        })
+    }
+
+    fn unwraps(&self) -> bool {
+        matches!(self, Target::Values(..))
+    }
+
+    /// A line's labels and what it adds: its bytes, or its value; `None` when it adds nothing.
+    fn sample(&self, output: Output) -> Option<(Labels, f64)> {
+        match self {
+            Target::Lines { .. } => Some((output.labels, output.line.len() as f64)),
+            Target::Values(unwrapper, _) => unwrapper.sample(output.labels),
+        }
+    }
+
+    /// Adds what [`Target::sample`] gave at `ts`; gives the memory to charge.
+    fn add(&mut self, labels: Labels, ts: i64, value: f64) -> Result<usize, EvalError> {
+        match self {
+            Target::Lines { accumulator, held } => {
+                let made = accumulator.add(labels, ts, value as usize)?;
+                *held += made;
+                Ok(made)
+            }
+            Target::Values(_, accumulator) => accumulator.add(labels, ts, value),
+        }
+    }
+
+    fn held(&self) -> usize {
+        match self {
+            Target::Lines { held, .. } => *held,
+            Target::Values(_, accumulator) => accumulator.held(),
+        }
+    }
+
+    fn finish(self) -> Vec<Series> {
+        match self {
+            Target::Lines { accumulator, .. } => accumulator.finish(),
+            Target::Values(_, accumulator) => accumulator.finish(),
+        }
     }
 }

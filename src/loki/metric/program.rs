@@ -2,7 +2,9 @@
 //! operation after the steps that make its operands, so that running them on a stack of values
 //! evaluates the expression. Which reads the rollup can answer is decided here, once.
 
-use crate::loki::logql::ast::{AggregateOp, BinaryOp, Grouping, MetricExpr, RangeQuery};
+use crate::loki::logql::ast::{
+    AggregateOp, BinaryModifier, BinaryOp, Grouping, LabelReplace, MetricExpr, RangeExpr,
+};
 use crate::loki::logql::eval::Steps;
 use crate::loki::logql::plan::{self, Placement, VolumePlan};
 
@@ -18,13 +20,14 @@ pub(super) enum Step<'a> {
 pub(super) enum Read<'a> {
     /// From the per-minute rollup, at the minute's resolution.
     Rollup(VolumePlan),
-    /// From a scan of the lines, each line counted in its own series or, with `sum_by`, straight
-    /// into its group of that `sum`'s grouping: summing afterwards would first make one series
-    /// per distinct label set, which lines with an attribute of many values (a request id) take
-    /// past the series limit.
+    /// From a scan of the lines, each line (or the value it unwraps) counted in its own series
+    /// or, with `sum_by`, straight into its group of that `sum`'s grouping: summing afterwards
+    /// would first make one series per distinct label set, which lines with an attribute of many
+    /// values (a request id) take past the series limit. The rollup holds counts only, so every
+    /// function of values scans.
     Scan {
-        /// The range function and the lines it counts.
-        range: RangeQuery<'a>,
+        /// The range function and the lines it reads.
+        range: &'a RangeExpr,
         /// The grouping of the `sum` the scan feeds, if it feeds one.
         sum_by: Option<&'a Option<Grouping>>,
     },
@@ -42,7 +45,9 @@ pub(super) enum Operation<'a> {
         parameter: Option<f64>,
     },
     /// Combines the two top values, the left operand below the right.
-    Binary(BinaryOp),
+    Binary(BinaryOp, &'a BinaryModifier),
+    /// Rewrites a label of the top value's series.
+    LabelReplace(&'a LabelReplace),
     /// Pushes a number.
     Number(f64),
     /// Pushes `vector(…)`: one series without labels.
@@ -74,16 +79,8 @@ fn push<'a>(expr: &'a MetricExpr, steps: Steps, placement: Placement, out: &mut 
         return;
     }
     match expr {
-        MetricExpr::Range {
-            function,
-            query,
+        MetricExpr::Range(range) => out.push(Step::Read(Read::Scan {
             range,
-        } => out.push(Step::Read(Read::Scan {
-            range: RangeQuery {
-                function: *function,
-                query,
-                range: *range,
-            },
             sum_by: None,
         })),
         MetricExpr::Aggregate {
@@ -99,10 +96,19 @@ fn push<'a>(expr: &'a MetricExpr, steps: Steps, placement: Placement, out: &mut 
                 parameter: *parameter,
             }));
         }
-        MetricExpr::Binary { op, left, right } => {
+        MetricExpr::Binary {
+            op,
+            modifier,
+            left,
+            right,
+        } => {
             push(left, steps, placement, out);
             push(right, steps, placement, out);
-            out.push(Step::Apply(Operation::Binary(*op)));
+            out.push(Step::Apply(Operation::Binary(*op, modifier)));
+        }
+        MetricExpr::LabelReplace(replace) => {
+            push(&replace.inner, steps, placement, out);
+            out.push(Step::Apply(Operation::LabelReplace(replace)));
         }
         MetricExpr::Number(value) => out.push(Step::Apply(Operation::Number(*value))),
         MetricExpr::Vector(value) => out.push(Step::Apply(Operation::Vector(*value))),
@@ -136,7 +142,8 @@ mod tests {
                     sum_by: Some(_), ..
                 }) => "scan-into-groups",
                 Step::Apply(Operation::Aggregate { .. }) => "aggregate",
-                Step::Apply(Operation::Binary(_)) => "binary",
+                Step::Apply(Operation::Binary(..)) => "binary",
+                Step::Apply(Operation::LabelReplace(_)) => "label_replace",
                 Step::Apply(Operation::Number(_)) => "number",
                 Step::Apply(Operation::Vector(_)) => "vector",
             })
@@ -165,6 +172,27 @@ mod tests {
                 minutes
             ),
             ["rollup", "scan", "aggregate", "binary"]
+        );
+        // Values are never in the rollup; an offset reads a range it was not asked to plan.
+        assert_eq!(
+            shape(
+                r#"sum by (level) (sum_over_time({service_name="api"} | logfmt | unwrap bytes [1m]))"#,
+                minutes
+            ),
+            ["scan-into-groups", "aggregate"]
+        );
+        assert_eq!(
+            shape(
+                r#"label_replace(sum(count_over_time({service_name="api"}[1m] offset 5m)), "a", "b", "c", "d") > 2"#,
+                minutes
+            ),
+            [
+                "scan-into-groups",
+                "aggregate",
+                "label_replace",
+                "number",
+                "binary"
+            ]
         );
     }
 }
