@@ -80,6 +80,9 @@ impl Reads {
         // value is always checked: Loki's parser reads the label it unwraps, whatever the sum.
         let checks_errors = target.unwraps() || !matches!(sum_by, Some(None));
         let mut failed = None;
+        // The earliest line a pipeline error stops the query at, as Loki, which reads the lines
+        // in time order, names it; the rows come in any order, so the rest are still looked at.
+        let mut first_error: Option<(i64, EvalError)> = None;
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
@@ -90,8 +93,14 @@ impl Reads {
                     .get(ERROR_LABEL)
                     .filter(|kind| checks_errors && !kind.is_empty())
                 {
-                    failed = Some(EvalError::pipeline(kind, &labels).into());
-                    return false;
+                    let ts = nanos(row.ts);
+                    if first_error.as_ref().is_none_or(|(first, _)| ts < *first) {
+                        first_error = Some((ts, EvalError::pipeline(kind, &labels)));
+                    }
+                    return true;
+                }
+                if first_error.is_some() {
+                    return true;
                 }
                 let labels = match (sum_by, &range.grouping) {
                     // Only whether a step has a line matters.
@@ -127,6 +136,9 @@ impl Reads {
         }
         if let Some(err) = failed {
             return Err(err);
+        }
+        if let Some((_, err)) = first_error {
+            return Err(err.into());
         }
         let held = target.held();
         let mut series = target.finish();
