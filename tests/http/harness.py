@@ -174,7 +174,9 @@ def stored_rows(db_path):
     connection = sqlite3.connect(db_path)
     connection.row_factory = sqlite3.Row
     rows = connection.execute(
-        "SELECT tenant, ts, severity, service, message, attributes, trace_id, span_id FROM logs"
+        # A record's stream labels and its own attributes, as one map (its own winning).
+        "SELECT tenant, ts, severity, service, message, json_patch(labels, attributes) AS attributes,"
+        " trace_id, span_id FROM logs"
     ).fetchall()
     connection.close()
     return {row["message"]: dict(row, attributes=json.loads(row["attributes"])) for row in rows}

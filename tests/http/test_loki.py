@@ -127,15 +127,21 @@ def check_logging_loki(server, db_path):
                "attributes": attributes, "trace_id": None, "span_id": None})
         check(f"{name}: ts is the time it was sent", low <= (row.get("ts") or 0) <= high, True)
 
-    expect(0, "unknown_service", 5, base)
-    expect(1, "unknown_service", 9, {**base, "user_id": "u-7"})
-    expect(2, "payments", 13, base)
-    expect(3, "worker", 17, {**base, "order_id": "42"})
-    expect(4, "unknown_service", 21, base)
-    expect(5, "unknown_service", 0, {**base, "severity": "audit"})
-    expect(6, "unknown_service", 9, base)
-    expect(7, "unknown_service", 17, base)
-    expect(8, "ops-tool", 13, {"logger": "loghaul.ci.loki.ops"}, tenant="ops")
+    # Every tag is a stream label, kept as sent (the handler adds `severity`); the service is
+    # derived from them in Loki's order, where `application` comes before `job`.
+    def tags(severity, **more):
+        return {**base, "severity": severity, **more}
+
+    expect(0, "checkout", 5, tags("debug"))
+    expect(1, "checkout", 9, tags("info", user_id="u-7"))
+    expect(2, "payments", 13, tags("warning", service="payments"))
+    expect(3, "checkout", 17, tags("error", job="worker", order_id="42"))
+    expect(4, "checkout", 21, tags("critical"))
+    expect(5, "checkout", 0, tags("audit"))
+    expect(6, "checkout", 9, tags("info"))
+    expect(7, "checkout", 17, tags("error"))
+    expect(8, "ops-tool", 13, {"app": "ops-tool", "logger": "loghaul.ci.loki.ops", "severity": "warning"},
+           tenant="ops")
     check("python-logging-loki: the messages", [entry["line"].splitlines()[0] for entry in sent], [
         "cache miss for cart c-1",
         "user logged in",
@@ -185,12 +191,15 @@ def check_two_streams(server, db_path):
         return {"tenant": "default", "ts": ts, "severity": severity, "service": service,
                 "message": message, "attributes": attributes, "trace_id": None, "span_id": None}
 
+    # The stream's labels (`level` as sent) and an entry's metadata, as one map.
     check("two streams: an entry without structured metadata", rows.get("card declined"),
-          row("card declined", t1 // 1000, "checkout", 13, {"env": "prod"}))
+          row("card declined", t1 // 1000, "checkout", 13, {"env": "prod", "level": "warn"}))
     check("two streams: an entry with structured metadata", rows.get("retrying payment"),
-          row("retrying payment", t2 // 1000, "checkout", 13, {"env": "prod", "order_id": "42", "attempt": "2"}))
+          row("retrying payment", t2 // 1000, "checkout", 13,
+              {"env": "prod", "level": "warn", "order_id": "42", "attempt": "2"}))
     check("two streams: the second stream, level ERROR", rows.get("index unavailable"),
-          row("index unavailable", t3 // 1000, "search", 17, {"env": "staging", "shard": "7"}))
+          row("index unavailable", t3 // 1000, "search", 17,
+              {"env": "staging", "level": "ERROR", "shard": "7"}))
 
 
 def check_label_fallbacks(server, db_path):
@@ -215,16 +224,18 @@ def check_label_fallbacks(server, db_path):
         row = rows.get(line, {})
         return row.get("service"), row.get("severity"), row.get("attributes")
 
-    check("service label, then job is an attribute; detected_level critical",
-          stored("fallback: service"), ("billing", 21, {"job": "cron"}))
-    check("app label; severity TRACE", stored("fallback: app"), ("frontend", 1, {}))
-    check("job label; level err", stored("fallback: job"), ("cron-2", 17, {}))
-    check("no service label: unknown_service; an unknown level stays an attribute",
+    # Every label stays a label as sent; the service and the severity are read from them.
+    check("service label, then job; detected_level critical", stored("fallback: service"),
+          ("billing", 21, {"service": "billing", "job": "cron", "detected_level": "critical"}))
+    check("app label; severity TRACE", stored("fallback: app"),
+          ("frontend", 1, {"app": "frontend", "severity": "TRACE"}))
+    check("job label; level err", stored("fallback: job"), ("cron-2", 17, {"job": "cron-2", "level": "err"}))
+    check("no service label: unknown_service; an unknown level stays a label",
           stored("fallback: none"), ("unknown_service", 0, {"env": "dev", "level": "verbose"}))
-    check("level Warning", stored("level Warning"), ("api", 13, {}))
-    check("level debug", stored("level debug"), ("api", 5, {}))
-    check("level fatal", stored("level fatal"), ("api", 21, {}))
-    check("level panic", stored("level panic"), ("api", 21, {}))
+    check("level Warning", stored("level Warning"), ("api", 13, {"level": "Warning"}))
+    check("level debug", stored("level debug"), ("api", 5, {"level": "debug"}))
+    check("level fatal", stored("level fatal"), ("api", 21, {"level": "fatal"}))
+    check("level panic", stored("level panic"), ("api", 21, {"level": "panic"}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,9 +321,9 @@ def check_protobuf_snappy(server, db_path):
         return row.get("ts"), row.get("service"), row.get("severity"), row.get("attributes")
 
     check("protobuf + snappy: an entry", stored("protobuf entry"),
-          (t1 // 1000, "proto-svc", 9, {"region": "eu-west, 1"}))
+          (t1 // 1000, "proto-svc", 9, {"level": "info", "region": "eu-west, 1"}))
     check("protobuf + snappy: an entry with structured metadata", stored("protobuf entry with metadata"),
-          (t2 // 1000, "proto-svc", 9, {"region": "eu-west, 1", "request_id": "r-9"}))
+          (t2 // 1000, "proto-svc", 9, {"level": "info", "region": "eu-west, 1", "request_id": "r-9"}))
 
 
 def check_metrics(server, _db_path):

@@ -234,7 +234,9 @@ class Store:
             db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
             try:
                 found = db.execute(
-                    "SELECT message, severity, service, attributes FROM logs WHERE tenant = ?",
+                    # Stream labels and attributes as one map, a record's own winning.
+                    "SELECT message, severity, service, json_patch(labels, attributes) FROM logs"
+                    " WHERE tenant = ?",
                     (tenant,),
                 ).fetchall()
             except sqlite3.OperationalError:
@@ -244,7 +246,7 @@ class Store:
             return [(m, s, svc, json.loads(a)) for m, s, svc, a in found]
         text = psql(
             self.url,
-            "SELECT coalesce(json_agg(json_build_array(message, severity, service, attributes)),"
+            "SELECT coalesce(json_agg(json_build_array(message, severity, service, labels || attributes)),"
             f" '[]') FROM logs WHERE tenant = '{tenant}'",
             check=False,
         )
