@@ -423,11 +423,13 @@ def expected_records():
     for n in range(JSON_LINES):
         level, severity = LEVELS[n % len(LEVELS)]
         rest = {"message": f"json line {n}", "seq": n, "user": f"u{n % 7}"}
-        # loki: the record as JSON without the label key `level`; env=prod is a label.
-        want["loki"][("json", n)] = (json.dumps(rest, separators=(",", ":")), severity, {"env": "prod"})
+        # loki: the record as JSON without the label key `level`, which is a stream label as sent,
+        # as env=prod is.
+        labels = {"env": "prod", "level": level}
+        want["loki"][("json", n)] = (json.dumps(rest, separators=(",", ":")), severity, labels)
         want["loki wrapped"][("json", n)] = want["loki"][("json", n)]
         logfmt = f'message="json line {n}" seq={n} user="u{n % 7}"'
-        want["loki key_value"][("json", n)] = (logfmt, severity, {"env": "prod"})
+        want["loki key_value"][("json", n)] = (logfmt, severity, labels)
         attributes = {"level": level, "seq": str(n), "user": f"u{n % 7}"}
         if level == "warning":
             attributes["severity_text"] = level  # says more than WARN
@@ -443,9 +445,9 @@ def expected_records():
 
 
 DUMMY = {
-    "loki": ("heartbeat", 9, {"env": "prod"}),
-    "loki wrapped": ('{"message":"heartbeat"}', 9, {"env": "prod"}),
-    "loki key_value": ("heartbeat", 9, {"env": "prod"}),
+    "loki": ("heartbeat", 9, {"env": "prod", "level": "info"}),
+    "loki wrapped": ('{"message":"heartbeat"}', 9, {"env": "prod", "level": "info"}),
+    "loki key_value": ("heartbeat", 9, {"env": "prod", "level": "info"}),
     "opentelemetry": ("heartbeat", 9, {"level": "info"}),
 }
 
