@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
                 let Ok(wire) = to_wire(record, &shared) else {
                     continue;
                 };
-                if let Ok(stored) = validate_with(wire, &shared.attributes, &limits, now) {
+                if let Ok(stored) = validate_with(wire, &shared.labels, &limits, now) {
                     loghaul_fuzz::check_storable(&stored, now);
                 }
             }

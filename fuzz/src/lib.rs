@@ -8,6 +8,7 @@ pub fn check_storable(record: &Record, now: DateTime<Utc>) {
     for text in [&record.service, &record.message, &record.attributes] {
         assert!(!text.contains('\0'), "a NUL passed validation");
     }
+    assert!(!record.labels.contains('\0'), "a NUL passed validation");
     assert!(!record.service.is_empty());
     assert_eq!(record.ts.timestamp_subsec_nanos() % 1000, 0, "microseconds");
     assert!(record.ts.timestamp() > 0);
