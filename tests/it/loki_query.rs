@@ -255,6 +255,26 @@ fn entries(answer: &Json) -> Vec<(i64, String)> {
 }
 
 /// The lines of a streams answer, oldest first.
+/// An `/index/volume` answer's series as (labels, bytes), sorted.
+fn volume_pairs(answer: &Json) -> Vec<(BTreeMap<String, String>, String)> {
+    let mut pairs: Vec<_> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let metric = s["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+                .collect();
+            (metric, s["value"][1].as_str().unwrap().to_owned())
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
 fn lines(answer: &Json) -> Vec<String> {
     let mut all = entries(answer);
     all.sort();
@@ -1066,17 +1086,14 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
     )
     .await;
     let billing_bytes = "invoice 42 overdue".len().to_string();
-    let mut named: Vec<(String, String)> = by_names["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            let (name, value) = s["metric"].as_object().unwrap().iter().next().unwrap();
+    let named: Vec<(String, String)> = volume_pairs(&by_names)
+        .into_iter()
+        .map(|(metric, bytes)| {
+            let (name, value) = metric.into_iter().next().unwrap();
             assert_eq!(value, "", "{by_names}");
-            (name.clone(), s["value"][1].as_str().unwrap().to_owned())
+            (name, bytes)
         })
         .collect();
-    named.sort();
     assert_eq!(
         named,
         ["level", "region", "service_name"].map(|name| (name.to_owned(), billing_bytes.clone())),
@@ -1135,18 +1152,10 @@ async fn label_series_and_volume_endpoints_answer_in_lokis_shapes(db: &TestDb) {
         &[],
     )
     .await;
-    let mut by_level: Vec<(String, String)> = volume["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["metric"]["level"].as_str().unwrap().to_owned(),
-                s["value"][1].as_str().unwrap().to_owned(),
-            )
-        })
+    let by_level: Vec<(String, String)> = volume_pairs(&volume)
+        .into_iter()
+        .map(|(metric, bytes)| (metric["level"].clone(), bytes))
         .collect();
-    by_level.sort();
     let level_bytes = |level: &str| {
         KNOWN
             .iter()

@@ -26,7 +26,7 @@ use crate::auth::{AuthFailure, Tenant};
 use crate::error::{IngestError, StreamFailure};
 use crate::ingest::charge::{admit, count_received, respond};
 use crate::ingest::metrics::{IngestMetrics, Protocol};
-use crate::ingest::validate::{validate, Invalid, Limits};
+use crate::ingest::validate::{validate_with, Invalid, Limits, StreamLabels};
 use crate::model::reject::RejectionCounts;
 use crate::observability::metrics::Gauge;
 use crate::pipeline::ack::{AckReceiver, AckResult};
@@ -240,6 +240,9 @@ impl IngestService {
         // a few hundred in memory, so a message of many tiny records is refused here, unbuilt.
         meter.charge(count * RECORD_OVERHEAD_BYTES).await?;
         let now = Utc::now();
+        // A Push record has no stream labels: every record of the request points to one empty
+        // set instead of allocating its own.
+        let no_labels = StreamLabels::default();
         let mut records = Vec::with_capacity(count);
         let mut invalid = Vec::new();
         let mut rejections = RejectionCounts::default();
@@ -250,7 +253,7 @@ impl IngestService {
                 (push_request::RECORDS, Value::Bytes(bytes)) => {
                     let checked = LogRecord::decode(bytes)
                         .map_err(Invalid::malformed)
-                        .and_then(|wire| validate(wire, &self.limits, now));
+                        .and_then(|wire| validate_with(wire, &no_labels, &self.limits, now));
                     match checked {
                         Ok(record) => {
                             meter
