@@ -13,7 +13,7 @@ use tokio_stream::StreamExt;
 use super::read::{nanos, Entry, Streams, TimeRange};
 use crate::error::HttpError;
 use crate::loki::logql::ast::LogQuery;
-use crate::loki::logql::labels::{self, Labels};
+use crate::loki::logql::labels::Labels;
 use crate::loki::logql::pipeline::Pipeline;
 use crate::loki::logql::plan;
 use crate::model::selection::Order;
@@ -106,7 +106,7 @@ impl LokiTail {
             };
             let mut lines = Streams::default();
             for row in rows {
-                let Some(output) = self.pipeline.process(&row) else {
+                let Some((output, metadata)) = self.pipeline.process_with_metadata(&row) else {
                     continue;
                 };
                 let entry = Entry {
@@ -118,9 +118,8 @@ impl LokiTail {
                     // query's stages made, without the structured metadata (`detected_level`
                     // among it) that its queries, and so the backfill, add.
                     let mut labels = output.labels;
-                    let stream = labels::row_stream_labels(&row);
-                    for (name, value) in labels::with_metadata(stream.clone(), &row) {
-                        if !stream.contains_key(&name) && labels.get(&name) == Some(&value) {
+                    for (name, value) in metadata {
+                        if labels.get(&name) == Some(&value) {
                             labels.remove(&name);
                         }
                     }

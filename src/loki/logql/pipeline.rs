@@ -300,7 +300,30 @@ impl Pipeline {
         if !self.selects(&stream) {
             return None;
         }
-        let mut labels = labels::with_metadata(stream, row);
+        self.run(row, labels::with_metadata(stream, row))
+    }
+
+    /// [`Pipeline::process`], and the structured metadata the row's labels started with (the
+    /// labels that were not its stream's), for a reader that sends lines without it.
+    pub(crate) fn process_with_metadata(
+        &self,
+        row: &StoredRow,
+    ) -> Option<(Output, Vec<(String, String)>)> {
+        let stream = labels::row_stream_labels(row);
+        if !self.selects(&stream) {
+            return None;
+        }
+        let labels = labels::with_metadata(stream.clone(), row);
+        let metadata = labels
+            .iter()
+            .filter(|(name, _)| !stream.contains_key(*name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        Some((self.run(row, labels)?, metadata))
+    }
+
+    /// The stages, on the row's line and `labels`.
+    fn run(&self, row: &StoredRow, mut labels: Labels) -> Option<Output> {
         let mut line = row.message.clone();
         let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
         for step in &self.steps {
