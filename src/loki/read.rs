@@ -361,10 +361,11 @@ impl Reads {
                 )));
                 return false;
             }
-            if !pipeline.selects(&labels::volume_stream_labels(&row.service, &row.level)) {
+            // The selector names the rollup's stream labels only, never `detected_level`.
+            let stream = labels::volume_labels(&row.service, &row.level, row.severity);
+            if !pipeline.selects(&stream) {
                 return true;
             }
-            let stream = labels::volume_labels(&row.service, &row.level, row.severity);
             match each(stream, row) {
                 Ok(()) => true,
                 Err(err) => {

@@ -55,7 +55,7 @@ pub(crate) fn label_value(value: &serde_json::Value) -> String {
 }
 
 /// The stream labels of a rollup row: its service, and its `level` label where one was sent.
-pub(crate) fn volume_stream_labels(service: &str, level: &str) -> Labels {
+fn volume_stream_labels(service: &str, level: &str) -> Labels {
     let mut labels = Labels::from([(SERVICE_LABEL.to_owned(), service.to_owned())]);
     if !level.is_empty() {
         labels.insert(LEVEL_LABEL.to_owned(), level.to_owned());
