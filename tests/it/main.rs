@@ -24,6 +24,7 @@ mod http_ingest;
 mod ingest;
 mod loki_query;
 mod loki_tail;
+mod migrations;
 mod otlp;
 mod overload;
 mod probes;
