@@ -24,10 +24,10 @@ use crate::loki::logql::labels::{self, Labels};
 use crate::loki::logql::pipeline::{CompileError, Output, Pipeline};
 use crate::loki::logql::plan;
 use crate::loki::logql::ParseError;
-use crate::model::selection::{Order, VolumeRow};
+use crate::model::selection::{Counting, Order, VolumeRow};
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
-use crate::storage::StoredRow;
+use crate::storage::{CountedRow, StoredRow};
 
 /// The most lines a log query may ask for, as Loki's default `max_entries_limit_per_query`.
 pub(crate) const MAX_ENTRIES: usize = 5000;
@@ -135,6 +135,49 @@ impl Reads {
         stats.lines_scanned += lines;
         stats.bytes_scanned += bytes;
         Ok(read?)
+    }
+
+    /// Gives `each` the rows of `query` (whose stages are line filters alone,
+    /// [`plan::filters_lines_only`]) over `range`, counted by the database per window of
+    /// `counting` and label columns: each window's labels, end (nanoseconds), lines and bytes,
+    /// until it returns false. False, having read nothing, where the store cannot check every
+    /// line filter itself.
+    pub(super) async fn each_counted(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        range: TimeRange,
+        counting: Counting,
+        stats: &mut Stats,
+        each: &mut (dyn FnMut(Labels, i64, u64, u64) -> bool + Send),
+    ) -> Result<bool, HttpError> {
+        debug_assert!(plan::filters_lines_only(query));
+        let selection = plan::selection(query, range.from, range.to);
+        if !self.reader().checks_lines(&selection) {
+            return Ok(false);
+        }
+        // The selector again, for what the database left out (a regular expression).
+        let pipeline = Pipeline::compile(query)?;
+        let (mut lines, mut bytes) = (0u64, 0u64);
+        let mut sink = |counted: CountedRow| {
+            let (count, size) = (counted.count as u64, counted.bytes as u64);
+            lines += count;
+            bytes += size;
+            let stream = labels::row_stream_labels(&counted.row);
+            if !pipeline.selects(&stream) {
+                return true;
+            }
+            let labels = labels::with_metadata(stream, &counted.row);
+            each(labels, nanos(counted.row.ts), count, size)
+        };
+        let read = self
+            .reader()
+            .count(tenant, &selection, counting, &mut sink)
+            .await;
+        stats.lines_scanned += lines;
+        stats.bytes_scanned += bytes;
+        read?;
+        Ok(true)
     }
 
     /// A log query's lines over `range`: at most `limit`, and no more than fit the answer's bytes;

@@ -110,3 +110,21 @@ pub enum Order {
     /// Whatever order the database finds them in (metric queries, which sum).
     Any,
 }
+
+/// How a counted read groups the rows of a selection: by their label columns and a window of
+/// their time. A row at `ts` is in the window `(end − width, end]` whose `end` is `origin` plus a
+/// whole number of widths, so the rows of one window count at the same steps of a metric query
+/// whenever every step and range boundary is such an end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Counting {
+    /// A window's width, in microseconds (positive).
+    pub width_micros: i64,
+    /// A window's end at or before every row of the selection, in microseconds since the epoch.
+    pub origin_micros: i64,
+    /// Group by the severity too (else it reads 0).
+    pub severity: bool,
+    /// Group by the attributes too (else they read `{}`).
+    pub attributes: bool,
+    /// Group by the trace and span ids too (else they read as absent).
+    pub trace: bool,
+}

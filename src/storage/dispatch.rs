@@ -14,10 +14,10 @@ use super::metrics::StorageMetrics;
 use super::postgres::{PgReader, PgRetention, PgTail, PostgresStore};
 use super::row::{Claim, Row};
 use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
-use super::stored::{Page, PageSize, StoredRow};
+use super::stored::{CountedRow, Page, PageSize, StoredRow};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
-use crate::model::selection::{Order, Selection, VolumeRow};
+use crate::model::selection::{Counting, LineCondition, Order, Selection, VolumeRow};
 use crate::observability::metrics::Registry;
 
 /// Runs the same code on whichever backend the handle `$handle` (an enum with a `Postgres` and a
@@ -168,6 +168,34 @@ impl Reader {
         sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         dispatch!(self, reader => reader.select(tenant, selection, order, limit, sink).await)
+    }
+
+    /// Streams the tenant's rows of `selection` to `sink`, counted per time window and label
+    /// columns as `counting` says, until it returns false. Only for a selection whose line
+    /// conditions the store checks all of ([`Reader::checks_lines`]): a counted row cannot be
+    /// checked again.
+    pub(crate) async fn count(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        counting: Counting,
+        sink: &mut (dyn FnMut(CountedRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        dispatch!(self, reader => reader.count(tenant, selection, counting, sink).await)
+    }
+
+    /// True when this store checks every line condition of `selection` itself; PostgreSQL leaves
+    /// out a regular expression its engine would read differently.
+    pub(crate) fn checks_lines(&self, selection: &Selection) -> bool {
+        match self {
+            Self::Sqlite(_) => true,
+            Self::Postgres(_) => selection.lines.iter().all(|condition| match condition {
+                LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
+                    pattern.postgres.is_some()
+                }
+                LineCondition::Contains(_) | LineCondition::NotContains(_) => true,
+            }),
+        }
     }
 
     /// Streams the tenant's volume rollup over `selection` (its time range, services and

@@ -38,4 +38,4 @@ pub use error::StoreError;
 pub(crate) use connect::redact_url;
 pub(crate) use dispatch::{Reader, RetentionSession, Tail};
 pub(crate) use row::{ChunkKey, Claim, Row};
-pub(crate) use stored::{PageSize, StoredRow};
+pub(crate) use stored::{CountedRow, PageSize, StoredRow};

@@ -30,6 +30,18 @@ pub struct StoredRow {
     pub span_id: Option<String>,
 }
 
+/// Rows of a counted read that share a window and their label columns: `row` holds those
+/// columns, its `ts` the window's end, an empty message.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CountedRow {
+    /// The window's end and the label columns.
+    pub row: StoredRow,
+    /// Rows.
+    pub count: i64,
+    /// Bytes of their messages.
+    pub bytes: i64,
+}
+
 /// Bytes of a `StoredRecord` on the wire that do not depend on its text: its framing in the
 /// answer, the cursor, two timestamps, the severity, and the tags and lengths of the strings.
 const FIXED_WIRE_BYTES: usize = 128;

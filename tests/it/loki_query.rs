@@ -748,6 +748,10 @@ async fn metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan(db:
                 &text,
                 r#"loghaul_loki_metric_sources_total{source="rollup"}"#,
             ),
+            metric(
+                &text,
+                r#"loghaul_loki_metric_sources_total{source="count"}"#,
+            ),
             metric(&text, r#"loghaul_loki_metric_sources_total{source="scan"}"#),
         )
     };
@@ -768,7 +772,7 @@ async fn metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan(db:
     assert_eq!(matrix(&rollup, "level"), want, "rollup: {rollup}");
     assert_eq!(
         after_rollup,
-        (before.0 + 1.0, before.1),
+        (before.0 + 1.0, before.1, before.2),
         "the rollup answered, no scan"
     );
     assert!(
@@ -778,24 +782,38 @@ async fn metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan(db:
             > 0,
         "{rollup}"
     );
-    let scan = range(
+    // A line filter: the database counts the lines; a label filter: the engine reads them.
+    let counted = range(
         r#"sum by (level) (count_over_time({service_name=~"api|worker|billing"} |~ ".*" [1m]))"#,
+    )
+    .await;
+    let after_count = sources().await;
+    assert_eq!(matrix(&counted, "level"), want, "count: {counted}");
+    assert_eq!(
+        after_count,
+        (after_rollup.0, after_rollup.1 + 1.0, after_rollup.2),
+        "the database counted"
+    );
+    let scan = range(
+        r#"sum by (level) (count_over_time({service_name=~"api|worker|billing"} | __error__="" [1m]))"#,
     )
     .await;
     let after_scan = sources().await;
     assert_eq!(matrix(&scan, "level"), want, "scan: {scan}");
     assert_eq!(
         after_scan,
-        (after_rollup.0, after_rollup.1 + 1.0),
+        (after_count.0, after_count.1, after_count.2 + 1.0),
         "a scan answered"
     );
-    assert!(
-        scan["data"]["stats"]["summary"]["totalLinesProcessed"]
-            .as_u64()
-            .unwrap()
-            >= 8,
-        "{scan}"
-    );
+    for answer in [&counted, &scan] {
+        assert!(
+            answer["data"]["stats"]["summary"]["totalLinesProcessed"]
+                .as_u64()
+                .unwrap()
+                >= 8,
+            "{answer}"
+        );
+    }
 
     // Over two minutes, by detected_level, the selector of level only.
     let want = expected(
@@ -867,7 +885,7 @@ async fn metric_queries_count_the_known_set_alike_from_the_rollup_and_a_scan(db:
         assert_eq!(matrix(&range(q).await, "service_name"), want, "{q}");
     }
 
-    // By an attribute: a scan only.
+    // By an attribute: not in the rollup, so counted by the database.
     let before = sources().await;
     let by_env = range(r#"sum by (env) (count_over_time({service_name="api"}[2m]))"#).await;
     let after = sources().await;
@@ -1729,6 +1747,127 @@ async fn a_scanned_sum_over_lines_with_many_label_sets_is_answered(db: &TestDb) 
 on_both_backends!(
     loki_query_many_label_sets,
     a_scanned_sum_over_lines_with_many_label_sets_is_answered
+);
+
+/// The database counting the lines of a metric query answers what the engine answers when it
+/// reads them one by one, whatever the function, the grouping, the step, the range, the offset
+/// and the start (on a second, between two, between two microseconds); lines lie on step and
+/// range boundaries and between them, with and without metadata.
+async fn a_counted_read_answers_what_a_scan_answers(db: &TestDb) {
+    let server = Process::serve(&db.url, &[]);
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let first = (base + 20) * NANOS;
+    let mut lines = 0;
+    let mut streams = Vec::new();
+    for (labels, every) in [
+        (
+            json!({"service_name": "cnt", "level": "info"}),
+            1_234_567_000i64,
+        ),
+        (json!({"service_name": "cnt", "env": "dev"}), 2_345_678_000),
+    ] {
+        let mut values: Vec<Json> = (0..150)
+            .map(|n| {
+                let ts = first + n * every;
+                let line = format!("line {n} {}", "x".repeat((n % 17) as usize));
+                match n % 4 {
+                    0 => json!([ts.to_string(), line, {"region": if n % 8 == 0 { "eu" } else { "us" }}]),
+                    1 => json!([ts.to_string(), line, {"trace_id": format!("t{}", n % 3)}]),
+                    _ => json!([ts.to_string(), line]),
+                }
+            })
+            .collect();
+        // Lines exactly on minutes, steps and range ends (each stream's at times of its own).
+        for extra in [60, 75, 90, 150, 180] {
+            let ts = (base + extra) * NANOS + if every > 2 * NANOS { 1_000 } else { 0 };
+            values.push(json!([ts.to_string(), format!("edge {extra}")]));
+        }
+        values.sort_by_key(|v| v[0].as_str().unwrap().parse::<i64>().unwrap());
+        lines += values.len() as i64;
+        streams.push(json!({"stream": labels, "values": values}));
+    }
+    push_json(addr, &[], json!({ "streams": streams })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= lines
+    })
+    .await;
+    let sources = async || {
+        let text = server.metrics().await;
+        (
+            metric(
+                &text,
+                r#"loghaul_loki_metric_sources_total{source="count"}"#,
+            ),
+            metric(&text, r#"loghaul_loki_metric_sources_total{source="scan"}"#),
+        )
+    };
+    let selector = r#"{service_name="cnt"}"#;
+    let mut asked = 0.0;
+    for function in [
+        "count_over_time",
+        "rate",
+        "bytes_over_time",
+        "bytes_rate",
+        "absent_over_time",
+    ] {
+        for (outer, close) in [
+            ("sum by (level) (", ")"),
+            ("sum(", ")"),
+            ("", ""),
+            ("count(", ")"),
+            ("sum by (trace_id, detected_level) (", ")"),
+            ("sum without (region) (", ")"),
+        ] {
+            for (range, step, offset, start_ns) in [
+                ("1m", "15s", "", 0),
+                ("90s", "37s", "", 123_456_789),
+                ("5m", "300s", "", 0),
+                ("30s", "9s", " offset 1m", 500),
+                ("2m", "7s", "", 999_999_999),
+                ("45s", "45s", " offset 13s", 1_000),
+            ] {
+                let query = |stage: &str| {
+                    format!("{outer}{function}({selector} {stage} [{range}]{offset}){close}")
+                };
+                let (counted, scanned) =
+                    (query(r#"|= "line""#), query(r#"| __error__="" |= "line""#));
+                let start = (base * NANOS + start_ns).to_string();
+                let end = ((base + 240) * NANOS + start_ns).to_string();
+                let ask = async |q: &str| {
+                    ok(
+                        addr,
+                        RANGE,
+                        &[
+                            ("query", q),
+                            ("start", &start),
+                            ("end", &end),
+                            ("step", step),
+                        ],
+                        &[],
+                    )
+                    .await["data"]["result"]
+                        .clone()
+                };
+                let (a, b) = (ask(&counted).await, ask(&scanned).await);
+                assert_eq!(a, b, "{counted} at step {step} from {start}");
+                let instant = async |q: &str| {
+                    ok(addr, INSTANT, &[("query", q), ("time", &end)], &[]).await["data"]["result"]
+                        .clone()
+                };
+                let (a, b) = (instant(&counted).await, instant(&scanned).await);
+                assert_eq!(a, b, "{counted} at {end}");
+                asked += 2.0;
+            }
+        }
+    }
+    // Every counted query was counted by the database, every other one read by the engine.
+    assert_eq!(sources().await, (asked, asked));
+    drop(server);
+}
+on_both_backends!(
+    loki_query_counted_reads,
+    a_counted_read_answers_what_a_scan_answers
 );
 
 /// A stream of JSON lines and a plain one, as Loki 3.7.6 answers it: a label filter drops the line

@@ -11,7 +11,7 @@ const QUERY_DURATION: Series = Series::new(
     Unit::Seconds,
     "Time to answer one Loki query API request.",
 );
-const METRIC_SOURCES: Series = Series::new("loghaul_loki_metric_sources_total", Unit::Count, "Range functions of LogQL metric queries, by what answered them: rollup (the per-minute log_volume table) or scan (the rows).");
+const METRIC_SOURCES: Series = Series::new("loghaul_loki_metric_sources_total", Unit::Count, "Range functions of LogQL metric queries, by what answered them: rollup (the per-minute log_volume table), count (the rows, counted by the database) or scan (the rows, sent to the engine).");
 
 /// The series of Loki's query API.
 #[derive(Debug)]

@@ -115,6 +115,22 @@ pub(crate) fn is_exact(query: &LogQuery) -> bool {
         })
 }
 
+/// True when every stage of `query` is a line filter the selection holds (text or a regular
+/// expression, without `or` or `ip()`): then the rows the selection gives, selected by their
+/// stream labels, are the query's lines, and the database may count them without sending them.
+pub(crate) fn filters_lines_only(query: &LogQuery) -> bool {
+    query.pipeline.iter().all(|stage| {
+        matches!(
+            stage,
+            Stage::LineFilter {
+                pattern: LinePattern::Text(_),
+                or,
+                ..
+            } if or.is_empty()
+        )
+    })
+}
+
 /// True when `query` is a selector of indexed labels alone: what the rollup's rows can tell.
 pub(crate) fn is_indexed_selector(query: &LogQuery) -> bool {
     query.pipeline.is_empty() && query.selector.iter().all(|m| labels::is_indexed(&m.label))

@@ -6,13 +6,13 @@ use super::program::Read;
 use crate::error::HttpError;
 use crate::loki::logql::ast::{Grouping, RangeExpr, RangeFunction};
 use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps};
-use crate::loki::logql::labels::Labels;
+use crate::loki::logql::labels::{self, Labels};
 use crate::loki::logql::pipeline::{Output, ERROR_LABEL};
-use crate::loki::logql::plan::VolumePlan;
+use crate::loki::logql::plan::{self, VolumePlan};
 use crate::loki::logql::samples::SampleAccumulator;
 use crate::loki::logql::unwrap::Unwrapper;
 use crate::loki::read::{nanos, RollupRead, Scan, Stats, TimeRange};
-use crate::model::selection::Order;
+use crate::model::selection::{Counting, Order};
 use crate::observability::metrics::CounterVec;
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
@@ -58,7 +58,6 @@ impl Reads {
         sum_by: Option<&Option<Grouping>>,
         fetch: &mut Fetch<'_>,
     ) -> Result<Vec<Series>, HttpError> {
-        fetch.sources.increment_static(["scan"], 1);
         let steps = fetch.steps;
         let width = range.range.as_nanos() as i64;
         let offset = range.offset.as_nanos() as i64;
@@ -74,6 +73,47 @@ impl Reads {
             ),
         };
         let absent = range.function == RangeFunction::AbsentOverTime;
+        if let Some(counting) = counting(range, sum_by, steps) {
+            let mut failed = None;
+            let charge = &mut *fetch.charge;
+            let mut each = |labels: Labels, ts: i64, count: u64, bytes: u64| {
+                let labels = match (sum_by, &range.grouping) {
+                    _ if absent => Labels::new(),
+                    (Some(grouping), _) => eval::group_key(grouping, &labels),
+                    (None, Some(_)) => eval::group_key(&range.grouping, &labels),
+                    (None, None) => labels,
+                };
+                let made = target
+                    .add_counted(labels, ts, count, bytes)
+                    .map_err(HttpError::from)
+                    .and_then(|made| Ok(charge.charge(made)?));
+                match made {
+                    Ok(()) => true,
+                    Err(err) => {
+                        failed = Some(err);
+                        false
+                    }
+                }
+            };
+            let counted = self
+                .each_counted(
+                    fetch.tenant,
+                    &range.query,
+                    span,
+                    counting,
+                    fetch.stats,
+                    &mut each,
+                )
+                .await?;
+            if let Some(err) = failed {
+                return Err(err);
+            }
+            if counted {
+                fetch.sources.increment_static(["count"], 1);
+                return finish(target, absent, range, steps, fetch.charge);
+            }
+        }
+        fetch.sources.increment_static(["scan"], 1);
         // Loki refuses a line that still carries `__error__`, except a line counted into a `sum`
         // of everything, whose one series never has the label (Loki 3.7.6 answers
         // `sum(count_over_time({…} | json [5m]))` over such lines with their count). An unwrapped
@@ -140,20 +180,7 @@ impl Reads {
         if let Some((_, err)) = first_error {
             return Err(err.into());
         }
-        let held = target.held();
-        let mut series = target.finish();
-        if absent {
-            series = eval::absent(&series, &range.query.selector, steps.count);
-        }
-        // What the accumulator held beyond its series (folds, samples) goes back; what the
-        // answer takes beyond that is charged.
-        let now: usize = series.iter().map(Series::bytes).sum();
-        if now > held {
-            fetch.charge.charge(now - held)?;
-        } else {
-            fetch.charge.release(held - now);
-        }
-        Ok(series)
+        finish(target, absent, range, steps, fetch.charge)
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
@@ -179,6 +206,96 @@ impl Reads {
         self.rollup_series(read, &mut accumulator, fetch.stats, fetch.charge)
             .await?;
         Ok(accumulator.finish())
+    }
+}
+
+/// The series `target` gathered, `absent_over_time`'s made of them; what the accumulator held
+/// beyond its series (folds, samples) goes back, what the answer takes beyond that is charged.
+fn finish(
+    target: Target,
+    absent: bool,
+    range: &RangeExpr,
+    steps: Steps,
+    charge: &mut ReadCharge,
+) -> Result<Vec<Series>, HttpError> {
+    let held = target.held();
+    let mut series = target.finish();
+    if absent {
+        series = eval::absent(&series, &range.query.selector, steps.count);
+    }
+    let now: usize = series.iter().map(Series::bytes).sum();
+    if now > held {
+        charge.charge(now - held)?;
+    } else {
+        charge.release(held - now);
+    }
+    Ok(series)
+}
+
+/// How the database can count the lines of `range` itself, grouped by no more label columns
+/// than the series need, when it can: a function of lines (not of values) over a query whose
+/// stages are all line filters, at steps whose ranges start and end on whole windows of
+/// microseconds. A window is as wide as the greatest common divisor of the step and the range,
+/// so that every range is made of whole windows: each window counts at the steps its end does.
+fn counting(
+    range: &RangeExpr,
+    sum_by: Option<&Option<Grouping>>,
+    steps: Steps,
+) -> Option<Counting> {
+    if range.unwrap.is_some() || !plan::filters_lines_only(&range.query) {
+        return None;
+    }
+    let width = range.range.as_nanos() as i64;
+    let offset = range.offset.as_nanos() as i64;
+    let window = if steps.count == 1 {
+        width
+    } else {
+        gcd(steps.step, width)
+    };
+    if window <= 0 || window % 1_000 != 0 {
+        return None;
+    }
+    // The label names the series keep: `None` for all of them.
+    let kept: Option<&[String]> = match (sum_by, &range.grouping) {
+        _ if range.function == RangeFunction::AbsentOverTime => Some(&[]),
+        (Some(None), _) => Some(&[]),
+        (
+            Some(Some(Grouping {
+                without: false,
+                labels,
+            })),
+            _,
+        )
+        | (
+            None,
+            Some(Grouping {
+                without: false,
+                labels,
+            }),
+        ) => Some(labels),
+        _ => None,
+    };
+    let keeps = |name: &str| kept.is_none_or(|kept| kept.iter().any(|k| k == name));
+    let (window, width) = (window / 1_000, width / 1_000);
+    // Every boundary is the first step's range end plus whole windows; a stored time is whole
+    // microseconds, so a boundary between two of them reads as the earlier one. The origin is
+    // one more range and window back: before every row the range reads.
+    let end = (steps.start - offset).div_euclid(1_000);
+    Some(Counting {
+        width_micros: window,
+        origin_micros: end - width - window,
+        severity: keeps(labels::DETECTED_LEVEL_LABEL),
+        // An attribute gives any label but `service_name`, whose place the service holds.
+        attributes: kept.is_none_or(|kept| kept.iter().any(|k| k != labels::SERVICE_LABEL)),
+        trace: keeps("trace_id") || keeps("span_id"),
+    })
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -230,6 +347,25 @@ impl Target {
                 Ok(made)
             }
             Target::Values(_, accumulator) => accumulator.add(labels, ts, value),
+        }
+    }
+
+    /// Adds `count` lines of `bytes` in all at `ts`, as the database counted them; gives the
+    /// memory to charge. Values are never counted so.
+    fn add_counted(
+        &mut self,
+        labels: Labels,
+        ts: i64,
+        count: u64,
+        bytes: u64,
+    ) -> Result<usize, EvalError> {
+        match self {
+            Target::Lines { accumulator, held } => {
+                let made = accumulator.add_many(labels, ts, count, bytes)?;
+                *held += made;
+                Ok(made)
+            }
+            Target::Values(..) => unreachable!("a function of values is never counted"),
         }
     }
 

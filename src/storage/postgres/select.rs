@@ -7,13 +7,16 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
-use sqlx::{Postgres, QueryBuilder};
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::read::{decode, PgReader, COLUMNS};
-use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
+use crate::model::selection::{
+    Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
+};
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::volume::decode_volume;
-use crate::storage::StoredRow;
+use crate::storage::{CountedRow, StoredRow};
 
 /// First window an ordered read looks in.
 const FIRST_WINDOW: TimeDelta = TimeDelta::minutes(1);
@@ -184,6 +187,73 @@ impl PgReader {
         }
     }
 
+    /// Streams the rows of `selection` counted per window of `counting` and label columns to
+    /// `sink` until it returns false, in no order.
+    pub(in crate::storage) async fn count(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        counting: Counting,
+        sink: &mut (dyn FnMut(CountedRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        let width = TimeDelta::microseconds(counting.width_micros);
+        let origin = DateTime::from_timestamp_micros(counting.origin_micros)
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        // `date_bin` puts a time in `[start, start + width)`; a window is `(end − width, end]`,
+        // which is the same, one microsecond (the stored resolution) earlier.
+        let mut builder = QueryBuilder::new("SELECT date_bin(");
+        builder
+            .push_bind(counting.width_micros)
+            .push(" * interval '1 microsecond', ts - interval '1 microsecond', ")
+            .push_bind(origin)
+            .push(") AS slot, service, labels::text AS labels, ");
+        builder.push(if counting.severity {
+            "severity"
+        } else {
+            "0::int2"
+        });
+        builder.push(if counting.attributes {
+            ", attributes::text"
+        } else {
+            ", '{}'::text"
+        });
+        builder.push(if counting.trace {
+            ", trace_id, span_id"
+        } else {
+            ", NULL::text, NULL::text"
+        });
+        builder.push(
+            ", count(*)::int8 AS lines, sum(octet_length(message))::int8 AS bytes FROM logs WHERE tenant = ",
+        );
+        builder.push_bind(tenant.to_owned());
+        builder.push(" AND ts >= ").push_bind(selection.from);
+        builder.push(" AND ts < ").push_bind(selection.to);
+        push_conditions(&mut builder, selection, LOGS_LEVEL);
+        // By the stored jsonb: each group's text is made once, not once per row.
+        builder.push(" GROUP BY 1, service, logs.labels, 4");
+        builder.push(if counting.attributes {
+            ", logs.attributes"
+        } else {
+            ""
+        });
+        builder.push(if counting.trace {
+            ", trace_id, span_id"
+        } else {
+            ""
+        });
+        let mut conn = self.acquire().await?;
+        let mut rows = builder.build().fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            // Stopped with rows still coming: the connection is closed, not drained.
+            if !sink(decode_counted(&row, width).map_err(unavailable)?) {
+                return Ok(());
+            }
+        }
+        drop(rows);
+        conn.finish();
+        Ok(())
+    }
+
     /// Streams the rollup's rows of `selection` (its services and levels), summed over writers,
     /// to `sink` until it returns false, in (minute, service, severity, level) order, at most
     /// `max_rows`.
@@ -235,4 +305,26 @@ fn step_forward(at: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
 /// The start of the minute `at` is in: the rollup row that holds it.
 fn minute_floor(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(at.timestamp().div_euclid(60) * 60, 0).unwrap_or(at)
+}
+
+/// A row of [`PgReader::count`]: its columns in the order it selects them.
+fn decode_counted(row: &PgRow, width: TimeDelta) -> Result<CountedRow, sqlx::Error> {
+    let start: DateTime<Utc> = row.try_get(0)?;
+    let end = start + width;
+    Ok(CountedRow {
+        row: StoredRow {
+            id: 0,
+            ts: end,
+            received_at: end,
+            severity: row.try_get(3)?,
+            service: row.try_get(1)?,
+            message: String::new(),
+            labels: row.try_get(2)?,
+            attributes: row.try_get(4)?,
+            trace_id: row.try_get(5)?,
+            span_id: row.try_get(6)?,
+        },
+        count: row.try_get(7)?,
+        bytes: row.try_get(8)?,
+    })
 }

@@ -3,13 +3,16 @@
 //! order a query asks for along the `(tenant, ts)` index, and the volume rollup per minute.
 
 use futures::TryStreamExt;
-use sqlx::{QueryBuilder, Sqlite};
+use sqlx::{QueryBuilder, Row, Sqlite};
 
 use super::read::{decode, SqliteReader, COLUMNS};
-use crate::model::selection::{LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow};
+use crate::model::selection::{
+    Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
+};
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::stored::from_micros;
 use crate::storage::volume::decode_volume;
-use crate::storage::StoredRow;
+use crate::storage::{CountedRow, StoredRow};
 
 /// The stream's `level` label on `logs` (the empty text without one).
 const LOGS_LEVEL: &str = "coalesce(json_extract(labels, '$.level'), '')";
@@ -126,6 +129,62 @@ impl SqliteReader {
         Ok(())
     }
 
+    /// Streams the rows of `selection` counted per window of `counting` and label columns to
+    /// `sink` until it returns false, in no order.
+    pub(in crate::storage) async fn count(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+        counting: Counting,
+        sink: &mut (dyn FnMut(CountedRow) -> bool + Send),
+    ) -> Result<(), StoreError> {
+        let Counting {
+            width_micros: width,
+            origin_micros: origin,
+            ..
+        } = counting;
+        // Every row is after the origin, so the integer division rounds the window up.
+        let mut builder = QueryBuilder::new("SELECT ((ts - ");
+        builder.push_bind(origin).push(" + ").push_bind(width - 1);
+        builder
+            .push(") / ")
+            .push_bind(width)
+            .push(") AS slot, service, labels, ");
+        builder.push(if counting.severity { "severity" } else { "0" });
+        builder.push(if counting.attributes {
+            ", attributes"
+        } else {
+            ", '{}'"
+        });
+        builder.push(if counting.trace {
+            ", trace_id, span_id"
+        } else {
+            ", NULL, NULL"
+        });
+        // The cast reads the text's bytes, as the engine counts them, not its characters.
+        builder.push(
+            ", count(*) AS lines, sum(length(CAST(message AS BLOB))) AS bytes FROM logs WHERE tenant = ",
+        );
+        builder.push_bind(tenant.to_owned());
+        builder
+            .push(" AND ts >= ")
+            .push_bind(selection.from.timestamp_micros());
+        builder
+            .push(" AND ts < ")
+            .push_bind(selection.to.timestamp_micros());
+        push_conditions(&mut builder, selection, LOGS_LEVEL);
+        builder.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
+        let mut conn = self.acquire().await?;
+        let mut rows = builder.build().fetch(&mut *conn);
+        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            let counted = decode_counted(&row, origin, width).map_err(unavailable)?;
+            if !sink(counted) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Streams the rollup's rows of `selection` (its services and levels) to `sink` until it
     /// returns false, in (minute, service, severity, level) order, at most `max_rows`.
     pub(in crate::storage) async fn volume(
@@ -158,4 +217,30 @@ impl SqliteReader {
         }
         Ok(())
     }
+}
+
+/// A row of [`SqliteReader::count`]: its columns in the order it selects them.
+fn decode_counted(
+    row: &sqlx::sqlite::SqliteRow,
+    origin: i64,
+    width: i64,
+) -> Result<CountedRow, sqlx::Error> {
+    let slot: i64 = row.try_get(0)?;
+    let end = from_micros(origin + slot * width);
+    Ok(CountedRow {
+        row: StoredRow {
+            id: 0,
+            ts: end,
+            received_at: end,
+            severity: row.try_get(3)?,
+            service: row.try_get(1)?,
+            message: String::new(),
+            labels: row.try_get(2)?,
+            attributes: row.try_get(4)?,
+            trace_id: row.try_get(5)?,
+            span_id: row.try_get(6)?,
+        },
+        count: row.try_get(7)?,
+        bytes: row.try_get(8)?,
+    })
 }
