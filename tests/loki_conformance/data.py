@@ -10,6 +10,9 @@ plain text, IPv6 addresses, ANSI colors and lines packed by Promtail; structured
 
 Each stream's entries are pushed oldest first, never two at the same instant, never the same
 line twice (Loki drops an entry whose stream, time and line it already has).
+
+`scale` multiplies every stream's entries over the same hour, for benchmarks: 1, the default, is
+the conformance data set (311 entries); 700 gives 196,730.
 """
 
 import json
@@ -87,8 +90,9 @@ def _plain_line(rng, n):
             f'{rng.randint(1, 999) / 1000:.3f} n{n}')
 
 
-def generate(anchor_ns):
-    """The streams (a list of Stream), all entries in [anchor - 60 min, anchor)."""
+def generate(anchor_ns, scale=1):
+    """The streams (a list of Stream), all entries in [anchor - 60 min, anchor); `scale` times
+    the entries per stream (the ones exactly on the minute are not multiplied)."""
     rng = random.Random(SEED)
     start, end = anchor_ns - 60 * MINUTE, anchor_ns
     streams = []
@@ -103,21 +107,21 @@ def generate(anchor_ns):
                                    ("error", 18, [500, 502, 503, 504]),
                                    ("warn", 12, [404, 429, 400])):
         s = stream(TENANT_A, {"service_name": "checkout", "level": level, "env": "prod"})
-        for n, ns in enumerate(_times(rng, start, end, count, on_minutes=(0, 15, 30, 59))):
+        for n, ns in enumerate(_times(rng, start, end, count * scale, on_minutes=(0, 15, 30, 59))):
             meta = None
             if n % 4 == 1:
                 meta = {"trace_id": f"t{n:04x}{level}", "user_id": rng.choice(USERS)}
             s.add(ns, _json_line(rng, n, rng.choice(statuses)), meta)
     # checkout in staging: logfmt.
     s = stream(TENANT_A, {"service_name": "checkout", "level": "warn", "env": "staging"})
-    for n, ns in enumerate(_times(rng, start, end, 15, on_minutes=(10, 20))):
+    for n, ns in enumerate(_times(rng, start, end, 15 * scale, on_minutes=(10, 20))):
         s.add(ns, _logfmt_line(rng, n, "warn"))
     # payments with a level: logfmt; payments without: mixed text with levels in the line.
     s = stream(TENANT_A, {"service_name": "payments", "level": "debug"})
-    for n, ns in enumerate(_times(rng, start, end, 30, on_minutes=(5, 45))):
+    for n, ns in enumerate(_times(rng, start, end, 30 * scale, on_minutes=(5, 45))):
         s.add(ns, _logfmt_line(rng, n, rng.choice(["debug", "info", "error"])))
     s = stream(TENANT_A, {"service_name": "payments"})
-    for n, ns in enumerate(_times(rng, start, end, 24, on_minutes=(1, 2, 3))):
+    for n, ns in enumerate(_times(rng, start, end, 24 * scale, on_minutes=(1, 2, 3))):
         kind = n % 3
         if kind == 0:
             s.add(ns, f"level=error msg=\"charge failed\" order={1000 + n} amount={rng.randint(1, 500)}.{n % 100:02d}")
@@ -128,42 +132,45 @@ def generate(anchor_ns):
             s.add(ns, f"WARN card expiring soon for order {1000 + n}")
     # A stream with `job` only.
     s = stream(TENANT_A, {"job": "cron"})
-    for n, ns in enumerate(_times(rng, start, end, 12, on_minutes=(0, 30))):
+    for n, ns in enumerate(_times(rng, start, end, 12 * scale, on_minutes=(0, 30))):
         s.add(ns, f"cron run {n} finished in {rng.randint(1, 90)}s exit=0")
     # `app` and a level name Loki keeps as it is.
     s = stream(TENANT_A, {"app": "frontend", "level": "warning"})
-    for n, ns in enumerate(_times(rng, start, end, 10, on_minutes=(25,))):
-        s.add(ns, f"slow render of {rng.choice(PATHS)} took {rng.randint(100, 3000)}ms")
+    for n, ns in enumerate(_times(rng, start, end, 10 * scale, on_minutes=(25,))):
+        line = f"slow render of {rng.choice(PATHS)} took {rng.randint(100, 3000)}ms"
+        # Scaled, a path and a duration repeat: the entry's number keeps each line unique.
+        s.add(ns, line if scale == 1 else f"{line} n{n}")
     # No service label at all.
     s = stream(TENANT_A, {"env": "dev", "host": "h1"})
-    for n, ns in enumerate(_times(rng, start, end, 8)):
+    for n, ns in enumerate(_times(rng, start, end, 8 * scale)):
         s.add(ns, f"orphan line {n} from a host without a service")
     # Search, with structured metadata on most entries.
     s = stream(TENANT_A, {"service_name": "search", "level": "info", "region": "eu"})
-    for n, ns in enumerate(_times(rng, start, end, 25, on_minutes=(0, 40))):
+    for n, ns in enumerate(_times(rng, start, end, 25 * scale, on_minutes=(0, 40))):
         meta = {"trace_id": f"tr{n:03d}", "shard": str(n % 3)} if n % 5 else None
         s.add(ns, f"query q{n} took {rng.randint(1, 400)}ms hits={rng.randint(0, 50)}", meta)
     # A proxy writing access lines.
     s = stream(TENANT_A, {"service_name": "proxy", "level": "info"})
-    for n, ns in enumerate(_times(rng, start, end, 35, on_minutes=(0, 1, 50))):
+    for n, ns in enumerate(_times(rng, start, end, 35 * scale, on_minutes=(0, 1, 50))):
         s.add(ns, _plain_line(rng, n))
     # Nanoseconds below the microsecond.
     s = stream(TENANT_A, {"service_name": "precise", "level": "info"})
-    for n, ns in enumerate(_times(rng, start, end, 6)):
-        s.add(ns + 1 + n * 37, f"precise entry {n}")
+    for n, ns in enumerate(_times(rng, start, end, 6 * scale)):
+        # Below the microsecond whatever the scale, so that times stay distinct and in order.
+        s.add(ns + 1 + n * 37 % 997, f"precise entry {n}")
 
     # team-b: a service of the same name (tenants must not mix) and another one.
     s = stream(TENANT_B, {"service_name": "checkout", "level": "info", "env": "prod"})
-    for n, ns in enumerate(_times(rng, start, end, 20, on_minutes=(0, 30))):
+    for n, ns in enumerate(_times(rng, start, end, 20 * scale, on_minutes=(0, 30))):
         s.add(ns, _json_line(rng, 1000 + n, 200))
     s = stream(TENANT_B, {"service_name": "billing", "level": "error"})
-    for n, ns in enumerate(_times(rng, start, end, 14, on_minutes=(12,))):
+    for n, ns in enumerate(_times(rng, start, end, 14 * scale, on_minutes=(12,))):
         s.add(ns, _logfmt_line(rng, n, "error"), {"invoice": f"inv-{n}"} if n % 2 else None)
 
     # team-a again, last so that the streams above keep their lines: an edge proxy writing IPv6
     # addresses, ANSI colors and lines packed by Promtail's `pack` stage.
     s = stream(TENANT_A, {"service_name": "edge", "level": "info"})
-    for n, ns in enumerate(_times(rng, start, end, 12)):
+    for n, ns in enumerate(_times(rng, start, end, 12 * scale)):
         s.add(ns, _edge_line(rng, n))
     return streams
 
