@@ -9,8 +9,10 @@ use super::labels::Labels;
 
 /// The most points one series may have, as in Loki.
 pub(crate) const MAX_POINTS: i64 = 11_000;
-/// The most series one query may make, as Loki's default `max_query_series`. Series × points
-/// is bounded too, in bytes: [`series_bytes`] is what a read is charged for each series.
+/// The most series one query may answer with, as Loki's default `max_query_series`, which holds
+/// for the answer and not for what it is computed from (`count(count_over_time(…))` over
+/// thousands of streams is one series). What a query holds on the way is bounded in bytes:
+/// [`series_bytes`] is what a read is charged for each series it makes.
 pub(crate) const MAX_SERIES: usize = 500;
 
 /// A series' own memory besides its points and label texts: its place in the map that gathers
@@ -213,8 +215,7 @@ impl RangeAccumulator {
         self.steps
     }
 
-    /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`; refused once the
-    /// query has more series than [`MAX_SERIES`]. Gives the memory of the series it made for the
+    /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`. Gives the memory of the series it made for the
     /// line ([`series_bytes`]), 0 when the line joined one (or counts at no step).
     pub(crate) fn add(
         &mut self,
@@ -240,14 +241,10 @@ impl RangeAccumulator {
         if covering.is_empty() {
             return Ok(0);
         }
-        let series_count = self.series.len();
         let mut made = 0;
         let points = match self.series.get_mut(&labels) {
             Some(points) => points,
             None => {
-                if series_count >= MAX_SERIES {
-                    return Err(EvalError::too_many_series());
-                }
                 made = series_bytes(&labels, self.steps.count);
                 self.series
                     .entry(labels)
@@ -286,6 +283,23 @@ impl RangeAccumulator {
             .collect();
         series.sort_by(|a, b| a.labels.cmp(&b.labels));
         series
+    }
+}
+
+/// Refuses an answer of more than [`MAX_SERIES`] series, counting those with a point, as Loki
+/// counts the series it answers with.
+pub(crate) fn check_series(value: &Value) -> Result<(), EvalError> {
+    match value {
+        Value::Matrix(series)
+            if series
+                .iter()
+                .filter(|one| one.points.iter().any(Option::is_some))
+                .count()
+                > MAX_SERIES =>
+        {
+            Err(EvalError::too_many_series())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -556,11 +570,21 @@ mod tests {
         assert!(Steps::new(0, 10 * S, 0).is_err());
         let steps = Steps::new(0, 0, S).unwrap();
         let mut acc = RangeAccumulator::new(RangeFunction::CountOverTime, S, steps);
-        for n in 0..MAX_SERIES {
+        for n in 0..=MAX_SERIES {
             acc.add(labels(&[("n", &n.to_string())]), 0, 1).unwrap();
         }
-        let err = acc.add(labels(&[("n", "last")]), 0, 1).unwrap_err();
+        let many = Value::Matrix(acc.finish());
+        let err = check_series(&many).unwrap_err();
         assert!(err.0.contains("maximum number of series"), "{err}");
+        // The answer is limited, not what it is computed from; a series without a point is none.
+        let Value::Matrix(series) = many else {
+            unreachable!()
+        };
+        let counted = aggregate(AggregateOp::Count, &None, None, series.clone(), 1).unwrap();
+        assert_eq!(check_series(&Value::Matrix(counted)), Ok(()));
+        let mut empty = series;
+        empty[0].points = vec![None];
+        assert_eq!(check_series(&Value::Matrix(empty)), Ok(()));
     }
 
     #[test]

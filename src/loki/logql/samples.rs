@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::ast::RangeFunction;
-use super::eval::{series_bytes, EvalError, Series, Steps, MAX_SERIES};
+use super::eval::{series_bytes, EvalError, Series, Steps};
 use super::labels::Labels;
 
 /// A sample: its time (nanoseconds) and value.
@@ -160,8 +160,7 @@ impl SampleAccumulator {
         )
     }
 
-    /// Adds the sample `value` at `ts` to the series of `labels`; refused past [`MAX_SERIES`].
-    /// Gives the memory it took for it (a new series, or the sample itself when kept), for the
+    /// Adds the sample `value` at `ts` to the series of `labels`. Gives the memory it took for it (a new series, or the sample itself when kept), for the
     /// caller to charge.
     pub(crate) fn add(&mut self, labels: Labels, ts: i64, value: f64) -> Result<usize, EvalError> {
         let covering = self
@@ -171,14 +170,10 @@ impl SampleAccumulator {
             return Ok(0);
         }
         let windowed = self.windowed();
-        let series_count = self.series.len();
         let mut made = 0;
         let cells = match self.series.get_mut(&labels) {
             Some(cells) => cells,
             None => {
-                if series_count >= MAX_SERIES {
-                    return Err(EvalError::too_many_series());
-                }
                 made = series_bytes(&labels, self.steps.count);
                 let cells = if windowed {
                     Cells::Window(Vec::new())

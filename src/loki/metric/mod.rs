@@ -13,7 +13,7 @@ mod program;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::logql::eval::{Steps, Value};
+use super::logql::eval::{self, Steps, Value};
 use super::logql::plan::Placement;
 use super::read::Stats;
 use crate::error::HttpError;
@@ -63,6 +63,7 @@ impl Reads {
             let value = values
                 .pop()
                 .expect("a planned program leaves exactly one value");
+            eval::check_series(&value)?;
             stats.returned = points(&value);
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((value, stats))
