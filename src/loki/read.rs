@@ -108,6 +108,21 @@ impl Reads {
         &self,
         tenant: &str,
         query: &LogQuery,
+        scan: Scan,
+        stats: &mut Stats,
+        each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
+    ) -> Result<(), HttpError> {
+        let pipeline = Pipeline::compile(query)?;
+        self.each_piped(tenant, query, &pipeline, scan, stats, each)
+            .await
+    }
+
+    /// The same through `pipeline`, compiled from `query` (with hints, say).
+    pub(super) async fn each_piped(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        pipeline: &Pipeline,
         Scan {
             range,
             order,
@@ -116,7 +131,6 @@ impl Reads {
         stats: &mut Stats,
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
     ) -> Result<(), HttpError> {
-        let pipeline = Pipeline::compile(query)?;
         let selection = plan::selection(query, range.from, range.to);
         let limit = limit.filter(|_| plan::is_exact(query));
         let (mut lines, mut bytes) = (0u64, 0u64);

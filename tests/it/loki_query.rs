@@ -1874,6 +1874,63 @@ on_both_backends!(
     a_counted_read_answers_what_a_scan_answers
 );
 
+/// Loki's parser hints: a metric query that keeps only some labels has `| logfmt` and `| json`
+/// extract only those it reads, so a pipeline error names the stream's labels and those, as
+/// Loki's does; a query that keeps every label names every label the line has.
+async fn a_query_that_keeps_some_labels_extracts_only_those(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let values: Vec<Json> = [
+        r#"method=GET path=/items status=200 msg="served""#,
+        r#"{"method":"GET","path":"/items","status":200,"msg":"served"}"#,
+    ]
+    .iter()
+    .enumerate()
+    .map(|(n, line)| json!([((base + 30) * NANOS + n as i64 * NANOS).to_string(), line]))
+    .collect();
+    let stream = json!({"stream": {"service_name": "hints", "level": "info"}, "values": values});
+    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 2
+    })
+    .await;
+    let time = (base + 120).to_string();
+    let error = async |q: &str| -> String {
+        let answer = get(addr, INSTANT, &[("query", q), ("time", &time)], &[]).await;
+        assert_eq!(answer.status, 400, "{q}: {}", answer.text());
+        answer.text()
+    };
+    for parser in ["logfmt", "json"] {
+        let selector = format!(
+            r#"{{service_name="hints"}} |= "{}" | {parser}"#,
+            if parser == "json" { "{" } else { "method=" }
+        );
+        let hinted = error(&format!(
+            "max_over_time({selector} | unwrap path [5m]) by (method)"
+        ))
+        .await;
+        assert!(
+            hinted.contains(r#"method="GET""#) && hinted.contains(r#"path="/items""#),
+            "{parser}: {hinted}"
+        );
+        assert!(
+            !hinted.contains("msg=") && !hinted.contains("status="),
+            "{parser}: only the labels the query reads: {hinted}"
+        );
+        let every = error(&format!("max_over_time({selector} | unwrap path [5m])")).await;
+        assert!(
+            every.contains(r#"msg="served""#) && every.contains(r#"status="200""#),
+            "{parser}: every label: {every}"
+        );
+    }
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_parser_hints,
+    a_query_that_keeps_some_labels_extracts_only_those
+);
+
 /// A stream of JSON lines and a plain one, as Loki 3.7.6 answers it: a label filter drops the line
 /// the parser failed on unless the line meets it, and a metric query that would count that line
 /// with its `__error__` is a 400 naming the error, as in Loki.

@@ -326,6 +326,14 @@ instant("i_unwrap_quantile", f"quantile_over_time(0.5, {PROD} | json | unwrap du
 metric("m_unwrap_without_refused", f"sum_over_time({PAY_DEBUG}[5m])")
 metric("m_unwrap_grouping_refused", f"sum_over_time({PAY_DEBUG} | logfmt | unwrap bytes [5m]) by (method)")
 
+# ---- parser hints: a query that keeps some labels extracts only those it reads ---------------------
+metric("m_hint_json_unwrap_error_by", f"max_over_time({PROD} | json | unwrap path [5m]) by (level)")
+metric("m_hint_logfmt_unwrap_error_sum_by", f"sum by (status) (sum_over_time({PAY_DEBUG} | logfmt | unwrap path [5m]))")
+metric("m_hint_extracted", f"sum by (level_extracted) (count_over_time({PAY_DEBUG} | logfmt [10m]))")
+metric("m_hint_json_nested", f"sum by (user_name) (count_over_time({PROD} | json [10m]))")
+metric("m_hint_filter", f"sum by (method) (count_over_time({PAY_DEBUG} | logfmt | status >= 500 [10m]))")
+metric("m_hint_json_error_by", f"sum by (status) (count_over_time({PAYMENTS} | json [10m]))")
+
 # ---- instant metric queries --------------------------------------------------------------------
 instant("i_count_by_service", f"sum by (service_name) (count_over_time({ALL}[10m]))", -600)
 instant("i_rate", f"rate({CHECKOUT}[5m])", -1200)

@@ -215,8 +215,9 @@ impl RangeAccumulator {
         self.steps
     }
 
-    /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`. Gives the memory of the series it made for the
-    /// line ([`series_bytes`]), 0 when the line joined one (or counts at no step).
+    /// Adds a line of `bytes` at `ts` (nanoseconds) to the series of `labels`. Gives the memory
+    /// of the series it made for the line ([`series_bytes`]), 0 when the line joined one (or
+    /// counts at no step).
     pub(crate) fn add(
         &mut self,
         labels: Labels,

@@ -74,9 +74,10 @@ pub(crate) fn volume_labels(service: &str, level: &str, severity: i16) -> Labels
     labels
 }
 
-/// The labels of a record's trace context, as Loki returns them (structured metadata).
-const TRACE_ID_LABEL: &str = "trace_id";
-const SPAN_ID_LABEL: &str = "span_id";
+/// The label of a record's trace id, as Loki returns it (structured metadata).
+pub(crate) const TRACE_ID_LABEL: &str = "trace_id";
+/// The label of its span id.
+pub(crate) const SPAN_ID_LABEL: &str = "span_id";
 
 /// The stream labels of a stored record: its service and the labels its stream was sent with.
 pub(crate) fn row_stream_labels(row: &StoredRow) -> Labels {

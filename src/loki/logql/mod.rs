@@ -28,6 +28,7 @@ pub(crate) mod eval;
 mod extract;
 mod format;
 mod go_regex;
+pub(crate) mod hints;
 mod ip;
 pub(crate) mod labels;
 pub(crate) mod lexer;

@@ -7,6 +7,7 @@ use regex::{Regex, RegexBuilder};
 use super::ast::*;
 use super::extract;
 use super::format::Quoted;
+use super::hints;
 use super::ip::IpPattern;
 use super::labels::{self, Labels};
 use super::lexer;
@@ -253,6 +254,8 @@ fn go_duration_error(text: &str) -> String {
 pub(crate) struct Pipeline {
     matchers: Vec<LabelMatcher>,
     steps: Vec<Step>,
+    /// The labels `| json` and `| logfmt` extract ([`super::hints`]); `None` for all.
+    hints: Option<Vec<String>>,
 }
 
 /// A row that went through the pipeline: its line and labels as the stages left them.
@@ -282,7 +285,17 @@ impl Pipeline {
             .iter()
             .map(compile_stage)
             .collect::<Result<_, _>>()?;
-        Ok(Pipeline { matchers, steps })
+        Ok(Pipeline {
+            matchers,
+            steps,
+            hints: None,
+        })
+    }
+
+    /// The same, its plain parsers extracting only the labels `hints` names (all with `None`).
+    pub(crate) fn with_hints(mut self, hints: Option<Vec<String>>) -> Self {
+        self.hints = hints;
+        self
     }
 
     /// True when `labels` satisfy the selector (the stages are not run).
@@ -333,11 +346,14 @@ impl Pipeline {
                         return None;
                     }
                 }
-                Step::Json => parse_json(&line, &mut labels),
+                Step::Json => parse_json(&line, self.hints.as_deref(), &mut labels),
                 Step::JsonFields(fields) => json_fields_stage(&line, fields, &mut labels),
-                Step::Logfmt { strict, keep_empty } => {
-                    logfmt_stage(&line, *strict, *keep_empty, &mut labels)
-                }
+                Step::Logfmt { strict, keep_empty } => logfmt_stage(
+                    &line,
+                    (*strict, *keep_empty),
+                    self.hints.as_deref(),
+                    &mut labels,
+                ),
                 Step::LogfmtFields { strict, fields } => {
                     logfmt_fields_stage(&line, *strict, fields, &mut labels)
                 }
@@ -704,11 +720,12 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
     }
 }
 
-/// `| json`: each field of the line's object a label, nested objects joined with `_`.
-fn parse_json(line: &str, labels: &mut Labels) {
+/// `| json`: each field of the line's object a label, nested objects joined with `_`; only
+/// those `hints` names, when it names some.
+fn parse_json(line: &str, hints: Option<&[String]>, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
         // Loki sets no label for a `null`.
-        if !value.is_null() {
+        if !value.is_null() && hints::extracts(hints, &name) {
             extracted(labels, name, labels::label_value(value));
         }
     });
@@ -794,9 +811,15 @@ fn json_fields_stage(line: &str, fields: &[(String, Vec<extract::Step>)], labels
     }
 }
 
-/// `| logfmt` with its flags: without `--keep-empty` a key without a value is no label; with
-/// `--strict` the first pair that cannot be read ends the line, with an error.
-fn logfmt_stage(line: &str, strict: bool, keep_empty: bool, labels: &mut Labels) {
+/// `| logfmt` with its flags (`--strict`, `--keep-empty`): without `--keep-empty` a key without a
+/// value is no label; with `--strict` the first pair that cannot be read ends the line, with an
+/// error. Only the labels `hints` names, when it names some.
+fn logfmt_stage(
+    line: &str,
+    (strict, keep_empty): (bool, bool),
+    hints: Option<&[String]>,
+    labels: &mut Labels,
+) {
     let mut decoder = Decoder::new(line);
     let mut error = None;
     while !decoder.at_end() {
@@ -804,7 +827,8 @@ fn logfmt_stage(line: &str, strict: bool, keep_empty: bool, labels: &mut Labels)
             Scan::Pair(key, value) => {
                 let name = labels::label_name(key);
                 let value = value.map(|value| value.replace('\u{fffd}', " "));
-                if value.as_deref().is_some_and(|v| !v.is_empty()) || keep_empty {
+                let kept = value.as_deref().is_some_and(|v| !v.is_empty()) || keep_empty;
+                if kept && hints::extracts(hints, &name) {
                     extracted(labels, name, value.unwrap_or_default());
                 }
             }

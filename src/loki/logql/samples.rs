@@ -160,8 +160,8 @@ impl SampleAccumulator {
         )
     }
 
-    /// Adds the sample `value` at `ts` to the series of `labels`. Gives the memory it took for it (a new series, or the sample itself when kept), for the
-    /// caller to charge.
+    /// Adds the sample `value` at `ts` to the series of `labels`. Gives the memory it took for
+    /// it (a new series, or the sample itself when kept), for the caller to charge.
     pub(crate) fn add(&mut self, labels: Labels, ts: i64, value: f64) -> Result<usize, EvalError> {
         let covering = self
             .steps

@@ -6,8 +6,9 @@ use super::program::Read;
 use crate::error::HttpError;
 use crate::loki::logql::ast::{Grouping, RangeExpr, RangeFunction};
 use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps};
+use crate::loki::logql::hints;
 use crate::loki::logql::labels::{self, Labels};
-use crate::loki::logql::pipeline::{Output, ERROR_LABEL};
+use crate::loki::logql::pipeline::{Output, Pipeline, ERROR_LABEL};
 use crate::loki::logql::plan::{self, VolumePlan};
 use crate::loki::logql::samples::SampleAccumulator;
 use crate::loki::logql::unwrap::Unwrapper;
@@ -72,21 +73,20 @@ impl Reads {
                 steps.end().saturating_sub(offset).saturating_add(1_000),
             ),
         };
-        let absent = range.function == RangeFunction::AbsentOverTime;
-        if let Some(counting) = counting(range, sum_by, steps) {
+        if let (Some(counting), Target::Lines { accumulator, held }) =
+            (counting(range, sum_by, steps), &mut target)
+        {
             let mut failed = None;
             let charge = &mut *fetch.charge;
             let mut each = |labels: Labels, ts: i64, count: u64, bytes: u64| {
-                let labels = match (sum_by, &range.grouping) {
-                    _ if absent => Labels::new(),
-                    (Some(grouping), _) => eval::group_key(grouping, &labels),
-                    (None, Some(_)) => eval::group_key(&range.grouping, &labels),
-                    (None, None) => labels,
-                };
-                let made = target
-                    .add_counted(labels, ts, count, bytes)
+                let labels = series_labels(labels, range, sum_by);
+                let made = accumulator
+                    .add_many(labels, ts, count, bytes)
                     .map_err(HttpError::from)
-                    .and_then(|made| Ok(charge.charge(made)?));
+                    .and_then(|made| {
+                        *held += made;
+                        Ok(charge.charge(made)?)
+                    });
                 match made {
                     Ok(()) => true,
                     Err(err) => {
@@ -110,7 +110,7 @@ impl Reads {
             }
             if counted {
                 fetch.sources.increment_static(["count"], 1);
-                return finish(target, absent, range, steps, fetch.charge);
+                return finish(target, range, steps, fetch.charge);
             }
         }
         fetch.sources.increment_static(["scan"], 1);
@@ -142,13 +142,7 @@ impl Reads {
                 if first_error.is_some() {
                     return true;
                 }
-                let labels = match (sum_by, &range.grouping) {
-                    // Only whether a step has a line matters.
-                    _ if absent => Labels::new(),
-                    (Some(grouping), _) => eval::group_key(grouping, &labels),
-                    (None, Some(_)) => eval::group_key(&range.grouping, &labels),
-                    (None, None) => labels,
-                };
+                let labels = series_labels(labels, range, sum_by);
                 let made = target
                     .add(labels, nanos(row.ts), value)
                     .map_err(HttpError::from)
@@ -161,9 +155,12 @@ impl Reads {
                     }
                 }
             };
-            self.each_output(
+            let pipeline =
+                Pipeline::compile(&range.query)?.with_hints(hints::parser_hints(range, sum_by));
+            self.each_piped(
                 fetch.tenant,
                 &range.query,
+                &pipeline,
                 Scan {
                     range: span,
                     order: Order::Any,
@@ -180,7 +177,7 @@ impl Reads {
         if let Some((_, err)) = first_error {
             return Err(err.into());
         }
-        finish(target, absent, range, steps, fetch.charge)
+        finish(target, range, steps, fetch.charge)
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
@@ -209,18 +206,29 @@ impl Reads {
     }
 }
 
+/// The labels of the series a line of `range` counts in: its group of the `sum` it feeds, or of
+/// the range function's own grouping, or its own labels.
+fn series_labels(labels: Labels, range: &RangeExpr, sum_by: Option<&Option<Grouping>>) -> Labels {
+    match (sum_by, &range.grouping) {
+        // Only whether a step has a line matters.
+        _ if range.function == RangeFunction::AbsentOverTime => Labels::new(),
+        (Some(grouping), _) => eval::group_key(grouping, &labels),
+        (None, Some(_)) => eval::group_key(&range.grouping, &labels),
+        (None, None) => labels,
+    }
+}
+
 /// The series `target` gathered, `absent_over_time`'s made of them; what the accumulator held
 /// beyond its series (folds, samples) goes back, what the answer takes beyond that is charged.
 fn finish(
     target: Target,
-    absent: bool,
     range: &RangeExpr,
     steps: Steps,
     charge: &mut ReadCharge,
 ) -> Result<Vec<Series>, HttpError> {
     let held = target.held();
     let mut series = target.finish();
-    if absent {
+    if range.function == RangeFunction::AbsentOverTime {
         series = eval::absent(&series, &range.query.selector, steps.count);
     }
     let now: usize = series.iter().map(Series::bytes).sum();
@@ -287,7 +295,7 @@ fn counting(
         severity: keeps(labels::DETECTED_LEVEL_LABEL),
         // An attribute gives any label but `service_name`, whose place the service holds.
         attributes: kept.is_none_or(|kept| kept.iter().any(|k| k != labels::SERVICE_LABEL)),
-        trace: keeps("trace_id") || keeps("span_id"),
+        trace: keeps(labels::TRACE_ID_LABEL) || keeps(labels::SPAN_ID_LABEL),
     })
 }
 
@@ -347,25 +355,6 @@ impl Target {
                 Ok(made)
             }
             Target::Values(_, accumulator) => accumulator.add(labels, ts, value),
-        }
-    }
-
-    /// Adds `count` lines of `bytes` in all at `ts`, as the database counted them; gives the
-    /// memory to charge. Values are never counted so.
-    fn add_counted(
-        &mut self,
-        labels: Labels,
-        ts: i64,
-        count: u64,
-        bytes: u64,
-    ) -> Result<usize, EvalError> {
-        match self {
-            Target::Lines { accumulator, held } => {
-                let made = accumulator.add_many(labels, ts, count, bytes)?;
-                *held += made;
-                Ok(made)
-            }
-            Target::Values(..) => unreachable!("a function of values is never counted"),
         }
     }
 
