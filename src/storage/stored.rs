@@ -42,6 +42,38 @@ pub(crate) struct CountedRow {
     pub bytes: i64,
 }
 
+/// A row of a counted read as both stores select it, after its window in column 0: the service,
+/// the labels, the severity, the attributes, the trace and span ids, the lines and their bytes;
+/// `end` is the window's end.
+pub(in crate::storage) fn decode_counted<R>(
+    row: &R,
+    end: DateTime<Utc>,
+) -> Result<CountedRow, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i16: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(CountedRow {
+        row: StoredRow {
+            id: 0,
+            ts: end,
+            received_at: end,
+            service: row.try_get(1)?,
+            labels: row.try_get(2)?,
+            severity: row.try_get(3)?,
+            message: String::new(),
+            attributes: row.try_get(4)?,
+            trace_id: row.try_get(5)?,
+            span_id: row.try_get(6)?,
+        },
+        count: row.try_get(7)?,
+        bytes: row.try_get(8)?,
+    })
+}
+
 /// Bytes of a `StoredRecord` on the wire that do not depend on its text: its framing in the
 /// answer, the cursor, two timestamps, the severity, and the tags and lengths of the strings.
 const FIXED_WIRE_BYTES: usize = 128;

@@ -7,7 +7,6 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
-use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::read::{decode, PgReader, COLUMNS};
@@ -15,6 +14,7 @@ use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::stored::decode_counted;
 use crate::storage::volume::decode_volume;
 use crate::storage::{CountedRow, StoredRow};
 
@@ -245,7 +245,9 @@ impl PgReader {
         let mut rows = builder.build().fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             // Stopped with rows still coming: the connection is closed, not drained.
-            if !sink(decode_counted(&row, width).map_err(unavailable)?) {
+            let start: DateTime<Utc> = row.try_get(0).map_err(unavailable)?;
+            let counted = decode_counted(&row, start + width).map_err(unavailable)?;
+            if !sink(counted) {
                 return Ok(());
             }
         }
@@ -305,26 +307,4 @@ fn step_forward(at: DateTime<Utc>, by: TimeDelta) -> DateTime<Utc> {
 /// The start of the minute `at` is in: the rollup row that holds it.
 fn minute_floor(at: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(at.timestamp().div_euclid(60) * 60, 0).unwrap_or(at)
-}
-
-/// A row of [`PgReader::count`]: its columns in the order it selects them.
-fn decode_counted(row: &PgRow, width: TimeDelta) -> Result<CountedRow, sqlx::Error> {
-    let start: DateTime<Utc> = row.try_get(0)?;
-    let end = start + width;
-    Ok(CountedRow {
-        row: StoredRow {
-            id: 0,
-            ts: end,
-            received_at: end,
-            severity: row.try_get(3)?,
-            service: row.try_get(1)?,
-            message: String::new(),
-            labels: row.try_get(2)?,
-            attributes: row.try_get(4)?,
-            trace_id: row.try_get(5)?,
-            span_id: row.try_get(6)?,
-        },
-        count: row.try_get(7)?,
-        bytes: row.try_get(8)?,
-    })
 }

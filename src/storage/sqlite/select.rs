@@ -10,7 +10,7 @@ use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::stored::from_micros;
+use crate::storage::stored::{decode_counted, from_micros};
 use crate::storage::volume::decode_volume;
 use crate::storage::{CountedRow, StoredRow};
 
@@ -177,7 +177,9 @@ impl SqliteReader {
         let mut conn = self.acquire().await?;
         let mut rows = builder.build().fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
-            let counted = decode_counted(&row, origin, width).map_err(unavailable)?;
+            let slot: i64 = row.try_get(0).map_err(unavailable)?;
+            let end = from_micros(origin + slot * width);
+            let counted = decode_counted(&row, end).map_err(unavailable)?;
             if !sink(counted) {
                 break;
             }
@@ -217,30 +219,4 @@ impl SqliteReader {
         }
         Ok(())
     }
-}
-
-/// A row of [`SqliteReader::count`]: its columns in the order it selects them.
-fn decode_counted(
-    row: &sqlx::sqlite::SqliteRow,
-    origin: i64,
-    width: i64,
-) -> Result<CountedRow, sqlx::Error> {
-    let slot: i64 = row.try_get(0)?;
-    let end = from_micros(origin + slot * width);
-    Ok(CountedRow {
-        row: StoredRow {
-            id: 0,
-            ts: end,
-            received_at: end,
-            severity: row.try_get(3)?,
-            service: row.try_get(1)?,
-            message: String::new(),
-            labels: row.try_get(2)?,
-            attributes: row.try_get(4)?,
-            trace_id: row.try_get(5)?,
-            span_id: row.try_get(6)?,
-        },
-        count: row.try_get(7)?,
-        bytes: row.try_get(8)?,
-    })
 }
