@@ -67,6 +67,19 @@ fn push_conditions(
     }
 }
 
+/// The tenant (the statement ends in `tenant = `), the time range and the conditions of
+/// `selection` on `logs`.
+fn push_selection(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, selection: &Selection) {
+    builder.push_bind(tenant.to_owned());
+    builder
+        .push(" AND ts >= ")
+        .push_bind(selection.from.timestamp_micros());
+    builder
+        .push(" AND ts < ")
+        .push_bind(selection.to.timestamp_micros());
+    push_conditions(builder, selection, LOGS_LEVEL);
+}
+
 /// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
 fn push_regexp(
     builder: &mut QueryBuilder<'_, Sqlite>,
@@ -103,14 +116,7 @@ impl SqliteReader {
         sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         let mut builder = QueryBuilder::new(COLUMNS);
-        builder.push_bind(tenant.to_owned());
-        builder
-            .push(" AND ts >= ")
-            .push_bind(selection.from.timestamp_micros());
-        builder
-            .push(" AND ts < ")
-            .push_bind(selection.to.timestamp_micros());
-        push_conditions(&mut builder, selection, LOGS_LEVEL);
+        push_selection(&mut builder, tenant, selection);
         match order {
             Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
             Order::Oldest => builder.push(" ORDER BY ts, id"),
@@ -165,14 +171,7 @@ impl SqliteReader {
         builder.push(
             ", count(*) AS lines, sum(length(CAST(message AS BLOB))) AS bytes FROM logs WHERE tenant = ",
         );
-        builder.push_bind(tenant.to_owned());
-        builder
-            .push(" AND ts >= ")
-            .push_bind(selection.from.timestamp_micros());
-        builder
-            .push(" AND ts < ")
-            .push_bind(selection.to.timestamp_micros());
-        push_conditions(&mut builder, selection, LOGS_LEVEL);
+        push_selection(&mut builder, tenant, selection);
         builder.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
         let mut conn = self.acquire().await?;
         let mut rows = builder.build().fetch(&mut *conn);
