@@ -4,10 +4,12 @@
 //! their own (`read.rs`, and `tail.rs` for live follows), and retention deletes old rows in
 //! chunks (`retention.rs`).
 
+mod batched_rows;
 mod checkpoint;
 mod read;
 mod retention;
 mod select;
+mod statement;
 mod tail;
 mod write;
 

@@ -88,6 +88,13 @@ pub(super) struct ReadConnection {
     stop: Arc<AtomicBool>,
 }
 
+impl ReadConnection {
+    /// The flag that stops this read's statement once set.
+    pub(super) fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+}
+
 impl Drop for ReadConnection {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -1,11 +1,14 @@
 //! SQLite's side of LogQL reads: a [`Selection`] as SQL conditions (every value bound; regular
 //! expressions through `REGEXP`, which runs Rust's engine, the query's own), rows streamed in the
-//! order a query asks for along the `(tenant, ts)` index, and the volume rollup per minute.
+//! order a query asks for along the `(tenant, ts)` index (in batches, `batched_rows.rs`), and the
+//! volume rollup per minute.
 
 use futures::TryStreamExt;
-use sqlx::{QueryBuilder, Row, Sqlite};
+use sqlx::Row;
 
-use super::read::{decode, SqliteReader, COLUMNS};
+use super::batched_rows::each_row;
+use super::read::{SqliteReader, COLUMNS};
+use super::statement::Statement;
 use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -20,15 +23,15 @@ const LOGS_LEVEL: &str = "coalesce(json_extract(labels, '$.level'), '')";
 const VOLUME_LEVEL: &str = "level";
 
 /// ` AND column …` for a condition on a text column (or expression).
-fn push_text(builder: &mut QueryBuilder<'_, Sqlite>, column: &str, condition: &TextCondition) {
+fn push_text(builder: &mut Statement, column: &str, condition: &TextCondition) {
     match condition {
         TextCondition::Eq(text) => {
             builder.push(" AND ").push(column).push(" = ");
-            builder.push_bind(text.clone());
+            builder.push_bind(text.as_str());
         }
         TextCondition::Ne(text) => {
             builder.push(" AND ").push(column).push(" <> ");
-            builder.push_bind(text.clone());
+            builder.push_bind(text.as_str());
         }
         TextCondition::Matches(pattern) => push_regexp(builder, column, pattern, false),
         TextCondition::NotMatches(pattern) => push_regexp(builder, column, pattern, true),
@@ -38,11 +41,7 @@ fn push_text(builder: &mut QueryBuilder<'_, Sqlite>, column: &str, condition: &T
 /// The conditions of `selection` other than its time range, on `logs` or `log_volume` (which
 /// share the service column, and keep the `level` label in `level_column`; a volume selection
 /// has no label or line condition).
-fn push_conditions(
-    builder: &mut QueryBuilder<'_, Sqlite>,
-    selection: &Selection,
-    level_column: &str,
-) {
+fn push_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
     for condition in &selection.services {
         push_text(builder, "service", condition);
     }
@@ -52,9 +51,9 @@ fn push_conditions(
     for (key, value) in &selection.labels {
         builder
             .push(" AND EXISTS (SELECT 1 FROM json_each(logs.labels) AS l WHERE l.key = ")
-            .push_bind(key.clone())
+            .push_bind(key.as_str())
             .push(" AND l.value = ")
-            .push_bind(value.clone())
+            .push_bind(value.as_str())
             .push(")");
     }
     for condition in &selection.lines {
@@ -69,8 +68,8 @@ fn push_conditions(
 
 /// The tenant (the statement ends in `tenant = `), the time range and the conditions of
 /// `selection` on `logs`.
-fn push_selection(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, selection: &Selection) {
-    builder.push_bind(tenant.to_owned());
+fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) {
+    builder.push_bind(tenant);
     builder
         .push(" AND ts >= ")
         .push_bind(selection.from.timestamp_micros());
@@ -81,25 +80,20 @@ fn push_selection(builder: &mut QueryBuilder<'_, Sqlite>, tenant: &str, selectio
 }
 
 /// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
-fn push_regexp(
-    builder: &mut QueryBuilder<'_, Sqlite>,
-    column: &str,
-    pattern: &Pattern,
-    negated: bool,
-) {
+fn push_regexp(builder: &mut Statement, column: &str, pattern: &Pattern, negated: bool) {
     builder
         .push(if negated { " AND NOT (" } else { " AND (" })
         .push(column)
         .push(" REGEXP ")
-        .push_bind(pattern.rust.clone())
+        .push_bind(pattern.rust.as_str())
         .push(")");
 }
 
 /// ` AND instr(message, text) <test>`: whether the message holds `text`.
-fn push_contains(builder: &mut QueryBuilder<'_, Sqlite>, text: &str, test: &str) {
+fn push_contains(builder: &mut Statement, text: &str, test: &str) {
     builder
         .push(" AND instr(message, ")
-        .push_bind(text.to_owned())
+        .push_bind(text)
         .push(") ")
         .push(test);
 }
@@ -115,7 +109,7 @@ impl SqliteReader {
         limit: Option<usize>,
         sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
-        let mut builder = QueryBuilder::new(COLUMNS);
+        let mut builder = Statement::new(COLUMNS);
         push_selection(&mut builder, tenant, selection);
         match order {
             Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
@@ -125,14 +119,7 @@ impl SqliteReader {
         if let Some(limit) = limit {
             builder.push(" LIMIT ").push_bind(limit as i64);
         }
-        let mut conn = self.acquire().await?;
-        let mut rows = builder.build().fetch(&mut *conn);
-        while let Some(row) = rows.try_next().await.map_err(unavailable)? {
-            if !sink(decode(row).map_err(unavailable)?) {
-                break;
-            }
-        }
-        Ok(())
+        each_row(self.acquire().await?, builder, sink).await
     }
 
     /// Streams the rows of `selection` counted per window of `counting` and label columns to
@@ -150,7 +137,7 @@ impl SqliteReader {
             ..
         } = counting;
         // Every row is after the origin, so the integer division rounds the window up.
-        let mut builder = QueryBuilder::new("SELECT ((ts - ");
+        let mut builder = Statement::new("SELECT ((ts - ");
         builder.push_bind(origin).push(" + ").push_bind(width - 1);
         builder
             .push(") / ")
@@ -174,7 +161,7 @@ impl SqliteReader {
         push_selection(&mut builder, tenant, selection);
         builder.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
         let mut conn = self.acquire().await?;
-        let mut rows = builder.build().fetch(&mut *conn);
+        let mut rows = builder.query().fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             let slot: i64 = row.try_get(0).map_err(unavailable)?;
             let end = from_micros(origin + slot * width);
@@ -195,10 +182,10 @@ impl SqliteReader {
         max_rows: usize,
         sink: &mut (dyn FnMut(VolumeRow) -> bool + Send),
     ) -> Result<(), StoreError> {
-        let mut builder = QueryBuilder::new(
+        let mut builder = Statement::new(
             "SELECT minute, service, severity, level, records, bytes FROM log_volume WHERE tenant = ",
         );
-        builder.push_bind(tenant.to_owned());
+        builder.push_bind(tenant);
         builder
             .push(" AND minute >= ")
             .push_bind(selection.from.timestamp().div_euclid(60) * 60);
@@ -210,7 +197,7 @@ impl SqliteReader {
             .push(" ORDER BY minute, service, severity, level LIMIT ")
             .push_bind(max_rows as i64);
         let mut conn = self.acquire().await?;
-        let mut rows = builder.build().fetch(&mut *conn);
+        let mut rows = builder.query().fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             if !sink(decode_volume(&row).map_err(unavailable)?) {
                 break;
