@@ -6,7 +6,7 @@
 //!   partition whose whole day is older than the retention window is dropped whole, its indexes
 //!   with it. Old rows in the default partition are deleted in small chunks. One replica at a
 //!   time does this, under a PostgreSQL advisory lock.
-//! - SQLite: old rows are deleted through the `(tenant, ts)` index in transactions of
+//! - SQLite: old rows are deleted through the `(tenant, ts, service)` index in transactions of
 //!   [`DELETE_CHUNK`] rows, yielding to ingest between chunks.
 //!
 //! The per-minute volume rollup (`log_volume`) is trimmed with the rows: every minute that ended

@@ -1,8 +1,8 @@
 //! SQLite reads, on read-only connections of their own: in WAL mode they read a consistent
 //! snapshot while the single writer connection keeps writing.
 //!
-//! Pages walk the `(tenant, ts)` index backwards (the rowid id is the last key of every index
-//! entry, so `ORDER BY ts DESC, id DESC` needs no sort).
+//! Pages walk the `(tenant, ts, service)` index backwards (the rowid id is the last key of every
+//! index entry, so `ORDER BY ts DESC, id DESC` sorts only rows of the same `ts`, a few at a time).
 //!
 //! **Stopping.** sqlx runs a statement on a thread of its own and, when the future is dropped,
 //! goes on stepping it until it has a row to hand over: a scan that matches nothing would run to

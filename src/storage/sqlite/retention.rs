@@ -1,4 +1,4 @@
-//! SQLite retention: old rows deleted through the `(tenant, ts)` index, a chunk per transaction.
+//! SQLite retention: old rows deleted through the `(tenant, ts, service)` index, a chunk per transaction.
 //! SQLite has no partitions and no BRIN indexes, and one process writes the file, so a run has no
 //! lock to take and nothing to do but delete.
 
@@ -9,7 +9,7 @@ use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::volume::{volume_cutoff, VOLUME_TENANTS_SQL};
 
-/// Every tenant with rows, by a loose index scan of `(tenant, ts)`: one index probe per tenant
+/// Every tenant with rows, by a loose index scan of `(tenant, ts, service)`: one index probe per tenant
 /// instead of reading every row.
 const TENANTS_SQL: &str = "WITH RECURSIVE tenants(name) AS ( \
        SELECT min(tenant) FROM logs \

@@ -1,6 +1,6 @@
 //! SQLite's side of LogQL reads: a [`Selection`] as SQL conditions (every value bound; regular
 //! expressions through `REGEXP`, which runs Rust's engine, the query's own), rows streamed in the
-//! order a query asks for along the `(tenant, ts)` index (in batches, `batched_rows.rs`), and the
+//! order a query asks for along the `(tenant, ts, service)` index (in batches, `batched_rows.rs`), and the
 //! volume rollup per minute.
 
 use futures::TryStreamExt;
