@@ -160,11 +160,10 @@ impl<'a> Streams<'a> {
                 };
                 let mut parser = "json";
                 let json = pipeline::json_fields(&line.text, &mut |name, value, path| {
-                    // Loki leaves a null out.
-                    if !value.is_null() {
-                        let value = labels::label_value(value);
+                    // Loki leaves a null out; objects and arrays give no field.
+                    if let Some(value) = value.label_value().filter(|_| !value.is_null()) {
                         each(Seen {
-                            name: &named(name),
+                            name: &named(name.to_owned()),
                             value: &value,
                             parser: Some("json"),
                             path: Some(path),

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use super::json_object::{JsonObject, JsonValue};
 use crate::model::severity::Severity;
 use crate::storage::StoredRow;
 
@@ -36,14 +37,20 @@ pub(crate) fn is_rollup_label(name: &str) -> bool {
 /// An attribute's key as a label name: characters other than ASCII letters, digits and `_`
 /// become `_`, and a leading digit gets a `_` before it.
 pub(crate) fn label_name(key: &str) -> String {
-    let mut name: String = key
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
-        name.insert(0, '_');
-    }
+    let mut name = String::with_capacity(key.len() + 1);
+    push_label_name(&mut name, key);
     name
+}
+
+/// Appends [`label_name`]`(key)` to `name`.
+pub(crate) fn push_label_name(name: &mut String, key: &str) {
+    if key.is_empty() || key.starts_with(|c: char| c.is_ascii_digit()) {
+        name.push('_');
+    }
+    name.extend(
+        key.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+    );
 }
 
 /// A JSON value as a label's value: strings as they are, anything else as its JSON text.
@@ -109,6 +116,21 @@ pub(crate) fn with_metadata(mut labels: Labels, row: &StoredRow) -> Labels {
 fn add_object(labels: &mut Labels, json: &str) {
     if json.len() <= 2 {
         return;
+    }
+    // Stored label sets are objects of strings: read in place. Anything else (an attribute
+    // holding an object or an array) is written as `serde_json` writes it.
+    if let Ok(object) = JsonObject::parse_whole(json) {
+        if object
+            .members()
+            .all(|(_, value)| matches!(value, JsonValue::Text(_)))
+        {
+            for (key, value) in object.members() {
+                if let Some(value) = value.label_value() {
+                    labels.entry(label_name(key)).or_insert(value);
+                }
+            }
+            return;
+        }
     }
     if let Ok(object) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
         for (key, value) in object {

@@ -30,6 +30,7 @@ mod format;
 mod go_regex;
 pub(crate) mod hints;
 mod ip;
+pub(crate) mod json_object;
 pub(crate) mod labels;
 pub(crate) mod lexer;
 mod logfmt;

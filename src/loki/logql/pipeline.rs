@@ -9,6 +9,7 @@ use super::extract;
 use super::format::Quoted;
 use super::hints;
 use super::ip::IpPattern;
+use super::json_object::{JsonObject, JsonValue};
 use super::labels::{self, Labels};
 use super::lexer;
 use super::logfmt::{Decoder, Scan};
@@ -725,8 +726,10 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
 fn parse_json(line: &str, hints: Option<&[String]>, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
         // Loki sets no label for a `null`.
-        if !value.is_null() && hints::extracts(hints, &name) {
-            extracted(labels, name, labels::label_value(value));
+        if !value.is_null() && hints::extracts(hints, name) {
+            if let Some(value) = value.label_value() {
+                extracted(labels, name.to_owned(), value);
+            }
         }
     });
     if let Err(err) = parsed {
@@ -741,12 +744,10 @@ fn parse_json(line: &str, hints: Option<&[String]>, labels: &mut Labels) {
 /// what follows the object is ignored, as Loki's parser ignores it.
 pub(crate) fn json_fields(
     line: &str,
-    each: &mut dyn FnMut(String, &serde_json::Value, &[&str]),
+    each: &mut dyn FnMut(&str, &JsonValue, &[&str]),
 ) -> Result<(), serde_json::Error> {
-    use serde::Deserialize;
-    let mut reader = serde_json::Deserializer::from_str(line);
-    let object = serde_json::Map::<String, serde_json::Value>::deserialize(&mut reader)?;
-    walk(&object, "", &mut Vec::new(), each);
+    let object = JsonObject::parse(line)?;
+    walk(&object, &mut String::new(), &mut Vec::new(), each);
     Ok(())
 }
 
@@ -771,23 +772,31 @@ fn json_error_details(line: &str, err: &serde_json::Error) -> String {
     }
 }
 
+/// `name` holds the names of the keys that lead to `object`, each followed by `_`; one buffer
+/// serves every field, as most are read and dropped.
 fn walk<'a>(
-    object: &'a serde_json::Map<String, serde_json::Value>,
-    prefix: &str,
+    object: &'a JsonObject<'_>,
+    name: &mut String,
     path: &mut Vec<&'a str>,
-    each: &mut dyn FnMut(String, &serde_json::Value, &[&str]),
+    each: &mut dyn FnMut(&str, &JsonValue, &[&str]),
 ) {
-    for (key, value) in object {
-        let name = format!("{prefix}{}", labels::label_name(key));
+    let prefix = name.len();
+    for (key, value) in object.members() {
+        name.truncate(prefix);
+        labels::push_label_name(name, key);
         path.push(key);
         match value {
-            serde_json::Value::Object(inner) => walk(inner, &format!("{name}_"), path, each),
+            JsonValue::Object(inner) => {
+                name.push('_');
+                walk(inner, name, path, each);
+            }
             // Loki leaves arrays out.
-            serde_json::Value::Array(_) => {}
+            JsonValue::Array => {}
             other => each(name, other, path),
         }
         path.pop();
     }
+    name.truncate(prefix);
 }
 
 /// `| json a="b.c"`: each label from its path, the empty string when the path leads nowhere,
