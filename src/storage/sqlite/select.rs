@@ -49,12 +49,22 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
         push_text(builder, level_column, condition);
     }
     for (key, value) in &selection.labels {
-        builder
-            .push(" AND EXISTS (SELECT 1 FROM json_each(logs.labels) AS l WHERE l.key = ")
-            .push_bind(key.as_str())
-            .push(" AND l.value = ")
-            .push_bind(value.as_str())
-            .push(")");
+        if key.contains('"') {
+            // A JSON path cannot quote this key: each member is looked at instead.
+            builder
+                .push(" AND EXISTS (SELECT 1 FROM json_each(logs.labels) AS l WHERE l.key = ")
+                .push_bind(key.as_str())
+                .push(" AND l.value = ")
+                .push_bind(value.as_str())
+                .push(")");
+        } else {
+            // One lookup in the object instead of a walk over its members.
+            builder
+                .push(" AND json_extract(labels, ")
+                .push_bind(format!("$.\"{key}\""))
+                .push(") = ")
+                .push_bind(value.as_str());
+        }
     }
     for condition in &selection.lines {
         match condition {
