@@ -27,6 +27,7 @@ mod error;
 pub(crate) mod metrics;
 pub mod postgres;
 mod row;
+mod row_batches;
 pub(crate) mod sqlite;
 mod stored;
 mod volume;

@@ -477,3 +477,42 @@ on_both_backends!(
     tail_caps,
     tails_past_the_caps_are_refused_and_a_closed_one_frees_its_place
 );
+
+/// A LogQL read is fetched by a task of its own beside the query that consumes it: past the
+/// deadline, both stop, and the statement with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loki_query_past_its_deadline_is_stopped_in_the_database() {
+    let Some(db) = TestDb::create(Backend::Postgres, "loki_deadline").await else {
+        return;
+    };
+    let mut settings = config(&db);
+    settings.query.query_timeout = "300ms".parse().unwrap();
+    settings.query.read_max_connections = 1;
+    let server = TestServer::start(settings).await;
+    let mut ingest = server.client().await;
+    push(&mut ingest, vec![vec![record("quick")]])
+        .await
+        .unwrap();
+    let slow = SlowRead::start(&db, "default").await;
+    // A pipeline the database cannot count: its lines are read and parsed.
+    let scan = "/loki/api/v1/query_range?query=sum%28count_over_time%28%7Bservice_name%3D~%22.%2B%22%7D%20%7C%20json%20%5B5m%5D%29%29&since=10m";
+    let answer = get(server.http_ingest, scan, "", &[]).await;
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    assert!(answer.body.contains("--query-timeout"), "{}", answer.body);
+    wait_for_waiting_reads(&db, 0, Duration::from_secs(10)).await;
+    slow.release().await;
+    // The only read connection serves the next query.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = get(server.http_ingest, scan, "", &[]).await;
+        if answer.status == 200 {
+            assert!(answer.body.contains("\"result\""), "{}", answer.body);
+            break;
+        }
+        assert!(
+            answer.status == 504 && std::time::Instant::now() < deadline,
+            "{answer:?}"
+        );
+    }
+    server.stop().await;
+}

@@ -8,12 +8,14 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
+use tracing::Instrument;
 
-use super::read::{decode, PgReader, COLUMNS};
+use super::read::{decode, PgReader, ReadConnection, COLUMNS};
 use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::row_batches::{self, RowSender};
 use crate::storage::stored::decode_counted;
 use crate::storage::volume::decode_volume;
 use crate::storage::{CountedRow, StoredRow};
@@ -115,7 +117,8 @@ fn push_contains(builder: &mut QueryBuilder<'_, Postgres>, text: &str, test: &st
 
 impl PgReader {
     /// Streams the rows of `selection` in `order` to `sink` until it returns false; at most
-    /// `limit` when every condition of the query is in the selection.
+    /// `limit` when every condition of the query is in the selection. The rows are fetched and
+    /// decoded by a task of their own, while `sink` runs (`storage/row_batches.rs`).
     pub(in crate::storage) async fn select(
         &self,
         tenant: &str,
@@ -124,7 +127,38 @@ impl PgReader {
         limit: Option<usize>,
         sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
-        let mut conn = self.acquire().await?;
+        let conn = self.acquire().await?;
+        let (sender, mut batches) = row_batches::channel();
+        let reading = tokio::spawn(
+            Self::read_windows(
+                conn,
+                tenant.to_owned(),
+                selection.clone(),
+                (order, limit),
+                sender,
+            )
+            .in_current_span(),
+        );
+        row_batches::deliver(&mut batches, sink).await;
+        drop(batches);
+        match reading.await {
+            Ok(result) => result,
+            Err(join) => Err(StoreError::Unavailable(format!(
+                "the read's task failed: {join}"
+            ))),
+        }
+    }
+
+    /// [`PgReader::select`]'s reading half: the rows to `sender`, window after window, until they
+    /// end or its consumer is gone.
+    async fn read_windows(
+        mut conn: ReadConnection,
+        tenant: String,
+        selection: Selection,
+        (order, limit): (Order, Option<usize>),
+        mut sender: RowSender,
+    ) -> Result<(), StoreError> {
+        let (tenant, selection) = (tenant.as_str(), &selection);
         let mut left = limit;
         let (mut low, mut high) = match order {
             Order::Newest => (
@@ -161,10 +195,17 @@ impl PgReader {
                 builder.push(" LIMIT ").push_bind(left as i64);
             }
             let mut rows = builder.build().fetch(&mut *conn);
-            while let Some(row) = rows.try_next().await.map_err(unavailable)? {
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    // The consumer is gone (its deadline, its client): so is the statement.
+                    () = sender.closed() => return Ok(()),
+                    next = rows.try_next() => next.map_err(unavailable)?,
+                };
+                let Some(row) = next else { break };
                 left = left.map(|n| n - 1);
                 // Stopped with rows still coming: the connection is closed, not drained.
-                if !sink(decode(row).map_err(unavailable)?) {
+                if !sender.push(decode(row).map_err(unavailable)?).await {
                     return Ok(());
                 }
             }
@@ -177,6 +218,7 @@ impl PgReader {
                 };
             if done {
                 conn.finish();
+                sender.finish().await;
                 return Ok(());
             }
             window = window.checked_mul(WINDOW_GROWTH).unwrap_or(TimeDelta::MAX);

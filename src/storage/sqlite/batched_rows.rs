@@ -5,7 +5,8 @@
 //! its own: one wake of the reading task per row, and every value of the row copied into a fresh
 //! allocation on one thread and freed on the other. Measured on a scan of 38,000 lines, that
 //! handover took most of the read's time. Here a blocking thread steps the statement, builds the
-//! rows it hands over directly from SQLite's column buffers, and sends them a batch at a time.
+//! rows it hands over directly from SQLite's column buffers, and sends them a batch at a time
+//! (`storage/row_batches.rs`).
 //!
 //! **Safety.** The handle comes from [`sqlx::sqlite::LockedSqliteHandle`], which guarantees that
 //! the driver makes no call on it (or its statements) while it is held; it is held for the whole
@@ -21,18 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use libsqlite3_sys as ffi;
-use tokio::sync::mpsc;
 
 use super::read::ReadConnection;
 use super::statement::{Bind, Statement};
 use crate::storage::error::StoreError;
+use crate::storage::row_batches::{self, RowSender};
 use crate::storage::stored::{from_micros, StoredRow};
-
-/// Rows per handover: enough that the wake is nothing beside them, few enough that the first
-/// rows of a page arrive at once and that a batch in flight holds little memory.
-const BATCH_ROWS: usize = 256;
-/// Batches in flight between the two threads.
-const BATCHES_IN_FLIGHT: usize = 2;
 
 /// Sets the read's stop flag when dropped.
 struct StopOnDrop(Arc<AtomicBool>);
@@ -51,15 +46,9 @@ pub(super) async fn each_row(
     sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
 ) -> Result<(), StoreError> {
     let stop = StopOnDrop(conn.stop_flag());
-    let (sender, mut batches) = mpsc::channel(BATCHES_IN_FLIGHT);
-    let stepping = tokio::task::spawn_blocking(move || step_rows(conn, &statement, &sender));
-    'batches: while let Some(batch) = batches.recv().await {
-        for row in batch {
-            if !sink(row) {
-                break 'batches;
-            }
-        }
-    }
+    let (sender, mut batches) = row_batches::channel();
+    let stepping = tokio::task::spawn_blocking(move || step_rows(conn, &statement, sender));
+    row_batches::deliver(&mut batches, sink).await;
     // The statement may still be stepping if the sink had enough.
     drop(stop);
     drop(batches);
@@ -76,7 +65,7 @@ pub(super) async fn each_row(
 fn step_rows(
     mut conn: ReadConnection,
     statement: &Statement,
-    sender: &mpsc::Sender<Vec<StoredRow>>,
+    mut sender: RowSender,
 ) -> Result<(), StoreError> {
     let stop = conn.stop_flag();
     let runtime = tokio::runtime::Handle::current();
@@ -84,25 +73,20 @@ fn step_rows(
         .block_on(conn.lock_handle())
         .map_err(|err| StoreError::Unavailable(err.to_string()))?;
     let mut prepared = Prepared::new(locked.as_raw_handle(), statement)?;
-    let mut batch = Vec::with_capacity(BATCH_ROWS);
     loop {
         match prepared.step() {
-            Ok(true) => batch.push(prepared.stored_row()?),
+            Ok(true) => {
+                if !sender.push_blocking(prepared.stored_row()?) {
+                    return Ok(());
+                }
+            }
             Ok(false) => break,
             // Stopped on purpose: nobody waits for the rest.
             Err(_) if stop.load(Ordering::Relaxed) => return Ok(()),
             Err(err) => return Err(err),
         }
-        if batch.len() == BATCH_ROWS {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
-            if sender.blocking_send(full).is_err() {
-                return Ok(());
-            }
-        }
     }
-    if !batch.is_empty() {
-        let _ = sender.blocking_send(batch);
-    }
+    sender.finish_blocking();
     Ok(())
 }
 
