@@ -106,6 +106,11 @@ impl StreamLabels {
     pub fn map(&self) -> &BTreeMap<String, String> {
         &self.map
     }
+
+    /// The labels as they are stored: a compact JSON object.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
 }
 
 impl Default for StreamLabels {

@@ -58,7 +58,12 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
                 .push_bind(value.as_str())
                 .push(")");
         } else {
-            // One lookup in the object instead of a walk over its members.
+            // A substring test first passes over most other rows without reading their JSON;
+            // then one lookup in the object instead of a walk over its members.
+            builder
+                .push(" AND instr(labels, ")
+                .push_bind(label_text(key, value))
+                .push(") > 0");
             builder
                 .push(" AND json_extract(labels, ")
                 .push_bind(format!("$.\"{key}\""))
@@ -87,6 +92,14 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
         .push(" AND ts < ")
         .push_bind(selection.to.timestamp_micros());
     push_conditions(builder, selection, LOGS_LEVEL);
+}
+
+/// How a stored label set writes the label `key` with `value`: the service writes every set
+/// compactly with `serde_json` (`ingest::validate::StreamLabels`), so a set that has the label holds
+/// this text.
+fn label_text(key: &str, value: &str) -> String {
+    let quoted = |text: &str| serde_json::Value::from(text).to_string();
+    format!("{}:{}", quoted(key), quoted(value))
 }
 
 /// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
@@ -214,5 +227,35 @@ impl SqliteReader {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::ingest::validate::StreamLabels;
+
+    #[test]
+    fn a_stored_label_set_holds_the_text_of_each_of_its_labels() {
+        let labels: BTreeMap<String, String> = [
+            ("job", "cron"),
+            ("quote\"d", "a\"b\\c"),
+            ("unicode", "é ☃ \u{7f}"),
+            ("control", "line\nbreak\ttab\u{1}"),
+            ("empty", ""),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        .collect();
+        let stored = StreamLabels::new(labels.clone()).json().to_owned();
+        for (key, value) in &labels {
+            assert!(
+                stored.contains(&label_text(key, value)),
+                "{key} in {stored}"
+            );
+        }
+        assert!(!stored.contains(&label_text("job", "cro")));
     }
 }
