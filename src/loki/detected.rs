@@ -161,7 +161,7 @@ impl<'a> Streams<'a> {
                 let mut parser = "json";
                 let json = pipeline::json_fields(&line.text, &mut |name, value, path| {
                     // Loki leaves a null out; objects and arrays give no field.
-                    if let Some(value) = value.label_value().filter(|_| !value.is_null()) {
+                    if let Some(value) = value.label_value() {
                         each(Seen {
                             name: &named(name.to_owned()),
                             value: &value,

@@ -30,20 +30,14 @@ pub(crate) enum JsonValue<'a> {
 }
 
 impl JsonValue<'_> {
-    /// Whether the value is `null`.
-    pub(crate) fn is_null(&self) -> bool {
-        matches!(self, JsonValue::Null)
-    }
-
-    /// The value as a label's value: a string as it is, a scalar as its JSON text; None for an
-    /// object or an array, which a label never gets from here.
+    /// The value as a label's value: a string as it is, a number or boolean as its JSON text;
+    /// None for `null`, an object or an array, which make no label (as in Loki).
     pub(crate) fn label_value(&self) -> Option<String> {
         match self {
-            JsonValue::Null => Some("null".to_owned()),
             JsonValue::Bool(value) => Some(value.to_string()),
             JsonValue::Number(number) => Some(number.to_string()),
             JsonValue::Text(text) => Some(text.as_ref().to_owned()),
-            JsonValue::Object(_) | JsonValue::Array => None,
+            JsonValue::Null | JsonValue::Object(_) | JsonValue::Array => None,
         }
     }
 }
@@ -219,6 +213,7 @@ mod tests {
                     .join(",")
             ),
             JsonValue::Array => "[…]".to_owned(),
+            JsonValue::Null => "null".to_owned(),
             other => other.label_value().unwrap(),
         }
     }

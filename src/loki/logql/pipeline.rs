@@ -725,8 +725,8 @@ fn extracted(labels: &mut Labels, name: String, value: String) {
 /// those `hints` names, when it names some.
 fn parse_json(line: &str, hints: Option<&[String]>, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
-        // Loki sets no label for a `null`.
-        if !value.is_null() && hints::extracts(hints, name) {
+        // Loki sets no label for a `null`; a field the query does not read is not copied.
+        if hints::extracts(hints, name) {
             if let Some(value) = value.label_value() {
                 extracted(labels, name.to_owned(), value);
             }

@@ -172,8 +172,13 @@ impl Prepared {
                 return Ok(None);
             }
             let text = ffi::sqlite3_column_text(statement, column);
+            // A value that is not NULL has a text, if only an empty one: no text means SQLite
+            // could not allocate it.
+            if text.is_null() {
+                return Err(error(self.db, ffi::SQLITE_NOMEM));
+            }
             let length = ffi::sqlite3_column_bytes(statement, column);
-            if text.is_null() || length <= 0 {
+            if length <= 0 {
                 return Ok(Some(String::new()));
             }
             let bytes = std::slice::from_raw_parts(text, length as usize);
@@ -235,9 +240,8 @@ fn error(db: NonNull<ffi::sqlite3>, code: c_int) -> StoreError {
 mod tests {
     use std::time::Duration;
 
-    use sqlx::{Connection, SqliteConnection};
-
     use super::*;
+    use crate::storage::sqlite::read::one_connection_reader;
     use crate::storage::sqlite::SqliteReader;
 
     /// Rows of `read::COLUMNS`' shape numbered from 1, without end, kept where `condition` holds.
@@ -246,22 +250,6 @@ mod tests {
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
              SELECT i, i, i, 9, 'svc', 'line ' || i, '{{}}', '{{}}', NULL, 'span' FROM n WHERE {condition}"
         ))
-    }
-
-    async fn reader() -> (tempfile::TempDir, SqliteReader) {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("rows.db").display());
-        let mut writer = SqliteConnection::connect(&format!("{url}?mode=rwc"))
-            .await
-            .unwrap();
-        sqlx::query("PRAGMA journal_mode = WAL")
-            .execute(&mut writer)
-            .await
-            .unwrap();
-        let reader = SqliteReader::connect(&url, 1, Duration::from_secs(5))
-            .await
-            .unwrap();
-        (dir, reader)
     }
 
     /// The pool's only connection can be taken again within 4 s.
@@ -274,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn rows_arrive_whole_and_in_order_until_the_sink_has_enough() {
-        let (_dir, reader) = reader().await;
+        let (_dir, reader) = one_connection_reader().await;
         let mut seen = Vec::new();
         let mut sink = |row: StoredRow| {
             seen.push(row);
@@ -302,7 +290,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_abandoned_scan_that_finds_nothing_stops() {
-        let (_dir, reader) = reader().await;
+        let (_dir, reader) = one_connection_reader().await;
         let mut sink = |_: StoredRow| true;
         let scan = each_row(reader.acquire().await.unwrap(), endless("i < 0"), &mut sink);
         let abandoned = tokio::time::timeout(Duration::from_millis(50), scan).await;
@@ -312,7 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn errors_are_the_databases_own() {
-        let (_dir, reader) = reader().await;
+        let (_dir, reader) = one_connection_reader().await;
         let mut sink = |_: StoredRow| true;
         let missing = Statement::new("SELECT * FROM no_such_table");
         let err = each_row(reader.acquire().await.unwrap(), missing, &mut sink)

@@ -222,26 +222,33 @@ impl SqliteReader {
     }
 }
 
+/// A reader of one connection on a new, empty database in WAL mode, which lives as long as the
+/// directory returned with it.
+#[cfg(test)]
+pub(super) async fn one_connection_reader() -> (tempfile::TempDir, SqliteReader) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("reads.db").display());
+    let mut writer = SqliteConnection::connect(&format!("{url}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::query("PRAGMA journal_mode = WAL")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let reader = SqliteReader::connect(&url, 1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    (dir, reader)
+}
+
 #[cfg(test)]
 mod tests {
-    use sqlx::Connection;
-
     use super::*;
 
     #[tokio::test]
     async fn an_abandoned_statement_is_interrupted_and_frees_its_connection() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("reads.db").display());
-        let mut writer = SqliteConnection::connect(&format!("{url}?mode=rwc"))
-            .await
-            .unwrap();
-        sqlx::query("PRAGMA journal_mode = WAL")
-            .execute(&mut writer)
-            .await
-            .unwrap();
-        let reader = SqliteReader::connect(&url, 1, Duration::from_secs(5))
-            .await
-            .unwrap();
+        let (_dir, reader) = one_connection_reader().await;
         // Never ends, and never has a row to hand over.
         let endless = async {
             let mut conn = reader.acquire().await?;

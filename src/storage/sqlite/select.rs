@@ -48,28 +48,19 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
     for condition in &selection.levels {
         push_text(builder, level_column, condition);
     }
+    // A label name in a selector is an identifier (the LogQL lexer's), so it needs no escaping
+    // in a JSON path. A substring test first passes over most other rows without reading their
+    // JSON; the lookup then confirms what it found.
     for (key, value) in &selection.labels {
-        if key.contains('"') {
-            // A JSON path cannot quote this key: each member is looked at instead.
-            builder
-                .push(" AND EXISTS (SELECT 1 FROM json_each(logs.labels) AS l WHERE l.key = ")
-                .push_bind(key.as_str())
-                .push(" AND l.value = ")
-                .push_bind(value.as_str())
-                .push(")");
-        } else {
-            // A substring test first passes over most other rows without reading their JSON;
-            // then one lookup in the object instead of a walk over its members.
-            builder
-                .push(" AND instr(labels, ")
-                .push_bind(label_text(key, value))
-                .push(") > 0");
-            builder
-                .push(" AND json_extract(labels, ")
-                .push_bind(format!("$.\"{key}\""))
-                .push(") = ")
-                .push_bind(value.as_str());
-        }
+        builder
+            .push(" AND instr(labels, ")
+            .push_bind(label_text(key, value))
+            .push(") > 0");
+        builder
+            .push(" AND json_extract(labels, ")
+            .push_bind(format!("$.\"{key}\""))
+            .push(") = ")
+            .push_bind(value.as_str());
     }
     for condition in &selection.lines {
         match condition {
