@@ -197,10 +197,12 @@ impl PgReader {
             let mut rows = builder.build().fetch(&mut *conn);
             loop {
                 let next = tokio::select! {
+                    // Rows first: the consumer's end is only watched (a waiter registered under
+                    // a lock) while the next row is not there yet, not once per row.
                     biased;
+                    next = rows.try_next() => next.map_err(unavailable)?,
                     // The consumer is gone (its deadline, its client): so is the statement.
                     () = sender.closed() => return Ok(()),
-                    next = rows.try_next() => next.map_err(unavailable)?,
                 };
                 let Some(row) = next else { break };
                 left = left.map(|n| n - 1);
