@@ -26,6 +26,7 @@
 //!   the live tail over the stores; the query endpoints Grafana calls.
 //! - [`retention`]: when it runs and what the window keeps; the store drops daily partitions whole
 //!   (PostgreSQL) or deletes in chunks (SQLite).
+//! - [`sealing`]: past hours rewritten into compressed columnar partitions (PostgreSQL).
 //! - [`console`]: the browser console (search, live tail, pipeline health) and its JSON API, on
 //!   a listener of its own.
 //! - [`observability`]: every metric series (typed handles, declared once), readiness, and tracing
@@ -92,6 +93,7 @@ pub(crate) mod query;
 pub(crate) mod ratelimit;
 pub mod record;
 pub mod retention;
+pub mod sealing;
 pub mod send;
 pub mod serve;
 pub mod storage;

@@ -106,6 +106,11 @@ pub struct BenchArgs {
     /// scatter inserts over SQLite's time index; leave it off to measure realistic time order.
     #[arg(long)]
     pub client_timestamps: bool,
+    /// Stamp the records this long before the pool is generated (implies --client-timestamps),
+    /// so that they land in an hour already past: what `--seal-after` seals, for measuring disk
+    /// per line after sealing.
+    #[arg(long, value_name = "DURATION")]
+    pub backdate: Option<HumanDuration>,
     /// Push streams (native, also called push), OTLP Export calls over gRPC (otlp), OTLP/HTTP
     /// posts (otlp-http) or Loki pushes (loki), one call or post per chunk. otlp-http and loki
     /// are plaintext HTTP/1.1, one kept-alive connection per stream, to the HTTP ingest listener.
@@ -302,7 +307,8 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         message_bytes: args.message_bytes,
         attributes: args.attributes,
         distinct_chunks: 64,
-        client_timestamps: args.client_timestamps,
+        client_timestamps: args.client_timestamps || args.backdate.is_some(),
+        backdate: args.backdate.map_or(Duration::ZERO, |backdate| backdate.0),
     };
     let workload = workload::generate(shape, args.protocol);
     // What one request weighs on the wire (as compressed, for Loki), on average.
@@ -329,6 +335,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         "protocol": args.protocol,
         "http_endpoint": http_endpoint,
         "client_timestamps": args.client_timestamps,
+        "backdate_seconds": args.backdate.map(|backdate| backdate.0.as_secs_f64()),
         "chunk_bytes": chunk_bytes,
     });
     eprintln!(

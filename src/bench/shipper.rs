@@ -117,6 +117,7 @@ pub async fn run(args: BenchShipperArgs) -> Result<ShipperReport, BenchError> {
         attributes: args.attributes,
         distinct_chunks: 4,
         client_timestamps: false,
+        backdate: Duration::ZERO,
     };
     let pool = Arc::new(workload::generate(shape, Protocol::Native).records);
     let mut builder = Client::builder_balanced(targets.endpoints.clone());

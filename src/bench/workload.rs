@@ -78,6 +78,8 @@ pub(crate) struct WorkloadShape {
     /// that keeps growing, which no production stream does. Without them the server stamps each
     /// record at receipt (a missing timestamp means "now"), as close to time order as real clients.
     pub client_timestamps: bool,
+    /// How long before generation the records are stamped.
+    pub backdate: std::time::Duration,
 }
 
 /// Which wire format the chunks are encoded in, and how they are sent. Reports spell each one
@@ -122,7 +124,7 @@ pub(crate) struct Workload {
 /// Builds the pool. Deterministic for a given shape, so runs are comparable.
 pub(crate) fn generate(shape: WorkloadShape, protocol: Protocol) -> Workload {
     let mut rng = fastrand::Rng::with_seed(0x10c_4a01);
-    let now = chrono::Utc::now();
+    let now = chrono::Utc::now() - chrono::TimeDelta::from_std(shape.backdate).unwrap_or_default();
     let mut records = Vec::with_capacity(shape.distinct_chunks * shape.records_per_chunk);
     let mut encoded = Vec::with_capacity(shape.distinct_chunks);
     for _ in 0..shape.distinct_chunks {
@@ -340,6 +342,7 @@ mod tests {
             attributes: 4,
             distinct_chunks: 3,
             client_timestamps: true,
+            backdate: std::time::Duration::ZERO,
         };
         let workload = generate(shape, Protocol::Native);
         assert_eq!(workload.encoded.len(), 3);
@@ -359,6 +362,7 @@ mod tests {
             attributes: 3,
             distinct_chunks: 2,
             client_timestamps,
+            backdate: std::time::Duration::ZERO,
         }
     }
 

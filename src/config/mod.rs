@@ -18,6 +18,7 @@ mod ranges;
 #[cfg(test)]
 mod reference;
 mod retention;
+mod sealing;
 pub mod secret;
 mod storage;
 mod tls;
@@ -36,6 +37,7 @@ pub use origins::CorsOrigins;
 pub use pipeline::PipelineOptions;
 pub use query::QueryOptions;
 pub use retention::RetentionOptions;
+pub use sealing::SealingOptions;
 pub use secret::Secret;
 pub use storage::StorageOptions;
 pub use tls::TlsOptions;
@@ -143,6 +145,11 @@ pub struct ServeConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub retention: RetentionOptions,
+
+    /// When past hours are sealed into compressed columnar partitions.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sealing: SealingOptions,
 
     /// Read connections, timeouts and limits of Query, Tail and the console.
     #[command(flatten)]
@@ -418,6 +425,18 @@ impl ServeConfig {
         duration(
             "--retention-interval",
             self.retention.retention_interval,
+            ms(100)..=d(1),
+            None,
+        )?;
+        duration(
+            "--seal-after",
+            self.sealing.seal_after,
+            ms(1000)..=d(30),
+            Some("0s (sealing off)"),
+        )?;
+        duration(
+            "--seal-interval",
+            self.sealing.seal_interval,
             ms(100)..=d(1),
             None,
         )?;

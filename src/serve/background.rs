@@ -34,6 +34,7 @@ type Listener = JoinHandle<Result<(), std::io::Error>>;
 pub(super) struct Background {
     reload: JoinHandle<()>,
     retention: JoinHandle<()>,
+    sealing: JoinHandle<()>,
     probe: JoinHandle<()>,
     http: Listener,
     /// The metrics listener's address.
@@ -65,6 +66,12 @@ impl Background {
             core.store.clone(),
             core.retention.clone(),
             Arc::clone(&core.metrics.retention),
+            stopping.clone(),
+        ));
+        let sealing = tokio::spawn(crate::sealing::run(
+            core.store.clone(),
+            core.sealing.clone(),
+            Arc::clone(&core.metrics.sealing),
             stopping.clone(),
         ));
         let probe = tokio::spawn(probe_store(
@@ -108,6 +115,7 @@ impl Background {
         Ok(Background {
             reload,
             retention,
+            sealing,
             probe,
             http,
             http_addr,
@@ -139,6 +147,7 @@ impl Background {
     /// Waits for the tasks that use the pools, once `stopping` is cancelled.
     pub(super) async fn join_tasks(&mut self) {
         let _ = (&mut self.retention).await;
+        let _ = (&mut self.sealing).await;
         let _ = (&mut self.reload).await;
         let _ = (&mut self.probe).await;
     }

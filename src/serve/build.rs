@@ -19,6 +19,7 @@ use crate::observability::readiness::Readiness;
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::query::Reads;
 use crate::retention::RetentionConfig;
+use crate::sealing::SealingConfig;
 use crate::storage::{redact_url, PoolOptions, Reader, Store};
 
 /// What every listener and background task shares.
@@ -43,6 +44,8 @@ pub(super) struct Core {
     pub reads: Reads,
     /// What retention keeps.
     pub retention: RetentionConfig,
+    /// When past hours are sealed.
+    pub sealing: SealingConfig,
     /// What every ingest protocol checks records against.
     pub limits: Limits,
     /// Cancelled when shutdown is requested: streams and tails end, readiness goes off.
@@ -141,6 +144,7 @@ impl Core {
             pipeline,
             reads,
             retention,
+            sealing: SealingConfig::from(&config.sealing),
             limits,
             draining,
             stopping: CancellationToken::new(),

@@ -12,6 +12,7 @@ use crate::observability::metrics::Registry;
 use crate::pipeline::PipelineMetrics;
 use crate::query::metrics::QueryMetrics;
 use crate::retention::metrics::RetentionMetrics;
+use crate::sealing::metrics::SealingMetrics;
 use crate::storage::metrics::StorageMetrics;
 use crate::web::metrics::ListenerMetrics;
 
@@ -38,6 +39,8 @@ pub(crate) struct Metrics {
     pub listeners: Arc<ListenerMetrics>,
     /// Retention runs.
     pub retention: Arc<RetentionMetrics>,
+    /// Sealing of past hours.
+    pub sealing: Arc<SealingMetrics>,
 }
 
 impl Metrics {
@@ -54,6 +57,7 @@ impl Metrics {
             console: Arc::new(ConsoleMetrics::register(&registry)),
             listeners: Arc::new(ListenerMetrics::register(&registry)),
             retention: Arc::new(RetentionMetrics::register(&registry)),
+            sealing: Arc::new(SealingMetrics::register(&registry)),
             registry,
         }
     }

@@ -11,7 +11,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use super::connect::{Backend, PoolOptions};
 use super::error::StoreError;
 use super::metrics::StorageMetrics;
-use super::postgres::{PgReader, PgRetention, PgTail, PostgresStore};
+use super::postgres::{PgReader, PgRetention, PgSealer, PgTail, PostgresStore};
 use super::row::{Claim, Row};
 use super::sqlite::{SqliteReader, SqliteRetention, SqliteStore, SqliteTail};
 use super::stored::{CountedRow, Page, PageSize, StoredRow};
@@ -82,6 +82,15 @@ impl Store {
     /// on SQLite.
     pub async fn retention(&self) -> Result<RetentionSession, StoreError> {
         Ok(dispatch!(self, store => into RetentionSession(store.retention().await?)))
+    }
+
+    /// Opens a session for sealing past hours into columnar partitions: PostgreSQL only, SQLite
+    /// keeps rows as written (`None`).
+    pub async fn sealer(&self) -> Result<Option<PgSealer>, StoreError> {
+        match self {
+            Self::Postgres(store) => Ok(Some(store.sealer().await?)),
+            Self::Sqlite(_) => Ok(None),
+        }
     }
 
     /// Applies pending migrations (PostgreSQL: under an advisory lock, so replicas can start together).

@@ -35,6 +35,7 @@ mod reads;
 mod refused_rows;
 mod replicas;
 mod retention;
+mod sealing;
 mod secrets;
 mod send_follow;
 mod slow_tails;

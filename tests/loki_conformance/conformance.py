@@ -97,8 +97,9 @@ class Loghaul(Process):
     """`loghaul serve` on `database_url`, its listeners on ephemeral loopback ports, X-Scope-OrgID
     naming the tenant (no API keys)."""
 
-    def __init__(self, name, binary, database_url):
+    def __init__(self, name, binary, database_url, extra=()):
         self.http = None
+        self.metrics = None
         super().__init__(name, [
             binary, "serve",
             "--database-url", database_url,
@@ -109,6 +110,7 @@ class Loghaul(Process):
             "--allow-org-id-tenants",
             "--log-format", "json",
             "--batch-linger", "20ms",
+            *extra,
         ])
         if not self.ready.wait(90) or not self.http:
             self.stop()
@@ -121,17 +123,20 @@ class Loghaul(Process):
             return
         if event.get("message") == "loghaul is serving":
             self.http = event.get("http_ingest")
+            self.metrics = event.get("http")
             self.ready.set()
 
 
 class Loki(Process):
-    """Grafana Loki from `binary`, with the repository's reference config made multi-tenant and
-    moved to free ports, its data in `directory`."""
+    """Grafana Loki from `binary`, with the repository's reference config made multi-tenant (unless
+    not `multi_tenant`: then every push is tenant `fake`) and moved to free ports, its data in
+    `directory`."""
 
-    def __init__(self, binary, config_template, directory):
+    def __init__(self, binary, config_template, directory, multi_tenant=True):
         port, grpc = free_port(), free_port()
         text = open(config_template).read().replace("DATA_DIR", directory)
-        for old, new in (("auth_enabled: false", "auth_enabled: true"),
+        auth = "auth_enabled: true" if multi_tenant else "auth_enabled: false"
+        for old, new in (("auth_enabled: false", auth),
                          ("http_listen_port: 3100", f"http_listen_port: {port}"),
                          ("grpc_listen_port: 9095", f"grpc_listen_port: {grpc}"),
                          ("bind_addr: [127.0.0.1]", f"bind_addr: [127.0.0.1]\n  bind_port: {free_port()}"),
@@ -297,6 +302,29 @@ def wait_for_data(name, base, counts, anchor_ns):
         time.sleep(0.5)
 
 
+def wait_until_sealed(url, rows, seconds=120):
+    """Waits until the `rows` rows of `logs` are all in columnar (sealed) partitions."""
+    leaves = ("SELECT string_agg(c.oid::regclass::text, ' ') FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
+              "WHERE am.amname = 'columnar' AND c.relname LIKE 'logs\\_p%'")
+    deadline = time.monotonic() + seconds
+    while True:
+        done = psql_value(url, leaves)
+        sealed = sum(int(psql_value(url, f"SELECT count(*) FROM {t}")) for t in done.split())
+        if sealed == rows:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{sealed} of {rows} rows sealed after {seconds} s")
+        time.sleep(1)
+
+
+def psql_value(url, sql):
+    done = subprocess.run(["psql", "-X", "-Atq", "-v", "ON_ERROR_STOP=1", url, "-c", sql],
+                          capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"psql: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def interrupted(*_):
     raise KeyboardInterrupt
 
@@ -311,6 +339,9 @@ def main():
     parser.add_argument("--only", help="comma-separated check ids")
     parser.add_argument("--verbose", action="store_true", help="show listed differences' diffs too")
     parser.add_argument("--save", help="write every normalised answer to this JSON file")
+    parser.add_argument("--sealed", action="store_true",
+                        help="also ask loghaul on PostgreSQL once the data's hour is sealed into "
+                             "columnar form (needs the citus_columnar extension)")
     args = parser.parse_args()
 
     # SIGTERM (a CI timeout) unwinds like Ctrl-C, so that every process and database goes.
@@ -337,6 +368,7 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="loki-conformance-")
     database = admin_url = None
+    databases = []
     try:
         started = time.monotonic()
         loki = Loki(args.loki, args.loki_config, workdir)
@@ -348,6 +380,14 @@ def main():
             database = None
             raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
         stores["postgres"] = Loghaul("loghaul-postgres", args.loghaul, with_database(admin_url, database))
+        if args.sealed:
+            sealed_database = f"{database}_sealed"
+            created = psql(admin_url, f"CREATE DATABASE {sealed_database}")
+            if created.returncode != 0:
+                raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
+            databases.append(sealed_database)
+            stores["sealed"] = Loghaul("loghaul-sealed", args.loghaul, with_database(admin_url, sealed_database),
+                                       extra=["--seal-after", "1s", "--seal-interval", "1s"])
         print(f"== Loki on {loki.http}, loghaul on {stores['sqlite'].http} (SQLite) and "
               f"{stores['postgres'].http} (PostgreSQL), up in {time.monotonic() - started:.0f}s")
 
@@ -359,6 +399,8 @@ def main():
                     raise RuntimeError(f"push to {name} as {tenant}: {status} {text[:300]!r}")
         for name, base in targets.items():
             wait_for_data(name, base, counts, anchor)
+        if args.sealed:
+            wait_until_sealed(with_database(admin_url, databases[0]), sum(counts.values()))
 
         results = {name: {} for name in stores}
         for check in checks:
@@ -402,6 +444,8 @@ def main():
             code = process.stop()
             if process.name.startswith("loghaul") and code not in (0, None):
                 print(f"WARNING {process.name} exited {code}:\n{process.tail()}")
+        for extra in databases:
+            psql(admin_url, f"DROP DATABASE IF EXISTS {extra} WITH (FORCE)")
         if database and admin_url:
             dropped = psql(admin_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
             if dropped.returncode != 0:

@@ -7,6 +7,7 @@ mod citus;
 mod copy;
 mod read;
 mod retention;
+mod seal;
 mod select;
 mod tail;
 mod write;
@@ -16,9 +17,13 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Connection;
 
-// Public for the retention and Citus tests, which set partitions up and check them by name.
+// Public for the retention, sealing and Citus tests, which set partitions up and check them by
+// name.
 pub use citus::Flavor;
-pub use retention::{create_partitions, partition_day, partition_name, RETENTION_LOCK_KEY};
+pub use retention::{
+    create_partitions, hour_partition_name, partition_day, partition_name, RETENTION_LOCK_KEY,
+};
+pub use seal::{leaves, seal, sealing, Leaf, PgSealer, Sealed, Sealing};
 
 pub(crate) use read::PgReader;
 pub(crate) use retention::PgRetention;

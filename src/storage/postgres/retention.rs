@@ -45,25 +45,76 @@ pub(crate) async fn partitions(conn: &mut PgConnection) -> Result<Vec<String>, s
     .await
 }
 
+/// The partition holding hour `hour` (0..24) of `day`, on servers where days are split in hours.
+pub fn hour_partition_name(day: NaiveDate, hour: u32) -> String {
+    format!("logs_p{}_h{hour:02}", day.format("%Y%m%d"))
+}
+
+/// The statements that give a new heap partition `name` its indexes. They are per partition, not
+/// on `logs`, because a sealed partition is columnar and takes no BRIN index.
+fn brin_indexes(name: &str) -> [String; 2] {
+    ["ts", "received_at"].map(|column| {
+        format!(
+            "CREATE INDEX IF NOT EXISTS {name}_{column} ON {name} \
+             USING brin ({column}) WITH (autosummarize = on)"
+        )
+    })
+}
+
+/// The statements that create the partition of `day`: on one server a day split into 24 hourly
+/// heap partitions, each sealed on its own once it is past; on Citus (which cannot distribute a
+/// table partitioned twice) one heap partition for the day.
+fn day_partition_ddl(day: NaiveDate, flavor: Flavor) -> Vec<String> {
+    let name = partition_name(day);
+    let next = day + Days::new(1);
+    let bounds = format!("FOR VALUES FROM ('{day} 00:00:00+00') TO ('{next} 00:00:00+00')");
+    if flavor == Flavor::Citus {
+        let mut ddl = vec![format!("CREATE TABLE {name} PARTITION OF logs {bounds}")];
+        ddl.extend(brin_indexes(&name));
+        return ddl;
+    }
+    let mut ddl = vec![format!(
+        "CREATE TABLE {name} PARTITION OF logs {bounds} PARTITION BY RANGE (ts)"
+    )];
+    for hour in 0..24 {
+        let leaf = hour_partition_name(day, hour);
+        let from = day.and_hms_opt(hour, 0, 0).expect("an hour of the day");
+        let to = from + chrono::TimeDelta::hours(1);
+        ddl.push(format!(
+            "CREATE TABLE {leaf} PARTITION OF {name} FOR VALUES FROM ('{from}+00') TO ('{to}+00')"
+        ));
+        ddl.extend(brin_indexes(&leaf));
+    }
+    ddl
+}
+
 /// Creates the partitions of the days `first..=last` that do not exist; returns how many it made.
 pub async fn create_partitions(
     conn: &mut PgConnection,
     first: NaiveDate,
     last: NaiveDate,
 ) -> Result<u64, sqlx::Error> {
+    let flavor = Flavor::detect(conn).await?;
     let existing = partitions(conn).await?;
     let mut created = 0;
     let mut day = first;
     while day <= last {
         let name = partition_name(day);
-        let next = day + Days::new(1);
         if !existing.contains(&name) {
-            let sql = format!(
-                "CREATE TABLE IF NOT EXISTS {name} PARTITION OF logs \
-                 FOR VALUES FROM ('{day} 00:00:00+00') TO ('{next} 00:00:00+00')"
-            );
-            match sqlx::query(&sql).execute(&mut *conn).await {
-                Ok(_) => created += 1,
+            // One transaction per day, so that a day never exists without its hours.
+            let mut tx = conn.begin().await?;
+            let mut made = Ok(());
+            for statement in day_partition_ddl(day, flavor) {
+                made = sqlx::query(&statement).execute(&mut *tx).await.map(drop);
+                if made.is_err() {
+                    break;
+                }
+            }
+            match made {
+                Ok(()) => {
+                    tx.commit().await?;
+                    created += 1;
+                }
                 // Rows of that day already sit in the default partition (retention was off, or
                 // they were older than any partition): leave them there; they are deleted in
                 // chunks when they leave the window.
@@ -75,7 +126,7 @@ pub async fn create_partitions(
                 Err(err) => return Err(err),
             }
         }
-        day = next;
+        day = day + Days::new(1);
     }
     Ok(created)
 }
@@ -224,8 +275,8 @@ impl PgRetention {
     }
 }
 
-/// The tables whose BRIN ranges are summarized: the partitions of today and yesterday, and the
-/// default one.
+/// The tables whose BRIN ranges are summarized: the partitions of today and yesterday (with their
+/// hours), and the default one.
 fn recent_tables(now: DateTime<Utc>) -> Vec<String> {
     let today = now.date_naive();
     vec![
@@ -283,7 +334,9 @@ async fn summarize_recent(conn: &mut PgConnection, now: DateTime<Utc>) -> u64 {
          FROM pg_index x \
          JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_am am ON am.oid = ic.relam \
          JOIN pg_class t ON t.oid = x.indrelid \
-         WHERE am.amname = 'brin' AND t.relname = ANY($1)",
+         WHERE am.amname = 'brin' AND (t.relname = ANY($1) OR EXISTS ( \
+               SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent \
+               WHERE i.inhrelid = t.oid AND p.relname = ANY($1)))",
     )
     .bind(&tables)
     .fetch_all(&mut *conn)

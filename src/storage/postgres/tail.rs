@@ -9,6 +9,11 @@
 //! longer than `TAIL_OVERLAP` from start to commit (inserts are single statements of one batch;
 //! retention DDL waits at most its `lock_timeout`, 1 s, so ingest never queues longer than that
 //! behind it). Memory per subscriber is the ids sent within the overlap window, capped.
+//!
+//! A poll first asks the volume rollup which minutes of `ts` received rows in its window (the
+//! rollup's rows are written in the batch's transaction and stamped with the same
+//! `received_at`), and bounds its scan by the oldest and newest: a late row with an old timestamp
+//! widens the bounds to its minute, and a poll with nothing new reads no partition at all.
 
 use std::collections::HashMap;
 
@@ -45,6 +50,26 @@ async fn db_now(conn: &mut PgConnection) -> Result<DateTime<Utc>, StoreError> {
         .fetch_one(conn)
         .await
         .map_err(unavailable)
+}
+
+/// The oldest and newest minutes of `ts` the tenant received rows for since `from`, from the
+/// volume rollup, which every batch updates in its own transaction: a poll reads only the
+/// partitions of those minutes and between, not all of them (a day has 24, each planned and
+/// opened by a scan of `logs` not bounded on `ts`). `None` when nothing was received since.
+async fn minutes_received(
+    conn: &mut PgConnection,
+    tenant: &str,
+    from: DateTime<Utc>,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+    let (oldest, newest): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT min(minute), max(minute) FROM log_volume WHERE tenant = $1 AND received_at >= $2",
+    )
+    .bind(tenant)
+    .bind(from)
+    .fetch_one(conn)
+    .await
+    .map_err(unavailable)?;
+    Ok(oldest.zip(newest))
 }
 
 impl PgReader {
@@ -101,9 +126,22 @@ impl PgTail {
                 (lower, i64::MIN)
             }
         });
+        let from_time = from_micros(from_received);
+        let Some((oldest, newest)) = minutes_received(&mut conn, tenant, from_time).await? else {
+            // Nothing was received since: no scan at all.
+            conn.finish();
+            if let Some(started) = scan_started {
+                self.high = self.high.max(started);
+            }
+            return Ok((Vec::new(), false));
+        };
         let mut builder = QueryBuilder::new(COLUMNS);
         push_filter(&mut builder, tenant, filter);
-        let from_time = from_micros(from_received);
+        builder
+            .push(" AND ts >= ")
+            .push_bind(oldest)
+            .push(" AND ts < ")
+            .push_bind(newest + TimeDelta::minutes(1));
         builder.push(" AND received_at >= ").push_bind(from_time);
         builder
             .push(" AND (received_at, id) > (")

@@ -33,7 +33,7 @@ const VOLUME_SQL: &str = "INSERT INTO log_volume AS v (tenant, minute, service, 
      FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int2[], $5::text[], $6::int8[], $7::int8[]) \
        AS g(tenant, minute, service, severity, level, records, bytes) \
      ON CONFLICT (tenant, minute, service, severity, level, writer) DO UPDATE \
-     SET records = v.records + EXCLUDED.records, bytes = v.bytes + EXCLUDED.bytes";
+     SET records = v.records + EXCLUDED.records, bytes = v.bytes + EXCLUDED.bytes, received_at = now()";
 
 /// Adds `rows` to the volume rollup on `conn`.
 async fn add_volume(conn: &mut PgConnection, rows: &[Row<'_>]) -> Result<(), sqlx::Error> {

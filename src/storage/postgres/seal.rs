@@ -1,0 +1,472 @@
+//! Sealing: a past hour of `logs` rewritten into a compressed columnar partition.
+//!
+//! Rows land in heap partitions, where inserts, chunk-key claims and tail are cheapest. Once an
+//! hour is past (plus a grace for late rows), it is copied, ordered by tenant, service and time,
+//! into a new table of the `columnar` access method (from the `citus_columnar` extension), and
+//! the new table takes the heap's place in the partition tree.
+//!
+//! **Nothing lost, nothing doubled.** The copy reads one snapshot and blocks nobody. Rows that
+//! snapshot cannot see (late rows committed during the copy) were inserted by transactions that
+//! had not started, or not finished, when it was taken, and `received_at` is the inserting
+//! transaction's start time. So before the snapshot the oldest transaction start of the server
+//! is noted, and the heap's rows received since then that the new table lacks (by id) are copied
+//! too, using the BRIN index on `received_at`: a few times without a lock while many arrive, then
+//! once more inside the swap, with inserts held off. The swap then detaches the heap, attaches the
+//! columnar table with the same bounds and drops the heap, in one transaction whose locks are held
+//! for milliseconds (a `CHECK` constraint spares the attach its validating scan). A lock it cannot
+//! get within [`SWAP_LOCK_TIMEOUT`] fails the seal, which the next run tries again; ingest queues
+//! behind it for at most that long.
+//!
+//! **Late rows after the seal** go into the columnar partition itself (columnar tables take
+//! inserts), each transaction's rows as a small stripe of their own. A partition that gathered
+//! [`RESEAL_SMALL_STRIPES`] such stripes is sealed again the same way.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Days, TimeDelta, Utc};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+
+use super::retention::{hour_partition_name, partition_day};
+use super::{Flavor, PostgresStore};
+use crate::storage::error::{unavailable, StoreError};
+
+/// The advisory lock key that elects the replica doing the sealing ("loghaulS" in ASCII).
+const SEAL_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c53;
+/// How long the swap waits for its locks, and so how long ingest can queue behind it.
+const SWAP_LOCK_TIMEOUT: &str = "200ms";
+/// A stripe of fewer rows than this was written by late rows, not by a seal.
+const SMALL_STRIPE_ROWS: i64 = 10_000;
+/// Small stripes a sealed partition gathers before it is sealed again.
+pub(crate) const RESEAL_SMALL_STRIPES: i64 = 16;
+/// Catch-up passes before the swap, while rows for the hour keep arriving.
+const UNLOCKED_CATCH_UPS: usize = 3;
+/// A catch-up that added fewer rows than this leaves little for the locked one.
+const FEW_LATE_ROWS: u64 = 1_000;
+/// zstd level of sealed data.
+const COMPRESSION_LEVEL: u8 = 9;
+
+/// Whether this server can seal, and if not, why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sealing {
+    /// The `columnar` access method is there.
+    On,
+    /// It is not, for this reason; partitions stay heap.
+    Off(String),
+}
+
+/// Makes the columnar access method available if the server has it: present already, or
+/// `CREATE EXTENSION citus_columnar` succeeds.
+pub async fn sealing(conn: &mut PgConnection, flavor: Flavor) -> Result<Sealing, sqlx::Error> {
+    if flavor == Flavor::Citus {
+        return Ok(Sealing::Off(
+            "sealing is not implemented for Citus's distributed partitions yet".into(),
+        ));
+    }
+    if has_columnar(conn).await? {
+        return Ok(Sealing::On);
+    }
+    match sqlx::query("CREATE EXTENSION IF NOT EXISTS citus_columnar")
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) if has_columnar(conn).await? => Ok(Sealing::On),
+        Ok(_) => Ok(Sealing::Off(
+            "citus_columnar is installed but provides no columnar access method".into(),
+        )),
+        Err(sqlx::Error::Database(db)) => Ok(Sealing::Off(format!(
+            "the citus_columnar extension is not available: {}",
+            db.message()
+        ))),
+        Err(err) => Err(err),
+    }
+}
+
+async fn has_columnar(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_am WHERE amname = 'columnar')")
+        .fetch_one(conn)
+        .await
+}
+
+/// A leaf partition of `logs`: a heap hour (or a whole day, for days created before hours), or a
+/// sealed one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leaf {
+    /// The table.
+    pub name: String,
+    /// The table it is a partition of: a day, or `logs`.
+    pub parent: String,
+    /// Its range of `ts`.
+    pub from: DateTime<Utc>,
+    /// The end of its range (excluded).
+    pub to: DateTime<Utc>,
+    /// Columnar (sealed) rather than heap.
+    pub sealed: bool,
+    /// Stripes written by late rows after it was sealed.
+    pub small_stripes: i64,
+    /// Bytes of its table; 0 for a heap no row was ever written to.
+    pub bytes: i64,
+}
+
+impl Leaf {
+    /// Whether the next run should seal it, given the newest range end that may be sealed. A heap
+    /// that never had a row stays one: most hours of a quiet tenant's days, and every hour created
+    /// ahead, would otherwise each cost a swap for nothing.
+    pub fn wants_sealing(&self, cutoff: DateTime<Utc>) -> bool {
+        self.to <= cutoff
+            && if self.sealed {
+                self.small_stripes >= RESEAL_SMALL_STRIPES
+            } else {
+                self.bytes > 0
+            }
+    }
+}
+
+/// The range a partition name stands for: `logs_pYYYYMMDD_hHH` an hour, `logs_pYYYYMMDD` a day.
+fn leaf_range(name: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    if let Some(day) = partition_day(name) {
+        let from = day.and_hms_opt(0, 0, 0)?.and_utc();
+        return Some((from, (day + Days::new(1)).and_hms_opt(0, 0, 0)?.and_utc()));
+    }
+    let (day, hour) = name.rsplit_once("_h")?;
+    let day = partition_day(day)?;
+    let hour: u32 = hour.parse().ok()?;
+    if hour_partition_name(day, hour) != name {
+        return None;
+    }
+    let from = day.and_hms_opt(hour, 0, 0)?.and_utc();
+    Some((from, from + TimeDelta::hours(1)))
+}
+
+/// Every leaf partition of `logs` with a range loghaul names, oldest first.
+pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
+    let rows: Vec<(String, String, bool, i64, i64)> = sqlx::query_as(
+        "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', \
+                CASE WHEN am.amname = 'columnar' THEN ( \
+                    SELECT count(*) FROM columnar.stripe s \
+                    WHERE s.relation = c.oid::regclass AND s.row_count < $1) ELSE 0 END, \
+                pg_relation_size(c.oid) \
+         FROM pg_class c \
+         JOIN pg_inherits i ON i.inhrelid = c.oid \
+         JOIN pg_class p ON p.oid = i.inhparent \
+         JOIN pg_am am ON am.oid = c.relam \
+         WHERE c.relkind = 'r' AND (p.relname = 'logs' OR p.oid IN ( \
+             SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass))",
+    )
+    .bind(SMALL_STRIPE_ROWS)
+    .fetch_all(conn)
+    .await?;
+    let mut leaves: Vec<Leaf> = rows
+        .into_iter()
+        .filter_map(|(name, parent, sealed, small_stripes, bytes)| {
+            let (from, to) = leaf_range(&name)?;
+            Some(Leaf {
+                name,
+                parent,
+                from,
+                to,
+                sealed,
+                small_stripes,
+                bytes,
+            })
+        })
+        .collect();
+    leaves.sort_by_key(|leaf| leaf.from);
+    Ok(leaves)
+}
+
+/// Drops the tables seals left when they failed or were interrupted (their heaps are still in
+/// place); returns how many. Only the lock holder calls it, so no seal is using them.
+async fn drop_leftovers(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    let leftovers: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class \
+         WHERE relkind = 'r' AND relname LIKE 'logs\\_p%\\_sealing'",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for table in &leftovers {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {table}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(leftovers.len() as u64)
+}
+
+/// Bytes on disk of the leaf partitions, heap and columnar (indexes and TOAST included).
+async fn bytes_by_tier(conn: &mut PgConnection) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)) FILTER (WHERE am.amname <> 'columnar'), 0)::bigint, \
+                coalesce(sum(pg_total_relation_size(c.oid)) FILTER (WHERE am.amname = 'columnar'), 0)::bigint \
+         FROM pg_class c JOIN pg_am am ON am.oid = c.relam \
+         WHERE c.relkind = 'r' AND c.oid IN ( \
+             SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass \
+             UNION ALL \
+             SELECT i2.inhrelid FROM pg_inherits i1 JOIN pg_inherits i2 ON i2.inhparent = i1.inhrelid \
+             WHERE i1.inhparent = 'logs'::regclass)",
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// What one seal did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    /// Rows copied from the snapshot.
+    pub rows: u64,
+    /// Rows that arrived during the copy and were added at the swap.
+    pub caught_up: u64,
+}
+
+/// Rewrites `leaf` into a columnar table and swaps it in; see the module docs.
+pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::Error> {
+    let name = &leaf.name;
+    let work = format!("{name}_sealing");
+    let columns: String = sqlx::query_scalar(
+        "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute \
+         WHERE attrelid = 'logs'::regclass AND attnum > 0 AND NOT attisdropped",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let (from, to) = (timestamp(leaf.from), timestamp(leaf.to));
+    // A table left by a seal that was interrupted holds nothing the heap does not.
+    sqlx::query(&format!("DROP TABLE IF EXISTS {work}"))
+        .execute(&mut *conn)
+        .await?;
+    for statement in [
+        format!("CREATE TABLE {work} (LIKE logs INCLUDING DEFAULTS) USING columnar"),
+        format!(
+            "ALTER TABLE {work} SET (columnar.compression = zstd, \
+             columnar.compression_level = {COMPRESSION_LEVEL})"
+        ),
+        format!(
+            "ALTER TABLE {work} ADD CONSTRAINT {work}_range CHECK (ts >= '{from}' AND ts < '{to}')"
+        ),
+    ] {
+        sqlx::query(&statement).execute(&mut *conn).await?;
+    }
+
+    let mut catch_up_from = oldest_transaction_start(conn).await?;
+    let mut copy = conn.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *copy)
+        .await?;
+    let rows = sqlx::query(&format!(
+        "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} ORDER BY tenant, service, ts"
+    ))
+    .execute(&mut *copy)
+    .await?
+    .rows_affected();
+    copy.commit().await?;
+    // Rows that arrived during the copy are added without a lock first, until few are left, so
+    // that the locked catch-up of the swap has little to do.
+    let catch_up = format!(
+        "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} l \
+         WHERE l.received_at >= $1 AND NOT EXISTS ( \
+             SELECT 1 FROM {work} w WHERE w.received_at >= $1 AND w.id = l.id) \
+         ORDER BY tenant, service, ts"
+    );
+    let mut caught_up = 0;
+    for _ in 0..UNLOCKED_CATCH_UPS {
+        let from = oldest_transaction_start(conn).await?;
+        let added = sqlx::query(&catch_up)
+            .bind(catch_up_from)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        caught_up += added;
+        catch_up_from = from;
+        if added < FEW_LATE_ROWS {
+            break;
+        }
+    }
+
+    let mut swap = conn.begin().await?;
+    sqlx::query(&format!("SET LOCAL lock_timeout = '{SWAP_LOCK_TIMEOUT}'"))
+        .execute(&mut *swap)
+        .await?;
+    // Parent before child, the order inserts and reads take them in, so no deadlock.
+    sqlx::query(&format!(
+        "LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE",
+        leaf.parent
+    ))
+    .execute(&mut *swap)
+    .await?;
+    sqlx::query(&format!("LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
+        .execute(&mut *swap)
+        .await?;
+    caught_up += sqlx::query(&catch_up)
+        .bind(catch_up_from)
+        .execute(&mut *swap)
+        .await?
+        .rows_affected();
+    for statement in [
+        format!("ALTER TABLE {} DETACH PARTITION {name}", leaf.parent),
+        format!(
+            "ALTER TABLE {} ATTACH PARTITION {work} FOR VALUES FROM ('{from}') TO ('{to}')",
+            leaf.parent
+        ),
+        format!("DROP TABLE {name}"),
+        format!("ALTER TABLE {work} RENAME TO {name}"),
+    ] {
+        sqlx::query(&statement).execute(&mut *swap).await?;
+    }
+    swap.commit().await?;
+    // The planner's statistics of the new table; without them it guesses row counts.
+    sqlx::query(&format!("ANALYZE {name}"))
+        .execute(&mut *conn)
+        .await?;
+    Ok(Sealed { rows, caught_up })
+}
+
+/// The oldest start among the server's open transactions (or now): every row a snapshot taken
+/// after this misses was received at or after it.
+async fn oldest_transaction_start(conn: &mut PgConnection) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT least(now(), min(xact_start)) FROM pg_stat_activity WHERE xact_start IS NOT NULL",
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// A timestamp as a literal PostgreSQL reads as UTC.
+fn timestamp(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S+00").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::postgres::partition_name;
+    use chrono::NaiveDate;
+
+    #[test]
+    fn leaf_ranges_come_from_names_of_hours_and_days() {
+        let day = NaiveDate::from_ymd_opt(2026, 12, 5).unwrap();
+        let at = |h: u32| day.and_hms_opt(h, 0, 0).unwrap().and_utc();
+        assert_eq!(leaf_range("logs_p20261205_h07"), Some((at(7), at(8))));
+        assert_eq!(
+            leaf_range("logs_p20261205_h23"),
+            Some((
+                at(23),
+                (day + Days::new(1)).and_hms_opt(0, 0, 0).unwrap().and_utc()
+            ))
+        );
+        assert_eq!(
+            leaf_range("logs_p20261205"),
+            Some((
+                at(0),
+                (day + Days::new(1)).and_hms_opt(0, 0, 0).unwrap().and_utc()
+            ))
+        );
+        for foreign in [
+            "logs_default",
+            "logs_p20261205_h24",
+            "logs_p20261205_h7",
+            "logs_p20261205_sealing",
+            "logs_p20261205_h07_sealing",
+        ] {
+            assert_eq!(leaf_range(foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn a_leaf_is_sealed_once_past_and_again_after_many_late_stripes() {
+        let day = NaiveDate::from_ymd_opt(2026, 12, 5).unwrap();
+        let (from, to) = leaf_range("logs_p20261205_h07").unwrap();
+        let mut leaf = Leaf {
+            name: hour_partition_name(day, 7),
+            parent: partition_name(day),
+            from,
+            to,
+            sealed: false,
+            small_stripes: 0,
+            bytes: 0,
+        };
+        assert!(!leaf.wants_sealing(to), "a heap never written to stays one");
+        leaf.bytes = 8192;
+        assert!(!leaf.wants_sealing(to - TimeDelta::seconds(1)));
+        assert!(leaf.wants_sealing(to));
+        leaf.sealed = true;
+        leaf.small_stripes = RESEAL_SMALL_STRIPES - 1;
+        assert!(!leaf.wants_sealing(to + TimeDelta::days(1)));
+        leaf.small_stripes = RESEAL_SMALL_STRIPES;
+        assert!(leaf.wants_sealing(to));
+    }
+}
+
+/// A sealer's session: a connection of its own, outside the writers' pool.
+#[derive(Debug)]
+pub struct PgSealer {
+    conn: PgConnection,
+    flavor: Flavor,
+}
+
+impl PostgresStore {
+    pub(in crate::storage) async fn sealer(&self) -> Result<PgSealer, StoreError> {
+        // A seal's copy takes seconds by design: not a slow statement to warn about. Nor is a
+        // leftover table that is not there a notice worth logging.
+        let options = PgConnectOptions::from_str(self.url.as_str())
+            .map_err(unavailable)?
+            .log_slow_statements(log::LevelFilter::Off, Duration::ZERO)
+            .options([("client_min_messages", "warning")]);
+        let conn = PgConnection::connect_with(&options)
+            .await
+            .map_err(unavailable)?;
+        Ok(PgSealer {
+            conn,
+            flavor: self.flavor,
+        })
+    }
+}
+
+impl PgSealer {
+    /// Takes the sealing lock unless another replica holds it; false when it does.
+    pub async fn try_lock(&mut self) -> Result<bool, StoreError> {
+        sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(SEAL_LOCK_KEY)
+            .fetch_one(&mut self.conn)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Releases the sealing lock (closing the session releases it too).
+    pub async fn unlock(&mut self) {
+        let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(SEAL_LOCK_KEY)
+            .execute(&mut self.conn)
+            .await;
+    }
+
+    /// Whether this server can seal (creating the extension if it can), and if not, why.
+    pub async fn sealing(&mut self) -> Result<Sealing, StoreError> {
+        sealing(&mut self.conn, self.flavor)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Every leaf partition, oldest first.
+    pub async fn leaves(&mut self) -> Result<Vec<Leaf>, StoreError> {
+        leaves(&mut self.conn).await.map_err(unavailable)
+    }
+
+    /// Drops what failed seals left behind.
+    pub async fn drop_leftovers(&mut self) -> Result<u64, StoreError> {
+        drop_leftovers(&mut self.conn).await.map_err(unavailable)
+    }
+
+    /// Seals one leaf.
+    pub async fn seal(&mut self, leaf: &Leaf) -> Result<Sealed, StoreError> {
+        seal(&mut self.conn, leaf).await.map_err(unavailable)
+    }
+
+    /// Bytes on disk of heap and of columnar partitions.
+    pub async fn bytes_by_tier(&mut self) -> Result<(i64, i64), StoreError> {
+        bytes_by_tier(&mut self.conn).await.map_err(unavailable)
+    }
+
+    /// Closes the session, which releases the lock.
+    pub async fn close(self) {
+        let _ = self.conn.close().await;
+    }
+}
