@@ -13,6 +13,7 @@ use crate::observability::metrics::HistogramSnapshot;
 use crate::observability::readiness::Readiness;
 use crate::pipeline::{Ingress, ShardMetrics};
 use crate::query::metrics::QueryMetrics;
+use crate::sealing::metrics::SealingMetrics;
 
 /// What the snapshot is taken from.
 #[derive(Clone)]
@@ -27,6 +28,8 @@ pub(crate) struct HealthSource {
     pub ingest: Arc<IngestMetrics>,
     /// Open tails.
     pub query: Arc<QueryMetrics>,
+    /// Sealing and the bytes of each storage tier.
+    pub sealing: Arc<SealingMetrics>,
 }
 
 impl HealthSource {
@@ -84,6 +87,14 @@ impl HealthSource {
                 "backpressure_wait_seconds": histogram(&pipeline.backpressure_wait.snapshot()),
             },
             "shards": shard_rows,
+            "sealing": {
+                "enabled": self.sealing.enabled.get() > 0.0,
+                "heap_bytes": self.sealing.heap_bytes.get(),
+                "columnar_bytes": self.sealing.columnar_bytes.get(),
+                "lag_seconds": self.sealing.lag.get(),
+                "partitions_sealed": self.sealing.sealed.get(),
+                "failures": self.sealing.failures.get(),
+            },
         })
     }
 }

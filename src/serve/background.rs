@@ -197,6 +197,7 @@ fn serve_console(core: &Core, config: &ServeConfig, listener: TcpListener) -> Li
             backend: core.store.backend(),
             ingest: Arc::clone(&core.metrics.ingest),
             query: Arc::clone(&core.metrics.query),
+            sealing: Arc::clone(&core.metrics.sealing),
         },
         Arc::clone(&core.metrics.console),
     );

@@ -392,6 +392,12 @@ async fn health_shows_the_pipeline_readiness_and_backend(db: &TestDb) {
         .iter()
         .all(|s| s["capacity"].as_f64().unwrap() >= 64.0));
     assert!(health["gauges"]["buffered_bytes_limit"].as_f64().unwrap() > 0.0);
+    if db.backend == Backend::Sqlite {
+        assert_eq!(
+            health["sealing"]["enabled"], false,
+            "SQLite keeps rows as written"
+        );
+    }
 }
 on_both_backends!(health, health_shows_the_pipeline_readiness_and_backend);
 

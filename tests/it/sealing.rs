@@ -372,6 +372,20 @@ async fn the_server_seals_past_hours_and_still_answers_from_them() {
         ) > 0.0
     })
     .await;
+    // The console's health view shows both tiers.
+    let answer = crate::common::http::get(server.console, "/api/v1/health", "", &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let health = answer.json();
+    assert_eq!(health["sealing"]["enabled"], true, "{health}");
+    assert!(
+        health["sealing"]["columnar_bytes"].as_f64().unwrap() > 0.0,
+        "{health}"
+    );
+    assert!(
+        health["sealing"]["partitions_sealed"].as_f64().unwrap() >= 1.0,
+        "{health}"
+    );
+
     // A late row for the sealed hour lands in its columnar partition and reaches the tail.
     let late = crate::common::push(&mut client, vec![vec![record_at("after-the-seal", age)]])
         .await

@@ -970,6 +970,18 @@
     $("h-tails").textContent = number(last.gauges.tail_subscribers);
     $("h-buffered").textContent = `${bytes(last.gauges.buffered_bytes)} of ${bytes(last.gauges.buffered_bytes_limit)}`;
     $("h-rejected").textContent = number(last.counters.rejected);
+    // Sealing rewrites past hours into compressed columnar form (PostgreSQL with citus_columnar);
+    // its runs measure both tiers, so without it there is nothing to show but that it is off.
+    const sealing = last.sealing;
+    const disk = $("h-disk");
+    if (!sealing.enabled) {
+      disk.textContent = "sealing off";
+      disk.className = "";
+    } else {
+      const lag = sealing.lag_seconds > 0 ? `, ${number(sealing.lag_seconds / 60, 0)} min behind` : "";
+      disk.textContent = `${bytes(sealing.heap_bytes)} · ${bytes(sealing.columnar_bytes)}${lag}`;
+      disk.className = sealing.lag_seconds > 0 || sealing.failures > 0 ? "bad" : "good";
+    }
     const shards = $("h-shards");
     shards.replaceChildren(...last.shards.map((shard) => {
       const row = el("tr");

@@ -27,13 +27,16 @@ const PRUNE_SQL: &str = "DELETE FROM producer_chunks WHERE ctid = ANY(ARRAY( \
 
 /// Adds a batch's groups to the rollup, each to the writing session's own row (`writer`), so that
 /// sessions never wait on one another; the groups come sorted, so the rows' locks are taken in
-/// the same order by every transaction (replicas' sessions may share a pid).
+/// the same order by every transaction (replicas' sessions may share a pid). `received_at` is the
+/// transaction's start, as in `logs`, through the column's default: Citus refuses a function
+/// call in `DO UPDATE SET`.
 const VOLUME_SQL: &str = "INSERT INTO log_volume AS v (tenant, minute, service, severity, level, writer, records, bytes) \
      SELECT g.tenant, to_timestamp(g.minute), g.service, g.severity, g.level, pg_backend_pid(), g.records, g.bytes \
      FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::int2[], $5::text[], $6::int8[], $7::int8[]) \
        AS g(tenant, minute, service, severity, level, records, bytes) \
      ON CONFLICT (tenant, minute, service, severity, level, writer) DO UPDATE \
-     SET records = v.records + EXCLUDED.records, bytes = v.bytes + EXCLUDED.bytes, received_at = now()";
+     SET records = v.records + EXCLUDED.records, bytes = v.bytes + EXCLUDED.bytes, \
+         received_at = EXCLUDED.received_at";
 
 /// Adds `rows` to the volume rollup on `conn`.
 async fn add_volume(conn: &mut PgConnection, rows: &[Row<'_>]) -> Result<(), sqlx::Error> {
