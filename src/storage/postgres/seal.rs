@@ -319,11 +319,15 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::
     Ok(Sealed { rows, caught_up })
 }
 
-/// The oldest start among the server's open transactions (or now): every row a snapshot taken
-/// after this misses was received at or after it.
+/// The oldest start among the open transactions of client sessions on this database (or now):
+/// every row a snapshot taken after this misses was received at or after it. Autovacuum and other
+/// background workers insert no rows, and one vacuuming for an hour would otherwise widen the
+/// catch-up, which the swap runs under its locks, to the whole hour.
 async fn oldest_transaction_start(conn: &mut PgConnection) -> Result<DateTime<Utc>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT least(now(), min(xact_start)) FROM pg_stat_activity WHERE xact_start IS NOT NULL",
+        "SELECT least(now(), min(xact_start)) FROM pg_stat_activity \
+         WHERE xact_start IS NOT NULL AND backend_type = 'client backend' \
+           AND datname = current_database()",
     )
     .fetch_one(conn)
     .await
