@@ -303,9 +303,10 @@ def wait_for_data(name, base, counts, anchor_ns):
 
 
 def wait_until_sealed(url, rows, seconds=120):
-    """Waits until the `rows` rows of `logs` are all in columnar (sealed) partitions."""
+    """Waits until the `rows` rows of `logs` are all in columnar (sealed) partitions. A seal's
+    table being filled is columnar too, but not yet a partition: it is not counted."""
     leaves = ("SELECT string_agg(c.oid::regclass::text, ' ') FROM pg_class c JOIN pg_am am ON am.oid = c.relam "
-              "WHERE am.amname = 'columnar' AND c.relname LIKE 'logs\\_p%'")
+              "WHERE am.amname = 'columnar' AND c.relispartition AND c.relname LIKE 'logs\\_p%'")
     deadline = time.monotonic() + seconds
     while True:
         done = psql_value(url, leaves)
