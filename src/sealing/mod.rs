@@ -82,15 +82,21 @@ async fn locked_run(
     };
     let cutoff = now - seal_after;
     sealer.drop_leftovers().await?;
-    for leaf in sealer.leaves().await? {
+    let due: Vec<_> = sealer
+        .leaves()
+        .await?
+        .into_iter()
+        .filter(|leaf| leaf.wants_sealing(cutoff))
+        .collect();
+    // The end of the oldest hour still waiting after this run, for the lag.
+    let mut waiting = None;
+    for leaf in &due {
         if stopping.is_cancelled() {
+            waiting = waiting.or(Some(leaf.to));
             break;
         }
-        if !leaf.wants_sealing(cutoff) {
-            continue;
-        }
         let started = Instant::now();
-        match sealer.seal(&leaf).await {
+        match sealer.seal(leaf).await {
             Ok(sealed) => {
                 let rows = sealed.rows + sealed.caught_up;
                 metrics.sealed(rows, started.elapsed());
@@ -105,19 +111,13 @@ async fn locked_run(
                 );
             }
             Err(err) => {
+                waiting = waiting.or(Some(leaf.to));
                 metrics.failures.increment(1);
                 report.failed += 1;
                 tracing::warn!(partition = %leaf.name, error = %err, "sealing failed; the next run tries again");
             }
         }
     }
-    let waiting = sealer
-        .leaves()
-        .await?
-        .into_iter()
-        .filter(|leaf| leaf.wants_sealing(cutoff))
-        .map(|leaf| leaf.to)
-        .min();
     metrics.lag.set(waiting.map_or(0.0, |due| {
         (cutoff - due).num_milliseconds().max(0) as f64 / 1000.0
     }));
