@@ -32,6 +32,11 @@ const SEAL_DURATION: Series = Series::new(
     Unit::Seconds,
     "Time one partition's seal took, copy and swap.",
 );
+const SEAL_SWAP: Series = Series::new(
+    "loghaul_seal_swap_seconds",
+    Unit::Seconds,
+    "Time one seal's swap held its locks (waiting for them included): how long writes and reads of that day queued behind it.",
+);
 const SEAL_LAG: Series = Series::new(
     "loghaul_seal_lag_seconds",
     Unit::Seconds,
@@ -56,6 +61,8 @@ pub(crate) struct SealingMetrics {
     pub rows: Counter,
     /// Time per seal.
     pub duration: Histogram,
+    /// Time per swap, locks held.
+    pub swap: Histogram,
     /// Seconds the oldest due hour has waited.
     pub lag: Gauge,
     /// Bytes of heap partitions.
@@ -75,16 +82,18 @@ impl SealingMetrics {
             failures: counter(SEAL_FAILURES),
             rows: counter(ROWS_SEALED),
             duration: Histogram::register(registry, SEAL_DURATION, Vec::new()),
+            swap: Histogram::register(registry, SEAL_SWAP, Vec::new()),
             lag: Gauge::register(registry, SEAL_LAG, Vec::new()),
             heap_bytes: tiers.handle("heap"),
             columnar_bytes: tiers.handle("columnar"),
         }
     }
 
-    /// Counts one seal of `rows` rows that took `took`.
-    pub(crate) fn sealed(&self, rows: u64, took: Duration) {
+    /// Counts one seal of `rows` rows that took `took`, its locks held for `swap`.
+    pub(crate) fn sealed(&self, rows: u64, took: Duration, swap: Duration) {
         self.sealed.increment(1);
         self.rows.increment(rows);
         self.duration.record(took.as_secs_f64());
+        self.swap.record(swap.as_secs_f64());
     }
 }

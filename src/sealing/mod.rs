@@ -99,13 +99,14 @@ async fn locked_run(
         match sealer.seal(leaf).await {
             Ok(sealed) => {
                 let rows = sealed.rows + sealed.caught_up;
-                metrics.sealed(rows, started.elapsed());
+                metrics.sealed(rows, started.elapsed(), sealed.swap);
                 report.sealed += 1;
                 report.rows += rows;
                 tracing::info!(
                     partition = %leaf.name,
                     rows,
                     caught_up = sealed.caught_up,
+                    swap_seconds = sealed.swap.as_secs_f64(),
                     seconds = started.elapsed().as_secs_f64(),
                     "sealed a partition into columnar form"
                 );

@@ -365,6 +365,12 @@ async fn the_server_seals_past_hours_and_still_answers_from_them() {
     .await;
     let metrics = server.metrics().await;
     assert_eq!(metric(&metrics, "loghaul_sealing_enabled"), 1.0);
+    // Each seal's swap is timed, and it is a part of that seal.
+    assert!(metric(&metrics, "loghaul_seal_swap_seconds_count") >= 1.0);
+    assert!(
+        metric(&metrics, "loghaul_seal_swap_seconds_sum")
+            <= metric(&metrics, "loghaul_seal_duration_seconds_sum")
+    );
     wait_until("the storage gauges", Duration::from_secs(30), async || {
         metric(
             &server.metrics().await,

@@ -22,7 +22,7 @@
 //! [`RESEAL_SMALL_STRIPES`] such stripes is sealed again the same way.
 
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Days, TimeDelta, Utc};
 use sqlx::postgres::PgConnectOptions;
@@ -216,6 +216,9 @@ pub struct Sealed {
     pub rows: u64,
     /// Rows that arrived during the copy and were added at the swap.
     pub caught_up: u64,
+    /// How long the swap held (or waited for) its locks: how long inserts and reads of the
+    /// day could queue behind it.
+    pub swap: Duration,
 }
 
 /// Rewrites `leaf` into a columnar table and swaps it in; see the module docs.
@@ -281,6 +284,7 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::
         }
     }
 
+    let locking = Instant::now();
     let mut swap = conn.begin().await?;
     sqlx::query(&format!("SET LOCAL lock_timeout = '{SWAP_LOCK_TIMEOUT}'"))
         .execute(&mut *swap)
@@ -312,11 +316,16 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::
         sqlx::query(&statement).execute(&mut *swap).await?;
     }
     swap.commit().await?;
+    let swap = locking.elapsed();
     // The planner's statistics of the new table; without them it guesses row counts.
     sqlx::query(&format!("ANALYZE {name}"))
         .execute(&mut *conn)
         .await?;
-    Ok(Sealed { rows, caught_up })
+    Ok(Sealed {
+        rows,
+        caught_up,
+        swap,
+    })
 }
 
 /// The oldest start among the open transactions of client sessions on this database (or now):
