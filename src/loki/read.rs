@@ -132,6 +132,9 @@ impl Reads {
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
     ) -> Result<(), HttpError> {
         let selection = plan::selection(query, range.from, range.to);
+        let Some(selection) = self.reader().narrow(tenant, &selection).await? else {
+            return Ok(());
+        };
         let limit = limit.filter(|_| plan::is_exact(query));
         let (mut lines, mut bytes) = (0u64, 0u64);
         let mut sink = |row: StoredRow| {
@@ -170,6 +173,9 @@ impl Reads {
         if !self.reader().checks_lines(&selection) {
             return Ok(false);
         }
+        let Some(selection) = self.reader().narrow(tenant, &selection).await? else {
+            return Ok(true);
+        };
         // The selector again, for what the database left out (a regular expression).
         let pipeline = Pipeline::compile(query)?;
         let (mut lines, mut bytes) = (0u64, 0u64);

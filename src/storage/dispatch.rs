@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
 use super::connect::{Backend, PoolOptions};
 use super::error::StoreError;
@@ -177,6 +177,23 @@ impl Reader {
         sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         dispatch!(self, reader => reader.select(tenant, selection, order, limit, sink).await)
+    }
+
+    /// `selection` with its range narrowed to the minutes in which the volume rollup holds rows
+    /// of its services and levels, or `None` when the rollup holds none: a read of a stream that
+    /// has nothing in the range reads no rows at all. The rollup is written in each batch's
+    /// transaction, so every row a read could see is counted there; retention trims both alike.
+    pub(crate) async fn narrow(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+    ) -> Result<Option<Selection>, StoreError> {
+        let held = dispatch!(self, reader => reader.held_minutes(tenant, selection).await)?;
+        Ok(held.map(|(first, last)| Selection {
+            from: selection.from.max(first),
+            to: selection.to.min(last + TimeDelta::minutes(1)),
+            ..selection.clone()
+        }))
     }
 
     /// Streams the tenant's rows of `selection` to `sink`, counted per time window and label

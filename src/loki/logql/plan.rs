@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use super::ast::*;
 use super::eval::Steps;
 use super::labels::{self, LEVEL_LABEL, SERVICE_LABEL};
-use super::pipeline::ERROR_LABEL;
+use super::pipeline::{ERROR_DETAILS_LABEL, ERROR_LABEL};
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
 
@@ -118,17 +118,31 @@ pub(crate) fn is_exact(query: &LogQuery) -> bool {
 /// True when every stage of `query` is a line filter the selection holds (text or a regular
 /// expression, without `or` or `ip()`): then the rows the selection gives, selected by their
 /// stream labels, are the query's lines, and the database may count them without sending them.
+///
+/// A `drop` of the error labels among them is no stage at all: without a parser before it there
+/// is no error to drop (Grafana's log volume query, `… | drop __error__`, is counted so).
 pub(crate) fn filters_lines_only(query: &LogQuery) -> bool {
     query.pipeline.iter().all(|stage| {
-        matches!(
-            stage,
-            Stage::LineFilter {
-                pattern: LinePattern::Text(_),
-                or,
-                ..
-            } if or.is_empty()
-        )
+        drops_errors_only(stage)
+            || matches!(
+                stage,
+                Stage::LineFilter {
+                    pattern: LinePattern::Text(_),
+                    or,
+                    ..
+                } if or.is_empty()
+            )
     })
+}
+
+/// True for a `drop` of nothing but the labels a parser's error sets.
+fn drops_errors_only(stage: &Stage) -> bool {
+    match stage {
+        Stage::Drop(names) => names
+            .iter()
+            .all(|name| [ERROR_LABEL, ERROR_DETAILS_LABEL].contains(&name.name())),
+        _ => false,
+    }
 }
 
 /// True when `query` is a selector of indexed labels alone: what the rollup's rows can tell.
@@ -274,13 +288,8 @@ pub(crate) fn volume_plan(
     };
     let whole_minutes = range.as_secs() >= 60 && range.as_nanos() % MINUTE_NANOS as u128 == 0;
     let selector_only = query.selector.iter().all(|m| labels::is_indexed(&m.label))
-        && query.pipeline.iter().all(|stage| match stage {
-            // Grafana's volume query drops `__error__`, which no stage here sets.
-            Stage::Drop(names) => names
-                .iter()
-                .all(|name| matches!(name, NamedLabel::Name(name) if name == ERROR_LABEL)),
-            _ => false,
-        });
+        // Grafana's volume query drops `__error__`, which no stage here sets.
+        && query.pipeline.iter().all(drops_errors_only);
     (whole_minutes && selector_only).then(|| VolumePlan {
         function: *function,
         range: *range,
@@ -400,6 +409,23 @@ mod tests {
         ] {
             let plan = volume_plan(&metric(scanned), minutes, Placement::Minute);
             assert_eq!(plan, None, "{scanned}");
+        }
+    }
+
+    #[test]
+    fn a_drop_of_errors_no_parser_made_is_no_stage() {
+        for counted in [
+            r#"{service_name="api"} | drop __error__"#,
+            r#"{service_name="api"} |= "x" | drop __error__, __error_details__ != "y""#,
+        ] {
+            assert!(filters_lines_only(&log(counted)), "{counted}");
+        }
+        for scanned in [
+            r#"{service_name="api"} | json | drop __error__"#,
+            r#"{service_name="api"} | drop __error__, user"#,
+            r#"{service_name="api"} | drop __error__ | logfmt"#,
+        ] {
+            assert!(!filters_lines_only(&log(scanned)), "{scanned}");
         }
     }
 }

@@ -89,19 +89,20 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str
 }
 
 /// A row of [`COLUMNS`], read by position: looking each column up by its name is a measurable
-/// share of a long scan.
+/// share of a long scan, and so is checking each value's type against the Rust one, which
+/// [`COLUMNS`] fixes (a NULL where none may be is still an error).
 pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
     Ok(StoredRow {
-        id: row.try_get(0)?,
-        ts: row.try_get(1)?,
-        received_at: row.try_get(2)?,
-        severity: row.try_get(3)?,
-        service: row.try_get(4)?,
-        message: row.try_get(5)?,
-        labels: row.try_get(6)?,
-        attributes: row.try_get(7)?,
-        trace_id: row.try_get(8)?,
-        span_id: row.try_get(9)?,
+        id: row.try_get_unchecked(0)?,
+        ts: row.try_get_unchecked(1)?,
+        received_at: row.try_get_unchecked(2)?,
+        severity: row.try_get_unchecked(3)?,
+        service: row.try_get_unchecked(4)?,
+        message: row.try_get_unchecked(5)?,
+        labels: row.try_get_unchecked(6)?,
+        attributes: row.try_get_unchecked(7)?,
+        trace_id: row.try_get_unchecked(8)?,
+        span_id: row.try_get_unchecked(9)?,
     })
 }
 

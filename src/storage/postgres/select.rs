@@ -55,12 +55,7 @@ fn push_conditions(
     selection: &Selection,
     level_column: &str,
 ) {
-    for condition in &selection.services {
-        push_text(builder, "service", condition);
-    }
-    for condition in &selection.levels {
-        push_text(builder, level_column, condition);
-    }
+    push_stream_conditions(builder, selection, level_column);
     for (key, value) in &selection.labels {
         builder
             .push(" AND labels ->> ")
@@ -75,6 +70,21 @@ fn push_conditions(
             LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
         }
+    }
+}
+
+/// The conditions of `selection` on what the volume rollup also has columns for: its services,
+/// and its levels in `level_column`.
+fn push_stream_conditions(
+    builder: &mut QueryBuilder<'_, Postgres>,
+    selection: &Selection,
+    level_column: &str,
+) {
+    for condition in &selection.services {
+        push_text(builder, "service", condition);
+    }
+    for condition in &selection.levels {
+        push_text(builder, level_column, condition);
     }
 }
 
@@ -286,6 +296,14 @@ impl PgReader {
             ""
         });
         let mut conn = self.acquire().await?;
+        // An hour not analyzed yet (autovacuum looks once a minute, if it is on) has no
+        // statistics, and the planner, taking its groups for a handful, sorts the rows to group
+        // them, spilling to disk. The groups are always far fewer than the rows: a hash table
+        // groups them in one pass. The setting is undone below, or the connection closed.
+        sqlx::query("SET enable_sort = off")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
         let mut rows = builder.build().fetch(&mut *conn);
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             // Stopped with rows still coming: the connection is closed, not drained.
@@ -296,8 +314,47 @@ impl PgReader {
             }
         }
         drop(rows);
+        sqlx::query("RESET enable_sort")
+            .execute(&mut *conn)
+            .await
+            .map_err(unavailable)?;
         conn.finish();
         Ok(())
+    }
+
+    /// The first and last minute of `selection`'s range in which the volume rollup holds rows of
+    /// its services and levels (its other conditions are not the rollup's), or `None` when it
+    /// holds none: each is the first row of the rollup's `(tenant, minute, …)` key one way.
+    pub(in crate::storage) async fn held_minutes(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+    ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+        let mut builder = QueryBuilder::new("SELECT ");
+        for direction in ["", " DESC"] {
+            builder.push("(SELECT minute FROM log_volume WHERE tenant = ");
+            builder.push_bind(tenant.to_owned());
+            builder
+                .push(" AND minute >= ")
+                .push_bind(minute_floor(selection.from));
+            builder.push(" AND minute < ").push_bind(selection.to);
+            push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
+            builder
+                .push(" ORDER BY minute")
+                .push(direction)
+                .push(" LIMIT 1)");
+            if direction.is_empty() {
+                builder.push(", ");
+            }
+        }
+        let mut conn = self.acquire().await?;
+        let (first, last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = builder
+            .build_query_as()
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        conn.finish();
+        Ok(first.zip(last))
     }
 
     /// Streams the rollup's rows of `selection` (its services and levels), summed over writers,

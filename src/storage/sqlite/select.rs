@@ -3,6 +3,7 @@
 //! order a query asks for along the `(tenant, ts, service)` index (in batches, `batched_rows.rs`), and the
 //! volume rollup per minute.
 
+use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::Row;
 
@@ -42,12 +43,7 @@ fn push_text(builder: &mut Statement, column: &str, condition: &TextCondition) {
 /// share the service column, and keep the `level` label in `level_column`; a volume selection
 /// has no label or line condition).
 fn push_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
-    for condition in &selection.services {
-        push_text(builder, "service", condition);
-    }
-    for condition in &selection.levels {
-        push_text(builder, level_column, condition);
-    }
+    push_stream_conditions(builder, selection, level_column);
     // A label name in a selector is an identifier (the LogQL lexer's), so it needs no escaping
     // in a JSON path. A substring test first passes over most other rows without reading their
     // JSON; the lookup then confirms what it found.
@@ -69,6 +65,17 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
             LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
         }
+    }
+}
+
+/// The conditions of `selection` on what the volume rollup also has columns for: its services,
+/// and its levels in `level_column`.
+fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
+    for condition in &selection.services {
+        push_text(builder, "service", condition);
+    }
+    for condition in &selection.levels {
+        push_text(builder, level_column, condition);
     }
 }
 
@@ -185,6 +192,43 @@ impl SqliteReader {
             }
         }
         Ok(())
+    }
+
+    /// The first and last minute of `selection`'s range in which the volume rollup holds rows of
+    /// its services and levels (its other conditions are not the rollup's), or `None` when it
+    /// holds none: each is the first row of the rollup's `(tenant, minute, …)` key one way.
+    pub(in crate::storage) async fn held_minutes(
+        &self,
+        tenant: &str,
+        selection: &Selection,
+    ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+        let mut builder = Statement::new("SELECT ");
+        for direction in ["", " DESC"] {
+            builder.push("(SELECT minute FROM log_volume WHERE tenant = ");
+            builder.push_bind(tenant);
+            builder
+                .push(" AND minute >= ")
+                .push_bind(selection.from.timestamp().div_euclid(60) * 60);
+            let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
+            builder.push(" AND minute < ").push_bind(to_ceil);
+            push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
+            builder
+                .push(" ORDER BY minute")
+                .push(direction)
+                .push(" LIMIT 1)");
+            if direction.is_empty() {
+                builder.push(", ");
+            }
+        }
+        let mut conn = self.acquire().await?;
+        let (first, last): (Option<i64>, Option<i64>) = builder
+            .query()
+            .try_map(|row: sqlx::sqlite::SqliteRow| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+        let minute = |seconds: i64| DateTime::from_timestamp(seconds, 0);
+        Ok(first.and_then(minute).zip(last.and_then(minute)))
     }
 
     /// Streams the rollup's rows of `selection` (its services and levels) to `sink` until it
