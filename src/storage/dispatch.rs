@@ -189,9 +189,13 @@ impl Reader {
         selection: &Selection,
     ) -> Result<Option<Selection>, StoreError> {
         let held = dispatch!(self, reader => reader.held_minutes(tenant, selection).await)?;
+        // A minute row keyed `m` counts the rows of `(m, m + 1 min]`; the stores keep
+        // microseconds.
         Ok(held.map(|(first, last)| Selection {
             from: selection.from.max(first),
-            to: selection.to.min(last + TimeDelta::minutes(1)),
+            to: selection
+                .to
+                .min(last + TimeDelta::minutes(1) + TimeDelta::microseconds(1)),
             ..selection.clone()
         }))
     }

@@ -2020,11 +2020,27 @@ async fn a_line_on_a_minute_counts_at_that_minutes_step(db: &TestDb) {
         .map(|ts| json!([ts.to_string(), "tick"]))
         .collect();
     let stream = json!({"stream": {"service_name": "edge"}, "values": values});
-    push_json(addr, &[], json!({ "streams": [stream] })).await;
+    // A stream whose last line is on a minute: the rollup counts it in the minute before.
+    let last = json!({"stream": {"service_name": "edge-last"},
+        "values": [[(minute + 60 * NANOS).to_string(), "last"]]});
+    push_json(addr, &[], json!({ "streams": [stream, last] })).await;
     wait_until("the lines to be stored", DEADLINE, async || {
-        db.count().await >= 3
+        db.count().await >= 4
     })
     .await;
+    let from_minute = |end: i64| {
+        [
+            ("query", r#"{service_name="edge-last"}"#.to_owned()),
+            ("start", (minute + 60 * NANOS).to_string()),
+            ("end", end.to_string()),
+        ]
+    };
+    for end in [minute + 60 * NANOS + 1, (base + 600) * NANOS] {
+        let params = from_minute(end);
+        let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let answer = ok(addr, RANGE, &params, &[]).await;
+        assert_eq!(lines(&answer), ["last"], "ending at {end}: {answer}");
+    }
     let points = |answer: &Json| -> Vec<(i64, String)> {
         answer["data"]["result"][0]["values"]
             .as_array()

@@ -17,7 +17,7 @@ use crate::model::selection::{
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::row_batches::{self, RowSender};
 use crate::storage::stored::decode_counted;
-use crate::storage::volume::decode_volume;
+use crate::storage::volume::{decode_volume, minute_of};
 use crate::storage::{CountedRow, StoredRow};
 
 /// First window an ordered read looks in.
@@ -324,29 +324,23 @@ impl PgReader {
 
     /// The first and last minute of `selection`'s range in which the volume rollup holds rows of
     /// its services and levels (its other conditions are not the rollup's), or `None` when it
-    /// holds none: each is the first row of the rollup's `(tenant, minute, …)` key one way.
+    /// holds none. One aggregate over the tenant's rollup rows, which Citus runs on the tenant's
+    /// shard as it is (it refuses a subquery in the select list).
     pub(in crate::storage) async fn held_minutes(
         &self,
         tenant: &str,
         selection: &Selection,
     ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, StoreError> {
-        let mut builder = QueryBuilder::new("SELECT ");
-        for direction in ["", " DESC"] {
-            builder.push("(SELECT minute FROM log_volume WHERE tenant = ");
-            builder.push_bind(tenant.to_owned());
-            builder
-                .push(" AND minute >= ")
-                .push_bind(minute_floor(selection.from));
-            builder.push(" AND minute < ").push_bind(selection.to);
-            push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
-            builder
-                .push(" ORDER BY minute")
-                .push(direction)
-                .push(" LIMIT 1)");
-            if direction.is_empty() {
-                builder.push(", ");
-            }
-        }
+        let mut builder =
+            QueryBuilder::new("SELECT min(minute), max(minute) FROM log_volume WHERE tenant = ");
+        builder.push_bind(tenant.to_owned());
+        // The minute that counts a row stamped `from` and every later one: a row on a minute's
+        // boundary is counted by the minute before it.
+        let first =
+            DateTime::from_timestamp(minute_of(selection.from), 0).unwrap_or(selection.from);
+        builder.push(" AND minute >= ").push_bind(first);
+        builder.push(" AND minute < ").push_bind(selection.to);
+        push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
         let mut conn = self.acquire().await?;
         let (first, last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = builder
             .build_query_as()

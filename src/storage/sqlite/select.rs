@@ -15,7 +15,7 @@ use crate::model::selection::{
 };
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::stored::{decode_counted, from_micros};
-use crate::storage::volume::decode_volume;
+use crate::storage::volume::{decode_volume, minute_of};
 use crate::storage::{CountedRow, StoredRow};
 
 /// The stream's `level` label on `logs` (the empty text without one).
@@ -206,9 +206,11 @@ impl SqliteReader {
         for direction in ["", " DESC"] {
             builder.push("(SELECT minute FROM log_volume WHERE tenant = ");
             builder.push_bind(tenant);
+            // The minute that counts a row stamped `from` and every later one: a row on a
+            // minute's boundary is counted by the minute before it.
             builder
                 .push(" AND minute >= ")
-                .push_bind(selection.from.timestamp().div_euclid(60) * 60);
+                .push_bind(minute_of(selection.from));
             let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
             builder.push(" AND minute < ").push_bind(to_ceil);
             push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
