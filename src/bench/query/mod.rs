@@ -189,7 +189,7 @@ pub async fn run(mut args: BenchQueryArgs) -> Result<(), QueryBenchError> {
         .fetch_one(&mut conn)
         .await?;
     setup.logs_size =
-        sqlx::query_scalar("SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid))::bigint) FROM pg_inherits WHERE inhparent = 'logs'::regclass")
+        sqlx::query_scalar("SELECT pg_size_pretty(sum(pg_total_relation_size(relid))::bigint) FROM pg_partition_tree('logs') WHERE isleaf")
             .fetch_one(&mut conn)
             .await?;
     println!(
