@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""What sealing costs and gives on PostgreSQL: reads over sealed hours against the same reads over
+heap hours, and ingest while a seal runs against ingest without one.
+
+    python3 docs/bench/sealing.py --loghaul target/release/loghaul [--rows 2000000] \\
+        [--records 3000000] [--rounds 3] [--json FILE] [--render]
+    python3 docs/bench/sealing.py --from FILE --render     # the tables from a saved run
+
+- `reads`: two databases made for the run (dropped after it), each loaded by
+  `loghaul bench-query --rows N` (synthetic rows over 6 days, 10 tenants). One of them is sealed
+  by `loghaul serve --seal-after 1h --seal-interval 5s` until no hour older than two holds heap
+  rows; the other stays heap. Then `bench-query --reuse --json` runs on each, alternated, for
+  `--rounds` rounds: each kind of read's p50 and p99 are the medians over the rounds.
+- `ingest`: one database. Each round preloads an hour to seal (`loghaul bench --protocol loki
+  --records M --backdate Kh`, a different hour each round, sealing off), then times
+  `loghaul bench --protocol loki --streams 8 --duration 15s` twice: with sealing off, and with
+  `--seal-after 1h --seal-interval 1s`, whose first run starts one second after the server does and
+  rewrites the preloaded hour while the load runs. The figure is records/s acknowledged; the
+  ratio is of the medians.
+
+`--render` writes the tables between the `<!-- bench:begin sealing -->` and
+`<!-- bench:end sealing -->` markers of docs/benchmarks.md. Needs `psql`, and the
+`citus_columnar` extension in the PostgreSQL server (`--postgres-url`, or
+`LOGHAUL_TEST_POSTGRES_URL`, or the local server).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "loki_conformance"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import conformance  # noqa: E402
+import run as bench  # noqa: E402
+
+DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
+BLOCK = "sealing"
+# Hours older than this hold no heap row once the sealer has caught up (--seal-after 1h, plus the
+# hour still being written).
+DUE_HEAP_HOURS = """
+SELECT count(*) FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid
+JOIN pg_am a ON a.oid = c.relam
+WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{8}_h[0-9]{2}$'
+  AND to_timestamp(substr(c.relname, 7, 8) || substr(c.relname, 17, 2), 'YYYYMMDDHH24')
+      < now() - interval '2 hours'
+  AND pg_relation_size(c.oid) > 0
+"""
+TIERS = """
+SELECT a.amname, count(*), sum(pg_total_relation_size(c.oid))::bigint
+FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid JOIN pg_am a ON a.oid = c.relam
+WHERE t.isleaf GROUP BY 1
+"""
+
+
+def psql_value(url, sql):
+    done = subprocess.run(["psql", "-XAtq", url, "-c", sql], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"psql: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def last_json(output):
+    """The JSON object a `--json` run prints on its last line."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON report in:\n{output[-2000:]}")
+
+
+def loghaul(args, *argv):
+    done = subprocess.run([args.loghaul, *argv], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"loghaul {' '.join(argv[:2])} exited {done.returncode}:\n"
+                           f"{(done.stdout + done.stderr)[-3000:]}")
+    return last_json(done.stdout)
+
+
+def tiers(url):
+    """{access method: {"partitions": n, "bytes": b}} of the leaf partitions of `logs`."""
+    out = {}
+    for line in psql_value(url, TIERS).splitlines():
+        method, count, size = line.split("|")
+        out[method] = {"partitions": int(count), "bytes": int(size)}
+    return out
+
+
+def seal_all(args, url):
+    """Runs a server with sealing on `url` until no due hour holds heap rows; its seconds."""
+    server = subprocess.Popen(
+        [args.loghaul, "serve", "--database-url", url, "--listen", "127.0.0.1:0",
+         "--metrics-listen", "127.0.0.1:0", "--http-listen", "off", "--console-listen", "off",
+         "--seal-after", "1h", "--seal-interval", "5s"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    try:
+        while int(psql_value(url, DUE_HEAP_HOURS)) > 0:
+            if server.poll() is not None:
+                raise RuntimeError(f"the sealing server exited {server.returncode}")
+            if time.monotonic() - started > args.timeout:
+                raise RuntimeError(f"hours still unsealed after {args.timeout} s")
+            time.sleep(2)
+        return time.monotonic() - started
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def measure_reads(args, admin_url):
+    suffix = f"{os.getpid()}_{random.randrange(10**6)}"
+    names = {"heap": f"loghaul_seal_reads_heap_{suffix}", "sealed": f"loghaul_seal_reads_sealed_{suffix}"}
+    urls = {tier: conformance.with_database(admin_url, name) for tier, name in names.items()}
+    try:
+        for name in names.values():
+            psql_value(admin_url, f"CREATE DATABASE {name}")
+        for tier, url in urls.items():
+            print(f"== reads: loading {args.rows:,} rows into the {tier} database", flush=True)
+            loghaul(args, "bench-query", "--database-url", url, "--rows", str(args.rows),
+                    "--queries", "10", "--json")
+        seconds = seal_all(args, urls["sealed"])
+        print(f"== reads: sealed in {seconds:.0f} s", flush=True)
+        runs = {tier: [] for tier in urls}
+        for r in range(args.rounds):
+            for tier, url in urls.items():
+                runs[tier].append(loghaul(args, "bench-query", "--database-url", url, "--reuse",
+                                          "--queries", str(args.queries), "--json"))
+            print(f"== reads: round {r + 1} of {args.rounds}", flush=True)
+        kinds = {}
+        for tier, reports in runs.items():
+            for report in reports:
+                for t in report["timings"]:
+                    entry = kinds.setdefault(t["name"], {})
+                    entry.setdefault(tier, {"p50_ms": [], "p99_ms": []})
+                    entry[tier]["p50_ms"].append(t["p50_ms"])
+                    entry[tier]["p99_ms"].append(t["p99_ms"])
+        return {"rows": args.rows, "seal_seconds": seconds,
+                "tiers": {tier: tiers(url) for tier, url in urls.items()},
+                "kinds": [{"name": name, **{tier: {k: statistics.median(v) for k, v in values.items()}
+                                            for tier, values in entry.items()}}
+                          for name, entry in kinds.items()]}
+    finally:
+        for name in names.values():
+            conformance.psql(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def measure_ingest(args, admin_url):
+    name = f"loghaul_seal_ingest_{os.getpid()}_{random.randrange(10**6)}"
+    url = conformance.with_database(admin_url, name)
+    common = ["bench", "--database-url", url, "--protocol", "loki", "--streams", "8", "--json"]
+    modes = {"off": ["--server-arg=--seal-after=0s"],
+             "sealing": ["--server-arg=--seal-after=1h", "--server-arg=--seal-interval=1s"]}
+    rates = {mode: [] for mode in modes}
+    try:
+        psql_value(admin_url, f"CREATE DATABASE {name}")
+        for r in range(args.rounds):
+            loghaul(args, *common, "--records", str(args.records), "--backdate", f"{r + 3}h",
+                    *modes["off"])
+            for mode, flags in modes.items():
+                report = loghaul(args, *common, "--duration", args.duration, *flags)
+                rates[mode].append(report["runs"][0]["records_per_sec"])
+            print(f"== ingest: round {r + 1} of {args.rounds}: "
+                  + ", ".join(f"{m} {v[-1]:,.0f}/s" for m, v in rates.items()), flush=True)
+        return {"records": args.records, "duration": args.duration, "rates": rates}
+    finally:
+        conformance.psql(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def render_block(report):
+    reads, ingest = report.get("reads"), report.get("ingest")
+    lines = []
+    if reads:
+        lines += [f"Reads, `bench-query` over {reads['rows']:,} rows: heap hours against the same rows "
+                  f"sealed (sealing took {reads['seal_seconds']:.0f} s; "
+                  + "; ".join(f"{tier}: " + ", ".join(
+                      f"{method} {v['partitions']} partitions {v['bytes'] / 2**20:.0f} MiB"
+                      for method, v in sorted(t.items()))
+                      for tier, t in reads["tiers"].items()) + ").",
+                  "",
+                  "| read | heap p50 ms | sealed p50 ms | sealed ÷ heap | heap p99 ms | sealed p99 ms |",
+                  "|---|---|---|---|---|---|"]
+        ratios = []
+        for k in reads["kinds"]:
+            if "heap" not in k or "sealed" not in k:
+                continue
+            h, s = k["heap"], k["sealed"]
+            ratios.append(s["p50_ms"] / h["p50_ms"])
+            lines.append(f"| {k['name']} | {h['p50_ms']:.2f} | {s['p50_ms']:.2f} | "
+                         f"{ratios[-1]:.2f} | {h['p99_ms']:.2f} | {s['p99_ms']:.2f} |")
+        lines += ["", f"Sealed ÷ heap, p50: median {statistics.median(ratios):.2f} over {len(ratios)} "
+                  f"kinds of read, at or under 1 on {sum(r <= 1 for r in ratios)}.", ""]
+    if ingest:
+        off = statistics.median(ingest["rates"]["off"])
+        sealing = statistics.median(ingest["rates"]["sealing"])
+        lines += [f"Ingest (Loki push, 8 streams, {ingest['duration']}) while a seal rewrites "
+                  f"{ingest['records']:,} rows of a past hour, against no seal:",
+                  "",
+                  "| sealing | records/s (rounds) | median |",
+                  "|---|---|---|",
+                  *[f"| {mode} | {', '.join(f'{v:,.0f}' for v in values)} | "
+                    f"{statistics.median(values):,.0f} |" for mode, values in ingest["rates"].items()],
+                  "", f"While a seal runs: {sealing / off:.2f}× of the ingest without one.", ""]
+    machine = report["machine"]
+    lines.append(f"`{report['command']}`, {report['started']}: {machine['cores']} cores ({machine['cpu']}), "
+                 f"PostgreSQL {machine['postgres']['version']}.")
+    return "\n".join(lines)
+
+
+def render(report, doc):
+    text = Path(doc).read_text()
+    begin, end = f"<!-- bench:begin {BLOCK} -->", f"<!-- bench:end {BLOCK} -->"
+    if begin not in text:
+        raise RuntimeError(f"{doc} has no {begin} marker")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    Path(doc).write_text(f"{head}{begin}\n{render_block(report)}\n{end}{tail}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--loghaul", help="loghaul's binary (a release build with the bench feature)")
+    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
+                        help="a server whose role may create and drop the run's databases")
+    parser.add_argument("--rows", type=int, default=2_000_000, help="bench-query rows (default %(default)s)")
+    parser.add_argument("--queries", type=int, default=100, help="bench-query queries per kind (default %(default)s)")
+    parser.add_argument("--records", type=int, default=3_000_000,
+                        help="records of the hour a seal rewrites during the ingest runs (default %(default)s)")
+    parser.add_argument("--duration", default="15s", help="each ingest run (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, medians taken (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds the sealing may take")
+    parser.add_argument("--only", choices=["reads", "ingest"], help="one part")
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
+    parser.add_argument("--render", action="store_true", help="write the tables into --doc")
+    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+    args = parser.parse_args()
+    if args.source:
+        report = json.loads(Path(args.source).read_text())
+    else:
+        if not args.loghaul:
+            parser.error("--loghaul is needed to run")
+        admin_url = conformance.postgres_admin_url(args.postgres_url)
+        command = (f"python3 docs/bench/sealing.py --rows {args.rows} --records {args.records} "
+                   f"--rounds {args.rounds}")
+        report = {"benchmark": BLOCK, "command": command,
+                  "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "machine": bench.machine_facts(bench.postgres_facts(admin_url.rpartition("/")[0]))}
+        if args.only != "ingest":
+            report["reads"] = measure_reads(args, admin_url)
+        if args.only != "reads":
+            report["ingest"] = measure_ingest(args, admin_url)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=1))
+    print(render_block(report))
+    if args.render:
+        render(report, args.doc)
+
+
+if __name__ == "__main__":
+    main()
