@@ -1103,6 +1103,18 @@ def render_block(name, results):
     return "\n\n".join([facts_line(results), text, commands_block(ordered)]) + failures(results)
 
 
+def write_block(doc, name, body):
+    """Writes `body` between the `<!-- bench:begin NAME -->` and `<!-- bench:end NAME -->` markers
+    of `doc` (a script's own table, outside `render`'s set)."""
+    text = Path(doc).read_text(encoding="utf-8")
+    begin, end = f"<!-- bench:begin {name} -->", f"<!-- bench:end {name} -->"
+    if begin not in text or end not in text:
+        raise RuntimeError(f"{doc} has no {begin} … {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    Path(doc).write_text(f"{head}{begin}\n{body}\n{end}{tail}", encoding="utf-8")
+
+
 def command_render(options):
     """Writes each benchmark's block between its markers, in the document given and in the
     documents beside it that hold markers too (docs/scaling.md)."""

@@ -236,16 +236,6 @@ def render_block(report):
     return "\n".join(lines)
 
 
-def render(report, doc):
-    text = Path(doc).read_text()
-    begin, end = f"<!-- bench:begin {BLOCK} -->", f"<!-- bench:end {BLOCK} -->"
-    if begin not in text:
-        raise RuntimeError(f"{doc} has no {begin} marker")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    Path(doc).write_text(f"{head}{begin}\n{render_block(report)}\n{end}{tail}")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loki", help="Loki's binary, or loki.xz")
@@ -277,7 +267,7 @@ def main():
             Path(args.json).write_text(json.dumps(report, indent=1))
     print(render_block(report))
     if args.render:
-        render(report, args.doc)
+        bench.write_block(args.doc, BLOCK, render_block(report))
 
 
 if __name__ == "__main__":
