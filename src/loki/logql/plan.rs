@@ -118,20 +118,16 @@ pub(crate) fn is_exact(query: &LogQuery) -> bool {
 /// True when every stage of `query` is a line filter the selection holds (text or a regular
 /// expression, without `or` or `ip()`): then the rows the selection gives, selected by their
 /// stream labels, are the query's lines, and the database may count them without sending them.
-///
-/// A `drop` of the error labels among them is no stage at all: without a parser before it there
-/// is no error to drop (Grafana's log volume query, `… | drop __error__`, is counted so).
 pub(crate) fn filters_lines_only(query: &LogQuery) -> bool {
     query.pipeline.iter().all(|stage| {
-        drops_errors_only(stage)
-            || matches!(
-                stage,
-                Stage::LineFilter {
-                    pattern: LinePattern::Text(_),
-                    or,
-                    ..
-                } if or.is_empty()
-            )
+        matches!(
+            stage,
+            Stage::LineFilter {
+                pattern: LinePattern::Text(_),
+                or,
+                ..
+            } if or.is_empty()
+        )
     })
 }
 
@@ -409,23 +405,6 @@ mod tests {
         ] {
             let plan = volume_plan(&metric(scanned), minutes, Placement::Minute);
             assert_eq!(plan, None, "{scanned}");
-        }
-    }
-
-    #[test]
-    fn a_drop_of_errors_no_parser_made_is_no_stage() {
-        for counted in [
-            r#"{service_name="api"} | drop __error__"#,
-            r#"{service_name="api"} |= "x" | drop __error__, __error_details__ != "y""#,
-        ] {
-            assert!(filters_lines_only(&log(counted)), "{counted}");
-        }
-        for scanned in [
-            r#"{service_name="api"} | json | drop __error__"#,
-            r#"{service_name="api"} | drop __error__, user"#,
-            r#"{service_name="api"} | drop __error__ | logfmt"#,
-        ] {
-            assert!(!filters_lines_only(&log(scanned)), "{scanned}");
         }
     }
 }
