@@ -238,7 +238,7 @@ def main():
             parser.error("--loghaul is needed to run")
         admin_url = conformance.postgres_admin_url(args.postgres_url)
         command = (f"python3 docs/bench/sealing.py --rows {args.rows} --records {args.records} "
-                   f"--rounds {args.rounds}")
+                   f"--rounds {args.rounds}" + (f" --only {args.only}" if args.only else ""))
         report = {"benchmark": BLOCK, "command": command,
                   "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "machine": bench.machine_facts(bench.postgres_facts(admin_url.rpartition("/")[0]))}
