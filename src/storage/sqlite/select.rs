@@ -79,6 +79,12 @@ fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_
     }
 }
 
+/// `at` in whole seconds since the epoch, rounded up: every rollup minute (kept in seconds) that
+/// starts before `at` starts before this.
+fn seconds_ceil(at: DateTime<Utc>) -> i64 {
+    (at.timestamp_micros() + 999_999).div_euclid(1_000_000)
+}
+
 /// The tenant (the statement ends in `tenant = `), the time range and the conditions of
 /// `selection` on `logs`.
 fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) {
@@ -211,8 +217,9 @@ impl SqliteReader {
             builder
                 .push(" AND minute >= ")
                 .push_bind(minute_of(selection.from));
-            let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
-            builder.push(" AND minute < ").push_bind(to_ceil);
+            builder
+                .push(" AND minute < ")
+                .push_bind(seconds_ceil(selection.to));
             push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
             builder
                 .push(" ORDER BY minute")
@@ -250,8 +257,9 @@ impl SqliteReader {
             .push(" AND minute >= ")
             .push_bind(selection.from.timestamp().div_euclid(60) * 60);
         // Every minute that starts before `to`, as on PostgreSQL.
-        let to_ceil = (selection.to.timestamp_micros() + 999_999).div_euclid(1_000_000);
-        builder.push(" AND minute < ").push_bind(to_ceil);
+        builder
+            .push(" AND minute < ")
+            .push_bind(seconds_ceil(selection.to));
         push_conditions(&mut builder, selection, VOLUME_LEVEL);
         builder
             .push(" ORDER BY minute, service, severity, level LIMIT ")
