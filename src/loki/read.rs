@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use crate::error::HttpError;
 use crate::loki::logql::ast::{LogQuery, RangeFunction};
 use crate::loki::logql::eval::{EvalError, RangeAccumulator, Series, Steps};
-use crate::loki::logql::labels::{self, Labels};
+use crate::loki::logql::labels::{self, Labels, StreamLabelCache};
 use crate::loki::logql::pipeline::{CompileError, Output, Pipeline};
 use crate::loki::logql::plan;
 use crate::loki::logql::ParseError;
@@ -137,10 +137,11 @@ impl Reads {
         };
         let limit = limit.filter(|_| plan::is_exact(query));
         let (mut lines, mut bytes) = (0u64, 0u64);
+        let mut streams = StreamLabelCache::default();
         let mut sink = |row: StoredRow| {
             lines += 1;
             bytes += row.message.len() as u64;
-            match pipeline.process(&row) {
+            match pipeline.process_in(&row, &mut streams) {
                 Some(output) => each(&row, output),
                 None => true,
             }
@@ -179,15 +180,16 @@ impl Reads {
         // The selector again, for what the database left out (a regular expression).
         let pipeline = Pipeline::compile(query)?;
         let (mut lines, mut bytes) = (0u64, 0u64);
+        let mut streams = StreamLabelCache::default();
         let mut sink = |counted: CountedRow| {
             let (count, size) = (counted.count as u64, counted.bytes as u64);
             lines += count;
             bytes += size;
-            let stream = labels::row_stream_labels(&counted.row);
-            if !pipeline.selects(&stream) {
+            let Some(stream) = streams.selected(&counted.row, |stream| pipeline.selects(stream))
+            else {
                 return true;
-            }
-            let labels = labels::with_metadata(stream, &counted.row);
+            };
+            let labels = labels::with_metadata(stream.clone(), &counted.row);
             each(labels, nanos(counted.row.ts), count, size)
         };
         let read = self

@@ -7,7 +7,7 @@
 //! attribute's text (or its JSON, for a value that is not a string). A selector sees the stream
 //! labels alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::json_object::{JsonObject, JsonValue};
 use crate::model::severity::Severity;
@@ -91,6 +91,53 @@ pub(crate) fn row_stream_labels(row: &StoredRow) -> Labels {
     let mut labels = Labels::from([(SERVICE_LABEL.to_owned(), row.service.clone())]);
     add_object(&mut labels, &row.labels);
     labels
+}
+
+/// The most streams a [`StreamLabelCache`] holds before it starts over.
+const MAX_CACHED_STREAMS: usize = 4096;
+
+/// The stream labels of one read's rows, parsed once per stream and judged once by the read's
+/// selector: a scan meets the same few streams on every row, and parsing their JSON again was a
+/// tenth of its time.
+#[derive(Default)]
+pub(crate) struct StreamLabelCache {
+    /// By service, then by the stream's labels as stored: where in `labels` they are.
+    streams: HashMap<String, HashMap<String, usize>>,
+    /// Each stream's labels, or `None` where the selector refused them.
+    labels: Vec<Option<Labels>>,
+}
+
+impl StreamLabelCache {
+    /// The row's stream labels when `selects` keeps them, `None` when it refuses them. `selects`
+    /// must be the same for every row of one cache.
+    pub(crate) fn selected(
+        &mut self,
+        row: &StoredRow,
+        selects: impl FnOnce(&Labels) -> bool,
+    ) -> Option<&Labels> {
+        let known = self
+            .streams
+            .get(&row.service)
+            .and_then(|streams| streams.get(&row.labels))
+            .copied();
+        let at = match known {
+            Some(at) => at,
+            None => {
+                if self.labels.len() >= MAX_CACHED_STREAMS {
+                    self.streams.clear();
+                    self.labels.clear();
+                }
+                let labels = row_stream_labels(row);
+                self.labels.push(selects(&labels).then_some(labels));
+                self.streams
+                    .entry(row.service.clone())
+                    .or_default()
+                    .insert(row.labels.clone(), self.labels.len() - 1);
+                self.labels.len() - 1
+            }
+        };
+        self.labels[at].as_ref()
+    }
 }
 
 /// Every label of a stored record whose stream labels are `stream`: those, then its
@@ -182,6 +229,64 @@ mod tests {
         );
         assert_eq!(labels["http_status"], "500");
         assert_eq!(labels["user"], "ann");
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    fn row(service: &str, labels: &str) -> StoredRow {
+        StoredRow {
+            id: 1,
+            ts: chrono::DateTime::UNIX_EPOCH,
+            received_at: chrono::DateTime::UNIX_EPOCH,
+            severity: 9,
+            service: service.into(),
+            message: "line".into(),
+            labels: labels.into(),
+            attributes: "{}".into(),
+            trace_id: None,
+            span_id: None,
+        }
+    }
+
+    #[test]
+    fn each_stream_is_parsed_and_judged_once_and_the_same_text_of_another_service_apart() {
+        let mut cache = StreamLabelCache::default();
+        let mut judged = 0;
+        let mut selects = |labels: &Labels| {
+            judged += 1;
+            labels["job"] == "batch"
+        };
+        let batch = row("api", r#"{"job":"batch"}"#);
+        let other = row("api", r#"{"job":"web"}"#);
+        let elsewhere = row("billing", r#"{"job":"batch"}"#);
+        for _ in 0..3 {
+            assert_eq!(
+                cache.selected(&batch, &mut selects),
+                Some(&row_stream_labels(&batch))
+            );
+            assert_eq!(cache.selected(&other, &mut selects), None);
+            assert_eq!(
+                cache.selected(&elsewhere, &mut selects).unwrap()["service_name"],
+                "billing"
+            );
+        }
+        assert_eq!(judged, 3, "one judgement per stream");
+    }
+
+    #[test]
+    fn a_read_of_more_streams_than_it_holds_starts_over_and_stays_right() {
+        let mut cache = StreamLabelCache::default();
+        for round in 0..2 {
+            for n in 0..MAX_CACHED_STREAMS + 10 {
+                let row = row("api", &format!(r#"{{"pod":"p{n}"}}"#));
+                let labels = cache.selected(&row, |_| true).unwrap();
+                assert_eq!(labels["pod"], format!("p{n}"), "round {round}");
+            }
+            assert!(cache.labels.len() <= MAX_CACHED_STREAMS);
+        }
     }
 }
 

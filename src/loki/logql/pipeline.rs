@@ -308,6 +308,7 @@ impl Pipeline {
     }
 
     /// The row's line and labels after the stages; `None` when the row does not match.
+    #[cfg(test)]
     pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
         // The selector sees the stream's labels; the stages see its structured metadata too.
         let stream = labels::row_stream_labels(row);
@@ -315,6 +316,17 @@ impl Pipeline {
             return None;
         }
         self.run(row, labels::with_metadata(stream, row))
+    }
+
+    /// [`Pipeline::process`], with the rows' stream labels kept in `streams` from one row of
+    /// the read to the next.
+    pub(crate) fn process_in(
+        &self,
+        row: &StoredRow,
+        streams: &mut labels::StreamLabelCache,
+    ) -> Option<Output> {
+        let stream = streams.selected(row, |stream| self.selects(stream))?;
+        self.run(row, labels::with_metadata(stream.clone(), row))
     }
 
     /// [`Pipeline::process`], and the structured metadata the row's labels started with (the

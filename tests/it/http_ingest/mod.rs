@@ -360,7 +360,17 @@ async fn an_export_waiting_for_its_commit_at_sigterm_is_answered_after_it(db: &T
     );
     let addr = server.http_ingest;
     let lock = HeldLock::take(db).await;
-    let exported = tokio::spawn(async move { send_otlp(addr, &[], &["drain-1", "drain-2"]).await });
+    // The answer, or why there was none, and when: the test thread reports it with the logs.
+    let body = otlp_request("checkout", &["drain-1", "drain-2"]).encode_to_vec();
+    let exported = tokio::spawn(async move {
+        let sent = std::time::Instant::now();
+        let answer = tokio::time::timeout(
+            DEADLINE,
+            http_request(addr, "POST", OTLP, &[PROTOBUF], &body),
+        )
+        .await;
+        (answer, sent.elapsed())
+    });
     wait_until("the export to be queued", DEADLINE, async || {
         chunks_enqueued(&server).await == 1.0
     })
@@ -370,7 +380,13 @@ async fn an_export_waiting_for_its_commit_at_sigterm_is_answered_after_it(db: &T
     assert!(!exported.is_finished(), "no answer before the commit");
     lock.release().await;
 
-    let exported = exported.await.unwrap();
+    let exported = match exported.await.unwrap() {
+        (Ok(Ok(answer)), _) => answer,
+        (failed, after) => panic!(
+            "no answer to the export after {after:?}: {failed:?}\n{:#?}",
+            server.logs()
+        ),
+    };
     assert_eq!(exported.status, 200, "{}", exported.text());
     let status = server.wait(Duration::from_secs(30));
     assert!(status.success(), "{status:?}: {:#?}", server.logs());
