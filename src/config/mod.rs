@@ -440,6 +440,12 @@ impl ServeConfig {
             ms(100)..=d(1),
             None,
         )?;
+        count(
+            "--seal-busy-percent",
+            self.sealing.seal_busy_percent.into(),
+            1..=100,
+            "",
+        )?;
         duration(
             "--dedup-window",
             self.retention.dedup_window,

@@ -26,6 +26,8 @@ pub struct SealingConfig {
     pub seal_after: Option<TimeDelta>,
     /// Time between runs.
     pub interval: Duration,
+    /// Percent of the time a seal keeps the database busy.
+    pub busy_percent: u8,
 }
 
 impl From<&SealingOptions> for SealingConfig {
@@ -34,6 +36,7 @@ impl From<&SealingOptions> for SealingConfig {
             seal_after: (!options.seal_after.0.is_zero())
                 .then(|| TimeDelta::from_std(options.seal_after.0).unwrap_or(TimeDelta::MAX)),
             interval: options.seal_interval.0,
+            busy_percent: options.seal_busy_percent,
         }
     }
 }
@@ -56,6 +59,7 @@ pub struct SealReport {
 pub(crate) async fn run_once(
     sealer: &mut PgSealer,
     seal_after: TimeDelta,
+    busy_percent: u8,
     now: DateTime<Utc>,
     metrics: &SealingMetrics,
     stopping: &CancellationToken,
@@ -63,7 +67,7 @@ pub(crate) async fn run_once(
     if !sealer.try_lock().await? {
         return Ok(SealReport::default());
     }
-    let outcome = locked_run(sealer, seal_after, now, metrics, stopping).await;
+    let outcome = locked_run(sealer, seal_after, busy_percent, now, metrics, stopping).await;
     sealer.unlock().await;
     outcome
 }
@@ -72,6 +76,7 @@ pub(crate) async fn run_once(
 async fn locked_run(
     sealer: &mut PgSealer,
     seal_after: TimeDelta,
+    busy_percent: u8,
     now: DateTime<Utc>,
     metrics: &SealingMetrics,
     stopping: &CancellationToken,
@@ -96,7 +101,7 @@ async fn locked_run(
             break;
         }
         let started = Instant::now();
-        match sealer.seal(leaf).await {
+        match sealer.seal(leaf, busy_percent).await {
             Ok(sealed) => {
                 let rows = sealed.rows + sealed.caught_up;
                 metrics.sealed(rows, started.elapsed(), sealed.swap);
@@ -178,7 +183,7 @@ pub(crate) async fn run(
         // which leaves the heap in place, and the next seal of that hour starts over.
         let run = tokio::select! {
             () = stopping.cancelled() => return,
-            report = run_once(&mut sealer, seal_after, Utc::now(), &metrics, &stopping) => report,
+            report = run_once(&mut sealer, seal_after, config.busy_percent, Utc::now(), &metrics, &stopping) => report,
         };
         match run {
             Ok(report) if report.sealed > 0 || report.failed > 0 => tracing::info!(

@@ -186,6 +186,7 @@ retention = {{ toString $c.retention | toJson }}
 retention-interval = {{ toString $c.retentionInterval | toJson }}
 seal-after = {{ toString $c.sealAfter | toJson }}
 seal-interval = {{ toString $c.sealInterval | toJson }}
+seal-busy-percent = {{ int64 $c.sealBusyPercent }}
 dedup-window = {{ toString $c.dedupWindow | toJson }}
 read-max-connections = {{ int64 $c.readMaxConnections }}
 max-tails-per-tenant = {{ int64 $c.maxTailsPerTenant }}

@@ -1,9 +1,10 @@
 //! Sealing: a past hour of `logs` rewritten into a compressed columnar partition.
 //!
 //! Rows land in heap partitions, where inserts, chunk-key claims and tail are cheapest. Once an
-//! hour is past (plus a grace for late rows), it is copied, ordered by tenant, service and time,
-//! into a new table of the `columnar` access method (from the `citus_columnar` extension), and
-//! the new table takes the heap's place in the partition tree.
+//! hour is past (plus a grace for late rows), it is copied a minute at a time, each minute ordered
+//! by tenant, service and time, into a new table of the `columnar` access method (from the
+//! `citus_columnar` extension), and the new table takes the heap's place in the partition tree.
+//! The copy may rest between minutes, so that sealing leaves the database's cores to ingest.
 //!
 //! **Nothing lost, nothing doubled.** The copy reads one snapshot and blocks nobody. Rows that
 //! snapshot cannot see (late rows committed during the copy) were inserted by transactions that
@@ -46,6 +47,12 @@ const UNLOCKED_CATCH_UPS: usize = 3;
 const FEW_LATE_ROWS: u64 = 1_000;
 /// zstd level of sealed data.
 const COMPRESSION_LEVEL: u8 = 9;
+/// An hour is copied this much of `ts` at a time, so that a paced seal can pause between slices.
+const SLICE: TimeDelta = TimeDelta::minutes(1);
+/// Rows per chunk group, the least a read of a sealed hour decompresses (the extension's
+/// smallest). Its default of 10,000 made a page of one minute cost as much as a scan of the
+/// whole hour; this costs about 4 % more disk.
+const CHUNK_GROUP_ROWS: u32 = 1_000;
 
 /// Whether this server can seal, and if not, why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +88,12 @@ pub async fn sealing(conn: &mut PgConnection, flavor: Flavor) -> Result<Sealing,
         ))),
         Err(err) => Err(err),
     }
+}
+
+/// How long to rest after `worked`, for a share of `busy_percent` of the time working.
+fn pause_after(worked: Duration, busy_percent: u8) -> Duration {
+    let busy = f64::from(busy_percent.clamp(1, 100)) / 100.0;
+    worked.mul_f64((1.0 - busy) / busy)
 }
 
 async fn has_columnar(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
@@ -221,8 +234,13 @@ pub struct Sealed {
     pub swap: Duration,
 }
 
-/// Rewrites `leaf` into a columnar table and swaps it in; see the module docs.
-pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::Error> {
+/// Rewrites `leaf` into a columnar table and swaps it in; see the module docs. The copy keeps
+/// its session busy at most `busy_percent` of the time: it pauses after each slice.
+pub async fn seal(
+    conn: &mut PgConnection,
+    leaf: &Leaf,
+    busy_percent: u8,
+) -> Result<Sealed, sqlx::Error> {
     let name = &leaf.name;
     let work = format!("{name}_sealing");
     let columns: String = sqlx::query_scalar(
@@ -240,7 +258,8 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::
         format!("CREATE TABLE {work} (LIKE logs INCLUDING DEFAULTS) USING columnar"),
         format!(
             "ALTER TABLE {work} SET (columnar.compression = zstd, \
-             columnar.compression_level = {COMPRESSION_LEVEL})"
+             columnar.compression_level = {COMPRESSION_LEVEL}, \
+             columnar.chunk_group_row_limit = {CHUNK_GROUP_ROWS})"
         ),
         format!(
             "ALTER TABLE {work} ADD CONSTRAINT {work}_range CHECK (ts >= '{from}' AND ts < '{to}')"
@@ -254,12 +273,28 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf) -> Result<Sealed, sqlx::
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *copy)
         .await?;
-    let rows = sqlx::query(&format!(
-        "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} ORDER BY tenant, service, ts"
-    ))
-    .execute(&mut *copy)
-    .await?
-    .rows_affected();
+    // One transaction for every slice: one snapshot, and the extension writes full stripes
+    // only at its commit, whatever the slices.
+    let slice = format!(
+        "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} \
+         WHERE ts >= $1 AND ts < $2 ORDER BY tenant, service, ts"
+    );
+    let mut rows = 0;
+    let mut start = leaf.from;
+    while start < leaf.to {
+        let end = (start + SLICE).min(leaf.to);
+        let worked = Instant::now();
+        rows += sqlx::query(&slice)
+            .bind(start)
+            .bind(end)
+            .execute(&mut *copy)
+            .await?
+            .rows_affected();
+        if end < leaf.to {
+            tokio::time::sleep(pause_after(worked.elapsed(), busy_percent)).await;
+        }
+        start = end;
+    }
     copy.commit().await?;
     // Rows that arrived during the copy are added without a lock first, until few are left, so
     // that the locked catch-up of the swap has little to do.
@@ -352,6 +387,19 @@ mod tests {
     use super::*;
     use crate::storage::postgres::partition_name;
     use chrono::NaiveDate;
+
+    #[test]
+    fn a_paced_seal_rests_so_that_it_works_its_share_of_the_time() {
+        let worked = Duration::from_millis(400);
+        assert_eq!(pause_after(worked, 100), Duration::ZERO);
+        assert_eq!(pause_after(worked, 20), Duration::from_millis(1600));
+        assert_eq!(pause_after(worked, 50), worked);
+        assert_eq!(
+            pause_after(worked, 0),
+            pause_after(worked, 1),
+            "never a division by 0"
+        );
+    }
 
     #[test]
     fn leaf_ranges_come_from_names_of_hours_and_days() {
@@ -468,9 +516,11 @@ impl PgSealer {
         drop_leftovers(&mut self.conn).await.map_err(unavailable)
     }
 
-    /// Seals one leaf.
-    pub async fn seal(&mut self, leaf: &Leaf) -> Result<Sealed, StoreError> {
-        seal(&mut self.conn, leaf).await.map_err(unavailable)
+    /// Seals one leaf, keeping the database busy at most `busy_percent` of the time.
+    pub async fn seal(&mut self, leaf: &Leaf, busy_percent: u8) -> Result<Sealed, StoreError> {
+        seal(&mut self.conn, leaf, busy_percent)
+            .await
+            .map_err(unavailable)
     }
 
     /// Bytes on disk of heap and of columnar partitions.
