@@ -15,14 +15,14 @@ for the run (dropped after it), both through Loki's push API:
   `--scale` (default 700, about 200,000 entries): JSON, logfmt and plain lines with repeated keys,
   15 streams, two tenants, over the hour before the current one.
 
-loghaul runs with `--seal-after 1s`, so the hour is sealed as soon as the sealer looks. Its figure
-is the bytes of its log partitions (`pg_total_relation_size` of every partition of `logs`,
-indexes and TOAST included) once no heap partition holds a row; the per-minute rollup
-(`log_volume`) is given beside it. Loki's is the bytes of its chunks directory after
-`POST /flush`, once it stops growing, as its own dashboards count stored chunks; its TSDB index and
-WAL are given beside it. `--render` writes the table between the `<!-- bench:begin storage -->`
-and `<!-- bench:end storage -->` markers of docs/benchmarks.md. Needs `psql`, and the
-`citus_columnar` extension in the PostgreSQL server (`--postgres-url`, or
+loghaul runs with `--seal-after 1s --seal-busy-percent 100`, so the hour is sealed at full speed as
+soon as the sealer looks. Its figure is the bytes of its log partitions (`pg_total_relation_size`
+of every partition of `logs`, indexes and TOAST included) once no heap partition holds a row; the
+per-minute rollup (`log_volume`) is given beside it. Loki's is the bytes of its chunks directory
+after `POST /flush`, once it stops growing, as its own dashboards count stored chunks; its TSDB
+index and WAL are given beside it. `--render` writes the table between the
+`<!-- bench:begin storage -->` and `<!-- bench:end storage -->` markers of docs/benchmarks.md.
+Needs `psql`, and the `citus_columnar` extension in the PostgreSQL server (`--postgres-url`, or
 `LOGHAUL_TEST_POSTGRES_URL`, or the local server).
 """
 
@@ -50,7 +50,7 @@ import run as bench  # noqa: E402
 
 DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "storage"
-SEAL_FLAGS = ["--seal-after", "1s", "--seal-interval", "1s"]
+SEAL_FLAGS = ["--seal-after", "1s", "--seal-interval", "1s", "--seal-busy-percent", "100"]
 
 
 def directory_bytes(path):

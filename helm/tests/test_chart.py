@@ -473,7 +473,7 @@ def config_toml_has_only_known_keys():
                        ("max-connection-age-grace", "30s"), ("shutdown-grace", "20s"), ("log-format", "json"),
                        ("tenant-records-per-second", 0), ("tenant-bytes-per-second", "0"), ("tenant-burst", "2s"),
                        ("retention", "7d"), ("retention-interval", "10m"), ("seal-after", "1h"),
-                       ("seal-interval", "5m"), ("seal-busy-percent", 20), ("dedup-window", "24h"),
+                       ("seal-interval", "5m"), ("seal-busy-percent", 10), ("dedup-window", "24h"),
                        ("read-max-connections", 4), ("max-tails-per-tenant", 32), ("max-tails", 256), ("max-concurrent-reads-per-tenant", 2), ("query-default-range", "24h"), ("query-timeout", "10s"), ("max-page-bytes", "2MiB"),
                        ("max-read-bytes", "256MiB"), ("max-query-bytes", "64MiB"),
                        ("tail-poll-interval", "500ms"), ("tail-queue-bytes", "4MiB"), ("console-listen", "127.0.0.1:8080"),

@@ -18,9 +18,9 @@ pub struct SealingOptions {
     #[arg(long, env = "LOGHAUL_SEAL_INTERVAL", default_value = "5m")]
     pub seal_interval: HumanDuration,
 
-    /// Percent of the time a seal keeps its database session busy: it copies an hour a minute
-    /// of it at a time and rests in between, so that ingest keeps the cores. 100 seals at full
+    /// Percent of the time a seal keeps its database session busy: it copies a large hour a
+    /// slice at a time and rests in between, so that ingest keeps the cores. 100 seals at full
     /// speed; raise it when loghaul_seal_lag_seconds grows.
-    #[arg(long, env = "LOGHAUL_SEAL_BUSY_PERCENT", default_value_t = 20)]
+    #[arg(long, env = "LOGHAUL_SEAL_BUSY_PERCENT", default_value_t = 10)]
     pub seal_busy_percent: u8,
 }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::metrics::SealingMetrics;
 use crate::config::SealingOptions;
-use crate::storage::postgres::{PgSealer, Sealing};
+use crate::storage::postgres::{Pace, PgSealer, Sealing};
 use crate::storage::{Store, StoreError};
 
 /// When partitions are sealed and how often the sealer looks.
@@ -101,7 +101,7 @@ async fn locked_run(
             break;
         }
         let started = Instant::now();
-        match sealer.seal(leaf, busy_percent).await {
+        match sealer.seal(leaf, Pace::new(busy_percent)).await {
             Ok(sealed) => {
                 let rows = sealed.rows + sealed.caught_up;
                 metrics.sealed(rows, started.elapsed(), sealed.swap);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Days, DurationRound, TimeDelta, Utc};
 use loghaul::retention::{run_once as retention_run, RetentionConfig};
 use loghaul::storage::postgres::{
-    create_partitions, hour_partition_name, leaves, seal, sealing, Flavor, Leaf, Sealing,
+    create_partitions, hour_partition_name, leaves, seal, sealing, Flavor, Leaf, Pace, Sealing,
 };
 use sqlx::{Connection, PgConnection};
 use tokio_util::sync::CancellationToken;
@@ -195,8 +195,13 @@ async fn an_hour_is_sealed_under_late_rows_and_reads_with_no_row_lost_doubled_or
 
     let leaf = leaf_of(&mut conn, hour).await;
     assert!(!leaf.sealed);
-    // Paced, so that late rows also land while the copy rests between slices.
-    let sealed = seal(&mut conn, &leaf, 50).await.unwrap();
+    // In slices of a few pages with rests between them, so that late rows also land while the
+    // copy rests, and the slices must add up to the hour.
+    let pace = Pace {
+        busy_percent: 50,
+        slice_bytes: 64 * 1024,
+    };
+    let sealed = seal(&mut conn, &leaf, pace).await.unwrap();
     // Late rows keep landing, now in the columnar partition.
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.cancel();
@@ -247,7 +252,7 @@ async fn late_rows_after_the_seal_are_kept_and_sealed_again() {
     let hour = past_hour();
     fill_hour(&mut conn, hour, 20_000).await;
     let leaf = leaf_of(&mut conn, hour).await;
-    seal(&mut conn, &leaf, 100).await.unwrap();
+    seal(&mut conn, &leaf, Pace::new(100)).await.unwrap();
     // Each transaction of late rows writes a small stripe of its own.
     for round in 0..16 {
         insert_late(&mut conn, hour, round, 10).await;
@@ -259,7 +264,7 @@ async fn late_rows_after_the_seal_are_kept_and_sealed_again() {
     assert!(leaf.small_stripes >= 16, "{leaf:?}");
     assert!(leaf.wants_sealing(Utc::now()));
 
-    seal(&mut conn, &leaf, 100).await.unwrap();
+    seal(&mut conn, &leaf, Pace::new(100)).await.unwrap();
     let leaf = leaf_of(&mut conn, hour).await;
     assert!(leaf.sealed);
     assert_eq!(leaf.small_stripes, 0, "sealed again in full stripes");
@@ -292,7 +297,7 @@ async fn sealed_days_leave_with_retention_and_one_replica_seals_at_a_time() {
     second.unlock().await;
 
     let leaf = leaf_of(&mut conn, old_hour).await;
-    first.seal(&leaf, 100).await.unwrap();
+    first.seal(&leaf, Pace::new(100)).await.unwrap();
     assert_eq!(access_method(&mut conn, &leaf.name).await, "columnar");
     assert_eq!(fingerprint(&mut conn, old_hour, "true").await.0, 5_000);
 

@@ -23,7 +23,7 @@ pub use citus::Flavor;
 pub use retention::{
     create_partitions, hour_partition_name, partition_day, partition_name, RETENTION_LOCK_KEY,
 };
-pub use seal::{leaves, seal, sealing, Leaf, PgSealer, Sealed, Sealing};
+pub use seal::{leaves, seal, sealing, Leaf, Pace, PgSealer, Sealed, Sealing};
 
 pub(crate) use read::PgReader;
 pub(crate) use retention::PgRetention;

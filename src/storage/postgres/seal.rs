@@ -1,10 +1,11 @@
 //! Sealing: a past hour of `logs` rewritten into a compressed columnar partition.
 //!
 //! Rows land in heap partitions, where inserts, chunk-key claims and tail are cheapest. Once an
-//! hour is past (plus a grace for late rows), it is copied a minute at a time, each minute ordered
-//! by tenant, service and time, into a new table of the `columnar` access method (from the
-//! `citus_columnar` extension), and the new table takes the heap's place in the partition tree.
-//! The copy may rest between minutes, so that sealing leaves the database's cores to ingest.
+//! hour is past (plus a grace for late rows), it is copied, ordered by tenant, service and time,
+//! into a new table of the `columnar` access method (from the `citus_columnar` extension), and
+//! the new table takes the heap's place in the partition tree. A large hour is copied a slice of
+//! its time range at a time, and the copy may rest between slices, so that sealing leaves the
+//! database's cores to ingest.
 //!
 //! **Nothing lost, nothing doubled.** The copy reads one snapshot and blocks nobody. Rows that
 //! snapshot cannot see (late rows committed during the copy) were inserted by transactions that
@@ -47,12 +48,57 @@ const UNLOCKED_CATCH_UPS: usize = 3;
 const FEW_LATE_ROWS: u64 = 1_000;
 /// zstd level of sealed data.
 const COMPRESSION_LEVEL: u8 = 9;
-/// An hour is copied this much of `ts` at a time, so that a paced seal can pause between slices.
-const SLICE: TimeDelta = TimeDelta::minutes(1);
-/// Rows per chunk group, the least a read of a sealed hour decompresses (the extension's
-/// smallest). Its default of 10,000 made a page of one minute cost as much as a scan of the
-/// whole hour; this costs about 4 % more disk.
-const CHUNK_GROUP_ROWS: u32 = 1_000;
+/// Bytes of a partition copied per slice: a paced seal rests after each. A partition smaller
+/// than this is copied whole, in one order of tenant, service and time, which its reads prune
+/// best; a larger one is copied a slice of its time range at a time, each slice so ordered.
+const SLICE_BYTES: i64 = 64 << 20;
+/// The most slices a partition is copied in.
+const MAX_SLICES: i64 = 60;
+
+/// How a seal spreads its copy: slices of the partition, and rests between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    /// Percent of the time the copy keeps its session busy.
+    pub busy_percent: u8,
+    /// Bytes of the partition copied per slice.
+    pub slice_bytes: i64,
+}
+
+impl Pace {
+    /// Busy `busy_percent` of the time, in slices of the default size.
+    pub fn new(busy_percent: u8) -> Pace {
+        Pace {
+            busy_percent,
+            slice_bytes: SLICE_BYTES,
+        }
+    }
+
+    /// How many slices a partition of `bytes` is copied in.
+    fn slices(&self, bytes: i64) -> i32 {
+        (bytes / self.slice_bytes.max(1) + 1).clamp(1, MAX_SLICES) as i32
+    }
+
+    /// How long to rest after `worked`, for a share of `busy_percent` of the time working.
+    fn rest_after(&self, worked: Duration) -> Duration {
+        let busy = f64::from(self.busy_percent.clamp(1, 100)) / 100.0;
+        worked.mul_f64((1.0 - busy) / busy)
+    }
+}
+
+/// Chunk groups a sealed hour is cut into, at least: a read decompresses whole chunk groups,
+/// and with the extension's default of 10,000 rows a small hour was one or two of them, so that a
+/// page of one minute cost as much as a scan of the hour.
+const CHUNK_GROUPS_PER_HOUR: i64 = 100;
+/// The fewest rows per chunk group (the extension's least).
+const MIN_CHUNK_GROUP_ROWS: i64 = 1_000;
+/// The most: the extension's default. Smaller groups than this cost disk in a large hour (each
+/// holds its own minimum, maximum and compression frame per column).
+const MAX_CHUNK_GROUP_ROWS: i64 = 10_000;
+
+/// Rows per chunk group of a sealed partition of `rows` rows.
+fn chunk_group_rows(rows: i64) -> i64 {
+    (rows / CHUNK_GROUPS_PER_HOUR).clamp(MIN_CHUNK_GROUP_ROWS, MAX_CHUNK_GROUP_ROWS)
+}
 
 /// Whether this server can seal, and if not, why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,12 +134,6 @@ pub async fn sealing(conn: &mut PgConnection, flavor: Flavor) -> Result<Sealing,
         ))),
         Err(err) => Err(err),
     }
-}
-
-/// How long to rest after `worked`, for a share of `busy_percent` of the time working.
-fn pause_after(worked: Duration, busy_percent: u8) -> Duration {
-    let busy = f64::from(busy_percent.clamp(1, 100)) / 100.0;
-    worked.mul_f64((1.0 - busy) / busy)
 }
 
 async fn has_columnar(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
@@ -234,13 +274,9 @@ pub struct Sealed {
     pub swap: Duration,
 }
 
-/// Rewrites `leaf` into a columnar table and swaps it in; see the module docs. The copy keeps
-/// its session busy at most `busy_percent` of the time: it pauses after each slice.
-pub async fn seal(
-    conn: &mut PgConnection,
-    leaf: &Leaf,
-    busy_percent: u8,
-) -> Result<Sealed, sqlx::Error> {
+/// Rewrites `leaf` into a columnar table and swaps it in; see the module docs. The copy goes at
+/// `pace`.
+pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Sealed, sqlx::Error> {
     let name = &leaf.name;
     let work = format!("{name}_sealing");
     let columns: String = sqlx::query_scalar(
@@ -250,6 +286,11 @@ pub async fn seal(
     .fetch_one(&mut *conn)
     .await?;
     let (from, to) = (timestamp(leaf.from), timestamp(leaf.to));
+    // Counted: an hour nobody analyzed has no statistics to estimate from.
+    let held: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {name}"))
+        .fetch_one(&mut *conn)
+        .await?;
+    let chunk_group_rows = chunk_group_rows(held);
     // A table left by a seal that was interrupted holds nothing the heap does not.
     sqlx::query(&format!("DROP TABLE IF EXISTS {work}"))
         .execute(&mut *conn)
@@ -259,7 +300,7 @@ pub async fn seal(
         format!(
             "ALTER TABLE {work} SET (columnar.compression = zstd, \
              columnar.compression_level = {COMPRESSION_LEVEL}, \
-             columnar.chunk_group_row_limit = {CHUNK_GROUP_ROWS})"
+             columnar.chunk_group_row_limit = {chunk_group_rows})"
         ),
         format!(
             "ALTER TABLE {work} ADD CONSTRAINT {work}_range CHECK (ts >= '{from}' AND ts < '{to}')"
@@ -275,23 +316,24 @@ pub async fn seal(
         .await?;
     // One transaction for every slice: one snapshot, and the extension writes full stripes
     // only at its commit, whatever the slices.
-    let slice = format!(
+    let copy_slice = format!(
         "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} \
          WHERE ts >= $1 AND ts < $2 ORDER BY tenant, service, ts"
     );
+    let slice = (leaf.to - leaf.from) / pace.slices(leaf.bytes);
     let mut rows = 0;
     let mut start = leaf.from;
     while start < leaf.to {
-        let end = (start + SLICE).min(leaf.to);
+        let end = (start + slice).min(leaf.to);
         let worked = Instant::now();
-        rows += sqlx::query(&slice)
+        rows += sqlx::query(&copy_slice)
             .bind(start)
             .bind(end)
             .execute(&mut *copy)
             .await?
             .rows_affected();
         if end < leaf.to {
-            tokio::time::sleep(pause_after(worked.elapsed(), busy_percent)).await;
+            tokio::time::sleep(pace.rest_after(worked.elapsed())).await;
         }
         start = end;
     }
@@ -389,16 +431,30 @@ mod tests {
     use chrono::NaiveDate;
 
     #[test]
+    fn a_small_hour_is_cut_into_small_chunk_groups_and_a_large_one_keeps_the_default() {
+        assert_eq!(chunk_group_rows(0), 1_000);
+        assert_eq!(chunk_group_rows(14_000), 1_000);
+        assert_eq!(chunk_group_rows(500_000), 5_000);
+        assert_eq!(chunk_group_rows(3_000_000), 10_000);
+    }
+
+    #[test]
+    fn a_small_partition_is_copied_whole_and_a_large_one_in_slices() {
+        let pace = Pace::new(20);
+        assert_eq!(pace.slices(0), 1);
+        assert_eq!(pace.slices(SLICE_BYTES - 1), 1);
+        assert_eq!(pace.slices(SLICE_BYTES * 20), 21);
+        assert_eq!(pace.slices(i64::MAX), MAX_SLICES as i32);
+    }
+
+    #[test]
     fn a_paced_seal_rests_so_that_it_works_its_share_of_the_time() {
         let worked = Duration::from_millis(400);
-        assert_eq!(pause_after(worked, 100), Duration::ZERO);
-        assert_eq!(pause_after(worked, 20), Duration::from_millis(1600));
-        assert_eq!(pause_after(worked, 50), worked);
-        assert_eq!(
-            pause_after(worked, 0),
-            pause_after(worked, 1),
-            "never a division by 0"
-        );
+        let rest = |busy_percent| Pace::new(busy_percent).rest_after(worked);
+        assert_eq!(rest(100), Duration::ZERO);
+        assert_eq!(rest(20), Duration::from_millis(1600));
+        assert_eq!(rest(50), worked);
+        assert_eq!(rest(0), rest(1), "never a division by 0");
     }
 
     #[test]
@@ -516,11 +572,9 @@ impl PgSealer {
         drop_leftovers(&mut self.conn).await.map_err(unavailable)
     }
 
-    /// Seals one leaf, keeping the database busy at most `busy_percent` of the time.
-    pub async fn seal(&mut self, leaf: &Leaf, busy_percent: u8) -> Result<Sealed, StoreError> {
-        seal(&mut self.conn, leaf, busy_percent)
-            .await
-            .map_err(unavailable)
+    /// Seals one leaf at `pace`.
+    pub async fn seal(&mut self, leaf: &Leaf, pace: Pace) -> Result<Sealed, StoreError> {
+        seal(&mut self.conn, leaf, pace).await.map_err(unavailable)
     }
 
     /// Bytes on disk of heap and of columnar partitions.
