@@ -307,30 +307,27 @@ impl Pipeline {
         })
     }
 
-    /// The row's line and labels after the stages; `None` when the row does not match.
-    #[cfg(test)]
-    pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
-        // The selector sees the stream's labels; the stages see its structured metadata too.
-        let stream = labels::row_stream_labels(row);
-        if !self.selects(&stream) {
-            return None;
-        }
-        self.run(row, labels::with_metadata(stream, row))
-    }
-
-    /// [`Pipeline::process`], with the rows' stream labels kept in `streams` from one row of
-    /// the read to the next.
+    /// The row's line and labels after the stages; `None` when the row does not match. The
+    /// stream labels of a read's rows are kept in `streams` from one row to the next.
     pub(crate) fn process_in(
         &self,
         row: &StoredRow,
         streams: &mut labels::StreamLabelCache,
     ) -> Option<Output> {
+        // The selector sees the stream's labels; the stages see its structured metadata too.
         let stream = streams.selected(row, |stream| self.selects(stream))?;
         self.run(row, labels::with_metadata(stream.clone(), row))
     }
 
-    /// [`Pipeline::process`], and the structured metadata the row's labels started with (the
-    /// labels that were not its stream's), for a reader that sends lines without it.
+    /// [`Pipeline::process_in`] for one row alone.
+    #[cfg(test)]
+    pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
+        self.process_in(row, &mut labels::StreamLabelCache::default())
+    }
+
+    /// [`Pipeline::process_in`] for one row alone, and the structured metadata the row's labels
+    /// started with (the labels that were not its stream's), for a reader that sends lines
+    /// without it.
     pub(crate) fn process_with_metadata(
         &self,
         row: &StoredRow,
