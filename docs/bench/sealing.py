@@ -62,33 +62,18 @@ WHERE t.isleaf GROUP BY 1
 """
 
 
-def psql_value(url, sql):
-    done = subprocess.run(["psql", "-XAtq", url, "-c", sql], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"psql: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-def last_json(output):
-    """The JSON object a `--json` run prints on its last line."""
-    for line in reversed(output.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"no JSON report in:\n{output[-2000:]}")
-
-
 def loghaul(args, *argv):
     done = subprocess.run([args.loghaul, *argv], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"loghaul {' '.join(argv[:2])} exited {done.returncode}:\n"
                            f"{(done.stdout + done.stderr)[-3000:]}")
-    return last_json(done.stdout)
+    return bench.last_json_line(done.stdout)
 
 
 def tiers(url):
     """{access method: {"partitions": n, "bytes": b}} of the leaf partitions of `logs`."""
     out = {}
-    for line in psql_value(url, TIERS).splitlines():
+    for line in conformance.psql_value(url, TIERS).splitlines():
         method, count, size = line.split("|")
         out[method] = {"partitions": int(count), "bytes": int(size)}
     return out
@@ -103,7 +88,7 @@ def seal_all(args, url):
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = time.monotonic()
     try:
-        while int(psql_value(url, DUE_HEAP_HOURS)) > 0:
+        while int(conformance.psql_value(url, DUE_HEAP_HOURS)) > 0:
             if server.poll() is not None:
                 raise RuntimeError(f"the sealing server exited {server.returncode}")
             if time.monotonic() - started > args.timeout:
@@ -121,7 +106,7 @@ def measure_reads(args, admin_url):
     urls = {tier: conformance.with_database(admin_url, name) for tier, name in names.items()}
     try:
         for name in names.values():
-            psql_value(admin_url, f"CREATE DATABASE {name}")
+            conformance.psql_value(admin_url, f"CREATE DATABASE {name}")
         for tier, url in urls.items():
             print(f"== reads: loading {args.rows:,} rows into the {tier} database", flush=True)
             loghaul(args, "bench-query", "--database-url", url, "--rows", str(args.rows),
@@ -162,7 +147,7 @@ def measure_ingest(args, admin_url):
              "full speed": [*sealing, "--server-arg=--seal-busy-percent=100"]}
     rates = {mode: [] for mode in modes}
     try:
-        psql_value(admin_url, f"CREATE DATABASE {name}")
+        conformance.psql_value(admin_url, f"CREATE DATABASE {name}")
         for r in range(args.rounds):
             loghaul(args, *common, "--records", str(args.records), "--backdate", f"{r + 3}h",
                     *modes["off"])
