@@ -189,6 +189,21 @@ def wait_for_data(name, base, counts, anchor_ns, seconds=300):
         time.sleep(1)
 
 
+def wait_for_index(store, anchor_ns):
+    """Waits until loghaul on PostgreSQL has given the data's hour its service index, which it
+    does once the hour has been over for five minutes."""
+    due = anchor_ns / 1e9 + 5 * 60
+    deadline = max(time.time(), due) + 120
+    while True:
+        with urllib.request.urlopen(f"http://{store.metrics}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        if re.search(r"^loghaul_hours_indexed_total [1-9]", text, re.M):
+            return
+        if time.time() > deadline:
+            raise RuntimeError("loghaul on PostgreSQL did not index the data's hour")
+        time.sleep(2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Queries
 
@@ -442,8 +457,11 @@ def run(args):
         if created.returncode != 0:
             database = None
             raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
+        # The data's hour is past: it gets its service index within seconds, and is not sealed
+        # halfway through the run.
         stores["postgres"] = conformance.Loghaul("loghaul-postgres", args.loghaul,
-                                                 conformance.with_database(admin_url, database))
+                                                 conformance.with_database(admin_url, database),
+                                                 ["--seal-after", "0s", "--seal-interval", "10s"])
         processes = {"loki": loki, **stores}
         targets = {name: p.http for name, p in processes.items()}
 
@@ -455,6 +473,7 @@ def run(args):
                     raise RuntimeError(f"push to {name} as {tenant}: {status} {text[:300]!r}")
         for name, base in targets.items():
             wait_for_data(name, base, counts, anchor)
+        wait_for_index(stores["postgres"], anchor)
         print(f"== pushed to all three and counted in {time.monotonic() - started:.0f}s", flush=True)
 
         load = bench.load_average()

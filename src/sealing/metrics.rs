@@ -1,4 +1,4 @@
-//! What the sealer reports: whether it can seal, what it sealed, how long that took, how far it
+//! What the sealer reports: whether it can seal, the past hours it indexed, what it sealed, how long that took, how far it
 //! is behind, and the bytes on disk of each tier.
 
 use std::time::Duration;
@@ -42,6 +42,16 @@ const SEAL_LAG: Series = Series::new(
     Unit::Seconds,
     "How long the oldest hour due for sealing has waited past --seal-after; 0 when none waits.",
 );
+const HOURS_INDEXED: Series = Series::new(
+    "loghaul_hours_indexed_total",
+    Unit::Count,
+    "Past heap hours given their index by tenant, service and time, which reads of one service use until the hour is sealed.",
+);
+const INDEX_FAILURES: Series = Series::new(
+    "loghaul_hour_index_failures_total",
+    Unit::Count,
+    "Index builds of past hours that failed; the next run tries again.",
+);
 const STORAGE_BYTES: Series = Series::new(
     "loghaul_storage_bytes",
     Unit::Bytes,
@@ -65,6 +75,10 @@ pub(crate) struct SealingMetrics {
     pub swap: Histogram,
     /// Seconds the oldest due hour has waited.
     pub lag: Gauge,
+    /// Past hours indexed.
+    pub indexed: Counter,
+    /// Index builds that failed.
+    pub index_failures: Counter,
     /// Bytes of heap partitions.
     pub heap_bytes: Gauge,
     /// Bytes of columnar partitions.
@@ -84,6 +98,8 @@ impl SealingMetrics {
             duration: Histogram::register(registry, SEAL_DURATION, Vec::new()),
             swap: Histogram::register(registry, SEAL_SWAP, Vec::new()),
             lag: Gauge::register(registry, SEAL_LAG, Vec::new()),
+            indexed: counter(HOURS_INDEXED),
+            index_failures: counter(INDEX_FAILURES),
             heap_bytes: tiers.handle("heap"),
             columnar_bytes: tiers.handle("columnar"),
         }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::metrics::SealingMetrics;
 use crate::config::SealingOptions;
-use crate::storage::postgres::{Pace, PgSealer, Sealing};
+use crate::storage::postgres::{Leaf, Pace, PgSealer, Sealing, INDEX_AFTER};
 use crate::storage::{Store, StoreError};
 
 /// When partitions are sealed and how often the sealer looks.
@@ -46,19 +46,22 @@ impl From<&SealingOptions> for SealingConfig {
 pub struct SealReport {
     /// False when another replica holds the sealing lock and this run did nothing.
     pub ran: bool,
+    /// Past heap hours given their service index.
+    pub indexed: u64,
     /// Partitions sealed.
     pub sealed: u64,
     /// Rows they hold.
     pub rows: u64,
-    /// Seals that failed; the next run tries them again.
+    /// Seals (or index builds) that failed; the next run tries them again.
     pub failed: u64,
 }
 
-/// Seals every partition due at `now`, oldest first, until `stopping` is cancelled; counts each
-/// seal in `metrics`. Nothing while another replica holds the lock.
+/// Gives every past heap hour its service index and, when `seal_after` is set, seals every
+/// partition due at `now`, oldest first, until `stopping` is cancelled; counts each in `metrics`.
+/// Nothing while another replica holds the lock.
 pub(crate) async fn run_once(
     sealer: &mut PgSealer,
-    seal_after: TimeDelta,
+    seal_after: Option<TimeDelta>,
     busy_percent: u8,
     now: DateTime<Utc>,
     metrics: &SealingMetrics,
@@ -75,7 +78,7 @@ pub(crate) async fn run_once(
 /// [`run_once`]'s work under the lock.
 async fn locked_run(
     sealer: &mut PgSealer,
-    seal_after: TimeDelta,
+    seal_after: Option<TimeDelta>,
     busy_percent: u8,
     now: DateTime<Utc>,
     metrics: &SealingMetrics,
@@ -85,16 +88,76 @@ async fn locked_run(
         ran: true,
         ..SealReport::default()
     };
-    let cutoff = now - seal_after;
-    sealer.drop_leftovers().await?;
-    let due: Vec<_> = sealer
-        .leaves()
-        .await?
+    let cutoff = seal_after.map(|after| now - after);
+    if cutoff.is_some() {
+        sealer.drop_leftovers().await?;
+    }
+    let leaves = sealer.leaves().await?;
+    // An hour about to be sealed is not worth an index its seal drops.
+    let to_index: Vec<Leaf> = leaves
+        .iter()
+        .filter(|leaf| {
+            leaf.wants_index(now - INDEX_AFTER) && !cutoff.is_some_and(|c| leaf.wants_sealing(c))
+        })
+        .cloned()
+        .collect();
+    for leaf in &to_index {
+        if stopping.is_cancelled() {
+            break;
+        }
+        let started = Instant::now();
+        match sealer.index(leaf).await {
+            Ok(false) => {}
+            Ok(true) => {
+                metrics.indexed.increment(1);
+                report.indexed += 1;
+                tracing::info!(
+                    partition = %leaf.name,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "indexed a past hour by tenant, service and time"
+                );
+            }
+            Err(err) => {
+                metrics.index_failures.increment(1);
+                report.failed += 1;
+                tracing::warn!(partition = %leaf.name, error = %err, "indexing a past hour failed; the next run tries again");
+            }
+        }
+    }
+    if let Some(cutoff) = cutoff {
+        seal_due(
+            sealer,
+            leaves,
+            cutoff,
+            busy_percent,
+            metrics,
+            stopping,
+            &mut report,
+        )
+        .await;
+    }
+    let (heap, columnar) = sealer.bytes_by_tier().await?;
+    metrics.heap_bytes.set(heap as f64);
+    metrics.columnar_bytes.set(columnar as f64);
+    Ok(report)
+}
+
+/// Seals the `leaves` due at `cutoff`, oldest first, until `stopping` is cancelled.
+async fn seal_due(
+    sealer: &mut PgSealer,
+    leaves: Vec<Leaf>,
+    cutoff: DateTime<Utc>,
+    busy_percent: u8,
+    metrics: &SealingMetrics,
+    stopping: &CancellationToken,
+    report: &mut SealReport,
+) {
+    // The end of the oldest hour still waiting after this run, for the lag.
+    let mut waiting = None;
+    let due: Vec<Leaf> = leaves
         .into_iter()
         .filter(|leaf| leaf.wants_sealing(cutoff))
         .collect();
-    // The end of the oldest hour still waiting after this run, for the lag.
-    let mut waiting = None;
     for leaf in &due {
         if stopping.is_cancelled() {
             waiting = waiting.or(Some(leaf.to));
@@ -127,10 +190,6 @@ async fn locked_run(
     metrics.lag.set(waiting.map_or(0.0, |due| {
         (cutoff - due).num_milliseconds().max(0) as f64 / 1000.0
     }));
-    let (heap, columnar) = sealer.bytes_by_tier().await?;
-    metrics.heap_bytes.set(heap as f64);
-    metrics.columnar_bytes.set(columnar as f64);
-    Ok(report)
 }
 
 /// How long after start-up the first run waits (one interval, if that is shorter): a restart is
@@ -145,10 +204,6 @@ pub(crate) async fn run(
     metrics: Arc<SealingMetrics>,
     stopping: CancellationToken,
 ) {
-    let Some(seal_after) = config.seal_after else {
-        tracing::info!("sealing is off (--seal-after 0s): partitions stay heap");
-        return;
-    };
     let mut sealer = match store.sealer().await {
         Ok(Some(sealer)) => sealer,
         Ok(None) => return,
@@ -157,20 +212,28 @@ pub(crate) async fn run(
             return;
         }
     };
-    match sealer.sealing().await {
-        Ok(Sealing::On) => {
-            metrics.enabled.set(1.0);
-            tracing::info!(seal_after = %humantime::format_duration(seal_after.to_std().unwrap_or_default()), "sealing past hours into compressed columnar partitions");
+    // Without sealing, past hours are still indexed: they stay heap for good.
+    let seal_after = match config.seal_after {
+        None => {
+            tracing::info!("sealing is off (--seal-after 0s): partitions stay heap");
+            None
         }
-        Ok(Sealing::Off(why)) => {
-            tracing::warn!(reason = %why, "sealing is off: partitions stay heap");
-            return;
-        }
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot tell whether the store can seal; sealing is off until restart");
-            return;
-        }
-    }
+        Some(seal_after) => match sealer.sealing().await {
+            Ok(Sealing::On) => {
+                metrics.enabled.set(1.0);
+                tracing::info!(seal_after = %humantime::format_duration(seal_after.to_std().unwrap_or_default()), "sealing past hours into compressed columnar partitions");
+                Some(seal_after)
+            }
+            Ok(Sealing::Off(why)) => {
+                tracing::warn!(reason = %why, "sealing is off: partitions stay heap");
+                None
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot tell whether the store can seal; sealing is off until restart");
+                None
+            }
+        },
+    };
     let first = tokio::time::Instant::now() + config.interval.min(FIRST_RUN_DELAY);
     let mut every = tokio::time::interval_at(first, config.interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -187,6 +250,7 @@ pub(crate) async fn run(
         };
         match run {
             Ok(report) if report.sealed > 0 || report.failed > 0 => tracing::info!(
+                indexed = report.indexed,
                 sealed = report.sealed,
                 rows = report.rows,
                 failed = report.failed,

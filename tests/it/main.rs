@@ -20,6 +20,7 @@ mod console_volume;
 mod fair_admission;
 mod faults;
 mod hostile;
+mod hour_index;
 mod http_ingest;
 mod ingest;
 mod loki_query;

@@ -5,6 +5,7 @@
 
 mod citus;
 mod copy;
+mod hour_index;
 mod read;
 mod retention;
 mod seal;
@@ -20,6 +21,7 @@ use sqlx::Connection;
 // Public for the retention, sealing and Citus tests, which set partitions up and check them by
 // name.
 pub use citus::Flavor;
+pub use hour_index::{index_leaf, INDEX_AFTER};
 pub use retention::{
     create_partitions, hour_partition_name, partition_day, partition_name, RETENTION_LOCK_KEY,
 };

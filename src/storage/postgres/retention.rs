@@ -50,6 +50,9 @@ pub fn hour_partition_name(day: NaiveDate, hour: u32) -> String {
     format!("logs_p{}_h{hour:02}", day.format("%Y%m%d"))
 }
 
+/// What a heap leaf's service index is called after the leaf: `{leaf}_service`.
+pub(super) const SERVICE_INDEX_SUFFIX: &str = "_service";
+
 /// The statements that give a new heap partition `name` its indexes. They are per partition, not
 /// on `logs`, because a sealed partition is columnar and takes no BRIN index.
 fn brin_indexes(name: &str) -> [String; 2] {

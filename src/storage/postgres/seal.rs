@@ -30,7 +30,7 @@ use chrono::{DateTime, Days, TimeDelta, Utc};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
-use super::retention::{hour_partition_name, partition_day};
+use super::retention::{hour_partition_name, partition_day, SERVICE_INDEX_SUFFIX};
 use super::{Flavor, PostgresStore};
 use crate::storage::error::{unavailable, StoreError};
 
@@ -160,6 +160,8 @@ pub struct Leaf {
     pub small_stripes: i64,
     /// Bytes of its table; 0 for a heap no row was ever written to.
     pub bytes: i64,
+    /// It has a valid service index ([`super::hour_index`]).
+    pub indexed: bool,
 }
 
 impl Leaf {
@@ -194,25 +196,34 @@ fn leaf_range(name: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
 
 /// Every leaf partition of `logs` with a range loghaul names, oldest first.
 pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
-    let rows: Vec<(String, String, bool, i64, i64)> = sqlx::query_as(
-        "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', \
-                CASE WHEN am.amname = 'columnar' THEN ( \
-                    SELECT count(*) FROM columnar.stripe s \
-                    WHERE s.relation = c.oid::regclass AND s.row_count < $1) ELSE 0 END, \
-                pg_relation_size(c.oid) \
+    // Without the extension there is no `columnar.stripe` to name, and no columnar leaf.
+    let small_stripes = if has_columnar(&mut *conn).await? {
+        "CASE WHEN am.amname = 'columnar' THEN ( \
+             SELECT count(*) FROM columnar.stripe s \
+             WHERE s.relation = c.oid::regclass AND s.row_count < $1) ELSE 0 END"
+    } else {
+        "0::int8 + 0 * $1"
+    };
+    let rows: Vec<(String, String, bool, i64, i64, bool)> = sqlx::query_as(&format!(
+        "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', {small_stripes}, \
+                pg_relation_size(c.oid), \
+                EXISTS (SELECT 1 FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid \
+                        WHERE x.indrelid = c.oid AND x.indisvalid \
+                          AND xc.relname = c.relname || $2) \
          FROM pg_class c \
          JOIN pg_inherits i ON i.inhrelid = c.oid \
          JOIN pg_class p ON p.oid = i.inhparent \
          JOIN pg_am am ON am.oid = c.relam \
          WHERE c.relkind = 'r' AND (p.relname = 'logs' OR p.oid IN ( \
-             SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass))",
-    )
+             SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass))"
+    ))
     .bind(SMALL_STRIPE_ROWS)
+    .bind(SERVICE_INDEX_SUFFIX)
     .fetch_all(conn)
     .await?;
     let mut leaves: Vec<Leaf> = rows
         .into_iter()
-        .filter_map(|(name, parent, sealed, small_stripes, bytes)| {
+        .filter_map(|(name, parent, sealed, small_stripes, bytes, indexed)| {
             let (from, to) = leaf_range(&name)?;
             Some(Leaf {
                 name,
@@ -222,6 +233,7 @@ pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
                 sealed,
                 small_stripes,
                 bytes,
+                indexed,
             })
         })
         .collect();
@@ -312,6 +324,11 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Se
     let mut catch_up_from = oldest_transaction_start(conn).await?;
     let mut copy = conn.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *copy)
+        .await?;
+    // A slice is a range of time, which the service index (tenant, service, ts) does not lead
+    // with: reading the slice and sorting it beats walking the whole index for it.
+    sqlx::query("SET LOCAL enable_indexscan = off")
         .execute(&mut *copy)
         .await?;
     // One transaction for every slice: one snapshot, and the extension writes full stripes
@@ -499,6 +516,7 @@ mod tests {
             sealed: false,
             small_stripes: 0,
             bytes: 0,
+            indexed: false,
         };
         assert!(!leaf.wants_sealing(to), "a heap never written to stays one");
         leaf.bytes = 8192;
@@ -515,8 +533,8 @@ mod tests {
 /// A sealer's session: a connection of its own, outside the writers' pool.
 #[derive(Debug)]
 pub struct PgSealer {
-    conn: PgConnection,
-    flavor: Flavor,
+    pub(super) conn: PgConnection,
+    pub(super) flavor: Flavor,
 }
 
 impl PostgresStore {
