@@ -105,6 +105,13 @@ class Loki(conformance.Loki, _LokiFlags):
     hands its command line to the next class of this one's method order, `_LokiFlags`."""
 
 
+def loki_series_limit(config):
+    """Loki's `max_query_series` in `config` (500, its default, when not set): loghaul is run
+    with the same limit, so that neither refuses what the other answers for that reason."""
+    found = re.search(r"^\s*max_query_series:\s*(\d+)", Path(config).read_text(), re.M)
+    return int(found.group(1)) if found else 500
+
+
 def loki_binary(path, directory):
     """An executable Loki: `path` itself, or `path` unpacked into `directory` if it is .xz."""
     if not path.endswith(".xz"):
@@ -449,8 +456,9 @@ def run(args):
     try:
         loki = Loki(loki_binary(args.loki, workdir), args.loki_config, workdir)
         check_no_results_cache(loki)
+        limits = ["--max-query-series", str(loki_series_limit(args.loki_config))]
         stores = {"sqlite": conformance.Loghaul("loghaul-sqlite", args.loghaul,
-                                                f"sqlite://{workdir}/loghaul.db")}
+                                                f"sqlite://{workdir}/loghaul.db", limits)}
         admin_url = conformance.postgres_admin_url(args.postgres_url)
         database = f"loghaul_loki_query_{os.getpid()}_{random.randrange(10**6)}"
         created = conformance.psql(admin_url, f"CREATE DATABASE {database}")
@@ -461,7 +469,8 @@ def run(args):
         # halfway through the run.
         stores["postgres"] = conformance.Loghaul("loghaul-postgres", args.loghaul,
                                                  conformance.with_database(admin_url, database),
-                                                 ["--seal-after", "0s", "--seal-interval", "10s"])
+                                                 limits + ["--seal-after", "0s",
+                                                           "--seal-interval", "10s"])
         processes = {"loki": loki, **stores}
         targets = {name: p.http for name, p in processes.items()}
 

@@ -495,6 +495,12 @@ impl ServeConfig {
             MIB..=64 * GIB,
             "",
         )?;
+        count(
+            "--max-query-series",
+            self.query.max_query_series,
+            1..=1_000_000,
+            "",
+        )?;
         duration(
             "--tail-poll-interval",
             self.query.tail_poll_interval,

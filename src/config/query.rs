@@ -43,6 +43,13 @@ pub struct QueryOptions {
     #[arg(long, env = "LOGHAUL_MAX_QUERY_BYTES", default_value = "64MiB")]
     pub max_query_bytes: ByteSize,
 
+    /// Most series a LogQL metric query may answer with (those with a point), as Loki's
+    /// max_query_series: one with more is refused with 400 saying so. It bounds the answer, not
+    /// what the answer is computed from (count(count_over_time(…)) over thousands of streams is
+    /// one series), which --max-query-bytes bounds. 1 to 1000000.
+    #[arg(long, env = "LOGHAUL_MAX_QUERY_SERIES", default_value_t = 500)]
+    pub max_query_series: usize,
+
     /// Tails (gRPC and console) open at once on this server; one more gets RESOURCE_EXHAUSTED
     /// (HTTP 429). Each polls the database every --tail-poll-interval.
     #[arg(long, env = "LOGHAUL_MAX_TAILS", default_value_t = 256)]

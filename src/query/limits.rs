@@ -27,6 +27,8 @@ pub(crate) struct ReadLimits {
     pub max_answer_bytes: usize,
     /// Memory one read, and every read together, may hold.
     pub memory: MemoryLimits,
+    /// Most series a LogQL metric query may answer with.
+    pub max_series: usize,
 }
 
 impl Default for ReadLimits {
@@ -36,6 +38,7 @@ impl Default for ReadLimits {
             default_range: Some(TimeDelta::hours(24)),
             max_answer_bytes: 2 << 20,
             memory: MemoryLimits::default(),
+            max_series: 500,
         }
     }
 }
@@ -52,6 +55,7 @@ impl From<&QueryOptions> for ReadLimits {
                 per_read: config.max_query_bytes.as_usize(),
                 all_reads: config.max_read_bytes.as_usize(),
             },
+            max_series: config.max_query_series,
         }
     }
 }

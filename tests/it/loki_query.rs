@@ -1747,6 +1747,42 @@ async fn a_scanned_sum_over_lines_with_many_label_sets_is_answered(db: &TestDb) 
     )
     .await;
     server.stop().await;
+
+    // --max-query-series moves the limit, as Loki's max_query_series does.
+    let mut raised = config(db);
+    raised.query.max_query_series = lines as usize;
+    let server = TestServer::start(raised).await;
+    let q = r#"count_over_time({service_name="ids"} |= "done" [5m])"#;
+    let answer = ok(
+        server.http_ingest,
+        INSTANT,
+        &[("query", q), ("time", &time)],
+        &[],
+    )
+    .await;
+    assert_eq!(
+        answer["data"]["result"].as_array().unwrap().len(),
+        lines as usize,
+        "one series per request id"
+    );
+    server.stop().await;
+    let mut lowered = config(db);
+    lowered.query.max_query_series = 2;
+    let server = TestServer::start(lowered).await;
+    refused(
+        server.http_ingest,
+        INSTANT,
+        &[
+            (
+                "query",
+                r#"sum by (request_id) (count_over_time({service_name="ids"}[5m]))"#,
+            ),
+            ("time", &time),
+        ],
+        "maximum number of series (2) reached",
+    )
+    .await;
+    server.stop().await;
 }
 on_both_backends!(
     loki_query_many_label_sets,

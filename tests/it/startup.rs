@@ -241,6 +241,8 @@ fn numeric_options_out_of_their_range_are_refused_at_start_up() {
         ("--tail-queue-bytes", "2GiB"),
         ("--max-read-bytes", "0"),
         ("--max-query-bytes", "100GiB"),
+        ("--max-query-series", "0"),
+        ("--seal-busy-percent", "0"),
     ] {
         let error = start_up_error(&[flag, value]);
         assert!(

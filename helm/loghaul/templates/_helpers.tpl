@@ -197,6 +197,7 @@ query-timeout = {{ toString $c.queryTimeout | toJson }}
 max-page-bytes = {{ toString $c.maxPageBytes | toJson }}
 max-read-bytes = {{ toString $c.maxReadBytes | toJson }}
 max-query-bytes = {{ toString $c.maxQueryBytes | toJson }}
+max-query-series = {{ int64 $c.maxQuerySeries }}
 tail-poll-interval = {{ toString $c.tailPollInterval | toJson }}
 tail-queue-bytes = {{ toString $c.tailQueueBytes | toJson }}
 api-keys-reload-interval = {{ toString $c.apiKeysReloadInterval | toJson }}

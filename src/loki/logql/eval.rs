@@ -9,12 +9,6 @@ use super::labels::Labels;
 
 /// The most points one series may have, as in Loki.
 pub(crate) const MAX_POINTS: i64 = 11_000;
-/// The most series one query may answer with, as Loki's default `max_query_series`, which holds
-/// for the answer and not for what it is computed from (`count(count_over_time(…))` over
-/// thousands of streams is one series). What a query holds on the way is bounded in bytes:
-/// [`series_bytes`] is what a read is charged for each series it makes.
-pub(crate) const MAX_SERIES: usize = 500;
-
 /// A series' own memory besides its points and label texts: its place in the map that gathers
 /// the series, its points' vector, and the tree node its labels sit in.
 const SERIES_OVERHEAD_BYTES: usize = 256;
@@ -28,10 +22,10 @@ const LABEL_OVERHEAD_BYTES: usize = 64;
 pub struct EvalError(pub String);
 
 impl EvalError {
-    /// A query past [`MAX_SERIES`].
-    pub(crate) fn too_many_series() -> Self {
+    /// An answer of more than `max` series.
+    pub(crate) fn too_many_series(max: usize) -> Self {
         EvalError(format!(
-            "maximum number of series ({MAX_SERIES}) reached for a single query; narrow the selector or aggregate with sum by (…)"
+            "maximum number of series ({max}) reached for a single query; narrow the selector or aggregate with sum by (…)"
         ))
     }
 
@@ -287,18 +281,21 @@ impl RangeAccumulator {
     }
 }
 
-/// Refuses an answer of more than [`MAX_SERIES`] series, counting those with a point, as Loki
-/// counts the series it answers with.
-pub(crate) fn check_series(value: &Value) -> Result<(), EvalError> {
+/// Refuses an answer of more than `max` series, counting those with a point, as Loki counts the
+/// series it answers with (`max_query_series`). It holds for the answer and not for what it is
+/// computed from (`count(count_over_time(…))` over thousands of streams is one series): what a
+/// query holds on the way is bounded in bytes, [`series_bytes`] being what a read is charged for
+/// each series it makes.
+pub(crate) fn check_series(value: &Value, max: usize) -> Result<(), EvalError> {
     match value {
         Value::Matrix(series)
             if series
                 .iter()
                 .filter(|one| one.points.iter().any(Option::is_some))
                 .count()
-                > MAX_SERIES =>
+                > max =>
         {
-            Err(EvalError::too_many_series())
+            Err(EvalError::too_many_series(max))
         }
         _ => Ok(()),
     }
@@ -571,21 +568,27 @@ mod tests {
         assert!(Steps::new(0, 10 * S, 0).is_err());
         let steps = Steps::new(0, 0, S).unwrap();
         let mut acc = RangeAccumulator::new(RangeFunction::CountOverTime, S, steps);
-        for n in 0..=MAX_SERIES {
+        const MAX: usize = 500;
+        for n in 0..=MAX {
             acc.add(labels(&[("n", &n.to_string())]), 0, 1).unwrap();
         }
         let many = Value::Matrix(acc.finish());
-        let err = check_series(&many).unwrap_err();
-        assert!(err.0.contains("maximum number of series"), "{err}");
+        let err = check_series(&many, MAX).unwrap_err();
+        assert!(err.0.contains("maximum number of series (500)"), "{err}");
+        assert_eq!(
+            check_series(&many, MAX + 1),
+            Ok(()),
+            "the limit is the caller's"
+        );
         // The answer is limited, not what it is computed from; a series without a point is none.
         let Value::Matrix(series) = many else {
             unreachable!()
         };
         let counted = aggregate(AggregateOp::Count, &None, None, series.clone(), 1).unwrap();
-        assert_eq!(check_series(&Value::Matrix(counted)), Ok(()));
+        assert_eq!(check_series(&Value::Matrix(counted), MAX), Ok(()));
         let mut empty = series;
         empty[0].points = vec![None];
-        assert_eq!(check_series(&Value::Matrix(empty)), Ok(()));
+        assert_eq!(check_series(&Value::Matrix(empty), MAX), Ok(()));
     }
 
     #[test]

@@ -63,7 +63,7 @@ impl Reads {
             let value = values
                 .pop()
                 .expect("a planned program leaves exactly one value");
-            eval::check_series(&value)?;
+            eval::check_series(&value, self.limits().max_series)?;
             stats.returned = points(&value);
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((value, stats))
