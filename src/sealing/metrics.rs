@@ -45,7 +45,7 @@ const SEAL_LAG: Series = Series::new(
 const HOURS_INDEXED: Series = Series::new(
     "loghaul_hours_indexed_total",
     Unit::Count,
-    "Past heap hours given their index by tenant, service and time, which reads of one service use until the hour is sealed.",
+    "Past heap hours given their indexes (by tenant, service and time; of stream labels), which reads of one service or stream use until the hour is sealed.",
 );
 const INDEX_FAILURES: Series = Series::new(
     "loghaul_hour_index_failures_total",

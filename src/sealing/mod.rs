@@ -46,7 +46,7 @@ impl From<&SealingOptions> for SealingConfig {
 pub struct SealReport {
     /// False when another replica holds the sealing lock and this run did nothing.
     pub ran: bool,
-    /// Past heap hours given their service index.
+    /// Past heap hours given their indexes.
     pub indexed: u64,
     /// Partitions sealed.
     pub sealed: u64,
@@ -56,7 +56,7 @@ pub struct SealReport {
     pub failed: u64,
 }
 
-/// Gives every past heap hour its service index and, when `seal_after` is set, seals every
+/// Gives every past heap hour its indexes and, when `seal_after` is set, seals every
 /// partition due at `now`, oldest first, until `stopping` is cancelled; counts each in `metrics`.
 /// Nothing while another replica holds the lock.
 pub(crate) async fn run_once(
@@ -114,7 +114,7 @@ async fn locked_run(
                 tracing::info!(
                     partition = %leaf.name,
                     seconds = started.elapsed().as_secs_f64(),
-                    "indexed a past hour by tenant, service and time"
+                    "indexed a past hour by service and by stream labels"
                 );
             }
             Err(err) => {

@@ -1,7 +1,8 @@
-//! The service index of past hours on a real PostgreSQL, with or without `citus_columnar`: a past
-//! heap hour gets its btree by tenant, service and time, beside its writers and with no row
-//! changed; a build that was interrupted is done again; reads of one service use it; and the
-//! serving process builds it on its own while sealing is off.
+//! The indexes of past hours on a real PostgreSQL, with or without `citus_columnar`: a past heap
+//! hour gets its btree by tenant, service and time and its GIN of stream labels, beside its
+//! writers and with no row changed; a build that was interrupted is done again; reads of one
+//! service, or of a stream by its labels, use them; and the serving process builds them on its
+//! own while sealing is off.
 
 use std::time::Duration;
 
@@ -65,18 +66,23 @@ async fn fingerprint(conn: &mut PgConnection, hour: DateTime<Utc>) -> (i64, Stri
     .unwrap()
 }
 
-/// The plan PostgreSQL makes for the rows of one service in `hour`, as text.
-async fn plan_of_one_service(conn: &mut PgConnection, hour: DateTime<Utc>) -> String {
-    let lines: Vec<String> = sqlx::query_scalar(
+/// The plan PostgreSQL makes for the rows of `hour` that `condition` keeps, as text.
+async fn plan_of(conn: &mut PgConnection, hour: DateTime<Utc>, condition: &str) -> String {
+    let lines: Vec<String> = sqlx::query_scalar(&format!(
         "EXPLAIN SELECT count(*) FROM logs \
-         WHERE tenant = 't1' AND service = 's3' AND ts >= $1 AND ts < $1 + interval '1 hour'",
-    )
+         WHERE tenant = 't1' AND {condition} AND ts >= $1 AND ts < $1 + interval '1 hour'"
+    ))
     .bind(hour)
     .fetch_all(conn)
     .await
     .unwrap();
     lines.join("\n")
 }
+
+/// One service's rows.
+const ONE_SERVICE: &str = "service = 's3'";
+/// One stream's rows, by a label other than the service, as the reads ask for them.
+const ONE_STREAM: &str = "labels @> jsonb_build_object('job'::text, 'j7'::text)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_again() {
@@ -85,9 +91,10 @@ async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_aga
     };
     let hour = past_hour();
     sqlx::query(
-        "INSERT INTO logs (tenant, ts, severity, service, message) \
+        "INSERT INTO logs (tenant, ts, severity, service, message, labels) \
          SELECT 't' || (g % 3), $1 + (g % 3600000) * interval '1 millisecond', 9, \
-                's' || (g % 50), 'line ' || g \
+                's' || (g % 50), 'line ' || g, \
+                jsonb_build_object('job', 'j' || (g % 40), 'env', 'prod') \
          FROM generate_series(1, 100000) g",
     )
     .bind(hour)
@@ -109,15 +116,16 @@ async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_aga
     );
     let before = fingerprint(&mut conn, hour).await;
     assert_eq!(before.0, 100_000);
-    assert!(
-        !plan_of_one_service(&mut conn, hour)
-            .await
-            .contains("_service"),
-        "no index to use yet"
-    );
+    for condition in [ONE_SERVICE, ONE_STREAM] {
+        let plan = plan_of(&mut conn, hour, condition).await;
+        assert!(
+            !plan.contains("_service") && !plan.contains("_labels"),
+            "no index to use yet:\n{plan}"
+        );
+    }
 
     // A concurrent build that fails leaves its index behind, invalid: what a build interrupted
-    // by a restart leaves too.
+    // by a restart leaves too. The other index is built and left alone.
     let broken = sqlx::raw_sql(&format!(
         "CREATE UNIQUE INDEX CONCURRENTLY {}_service ON {} (tenant)",
         leaf.name, leaf.name
@@ -125,6 +133,22 @@ async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_aga
     .execute(&mut conn)
     .await;
     assert!(broken.is_err(), "tenants repeat: the unique build fails");
+    let labels_index = format!("{}_labels", leaf.name);
+    sqlx::raw_sql(&format!(
+        "CREATE INDEX CONCURRENTLY {labels_index} ON {} USING gin (labels jsonb_path_ops)",
+        leaf.name
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let index_oid = async |conn: &mut PgConnection| -> i64 {
+        sqlx::query_scalar("SELECT oid::int8 FROM pg_class WHERE relname = $1")
+            .bind(&labels_index)
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    };
+    let labels_oid = index_oid(&mut conn).await;
     let leaf = leaf_of(&mut conn, hour).await;
     assert!(!leaf.indexed, "an invalid index is no index: {leaf:?}");
     assert!(leaf.wants_index(now - INDEX_AFTER));
@@ -133,11 +157,21 @@ async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_aga
     let leaf = leaf_of(&mut conn, hour).await;
     assert!(leaf.indexed, "{leaf:?}");
     assert!(!leaf.wants_index(now - INDEX_AFTER), "once is enough");
+    assert_eq!(
+        index_oid(&mut conn).await,
+        labels_oid,
+        "a valid index is left as it is"
+    );
     assert_eq!(fingerprint(&mut conn, hour).await, before, "no row changed");
-    let plan = plan_of_one_service(&mut conn, hour).await;
+    let plan = plan_of(&mut conn, hour, ONE_SERVICE).await;
     assert!(
         plan.contains(&format!("{}_service", leaf.name)),
-        "a read of one service uses the index:\n{plan}"
+        "a read of one service uses its index:\n{plan}"
+    );
+    let plan = plan_of(&mut conn, hour, ONE_STREAM).await;
+    assert!(
+        plan.contains(&format!("{}_labels", leaf.name)),
+        "a read of one stream by its labels uses theirs:\n{plan}"
     );
     // Late rows still land, and are found through it.
     sqlx::query(

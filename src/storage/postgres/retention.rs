@@ -50,8 +50,12 @@ pub fn hour_partition_name(day: NaiveDate, hour: u32) -> String {
     format!("logs_p{}_h{hour:02}", day.format("%Y%m%d"))
 }
 
-/// What a heap leaf's service index is called after the leaf: `{leaf}_service`.
-pub(super) const SERVICE_INDEX_SUFFIX: &str = "_service";
+/// The indexes a past heap leaf gets (`hour_index.rs`): each one's name after the leaf's, and
+/// what it indexes.
+pub(super) const PAST_HOUR_INDEXES: [(&str, &str); 2] = [
+    ("_service", "(tenant, service, ts)"),
+    ("_labels", "USING gin (labels jsonb_path_ops)"),
+];
 
 /// The statements that give a new heap partition `name` its indexes. They are per partition, not
 /// on `logs`, because a sealed partition is columnar and takes no BRIN index.

@@ -30,7 +30,7 @@ use chrono::{DateTime, Days, TimeDelta, Utc};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
-use super::retention::{hour_partition_name, partition_day, SERVICE_INDEX_SUFFIX};
+use super::retention::{hour_partition_name, partition_day, PAST_HOUR_INDEXES};
 use super::{Flavor, PostgresStore};
 use crate::storage::error::{unavailable, StoreError};
 
@@ -160,7 +160,7 @@ pub struct Leaf {
     pub small_stripes: i64,
     /// Bytes of its table; 0 for a heap no row was ever written to.
     pub bytes: i64,
-    /// It has a valid service index ([`super::hour_index`]).
+    /// It has every index of a past hour, valid ([`super::hour_index`]).
     pub indexed: bool,
 }
 
@@ -207,9 +207,10 @@ pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
     let rows: Vec<(String, String, bool, i64, i64, bool)> = sqlx::query_as(&format!(
         "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', {small_stripes}, \
                 pg_relation_size(c.oid), \
-                EXISTS (SELECT 1 FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid \
-                        WHERE x.indrelid = c.oid AND x.indisvalid \
-                          AND xc.relname = c.relname || $2) \
+                (SELECT count(*) FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid \
+                 WHERE x.indrelid = c.oid AND x.indisvalid \
+                   AND xc.relname = ANY(SELECT c.relname || suffix FROM unnest($2::text[]) suffix)) \
+                = cardinality($2::text[]) \
          FROM pg_class c \
          JOIN pg_inherits i ON i.inhrelid = c.oid \
          JOIN pg_class p ON p.oid = i.inhparent \
@@ -218,7 +219,7 @@ pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
              SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass))"
     ))
     .bind(SMALL_STRIPE_ROWS)
-    .bind(SERVICE_INDEX_SUFFIX)
+    .bind(PAST_HOUR_INDEXES.map(|(suffix, _)| suffix).to_vec())
     .fetch_all(conn)
     .await?;
     let mut leaves: Vec<Leaf> = rows
@@ -326,7 +327,7 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Se
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *copy)
         .await?;
-    // A slice is a range of time, which the service index (tenant, service, ts) does not lead
+    // A slice is a range of time, which the past hour's index (tenant, service, ts) does not lead
     // with: reading the slice and sorting it beats walking the whole index for it.
     sqlx::query("SET LOCAL enable_indexscan = off")
         .execute(&mut *copy)

@@ -56,12 +56,15 @@ fn push_conditions(
     level_column: &str,
 ) {
     push_stream_conditions(builder, selection, level_column);
+    // As containment, which a past hour's GIN of stream labels answers; the same test as
+    // `labels ->> key = value`, a label's value being always a string.
     for (key, value) in &selection.labels {
         builder
-            .push(" AND labels ->> ")
+            .push(" AND labels @> jsonb_build_object(")
             .push_bind(key.clone())
-            .push(" = ")
-            .push_bind(value.clone());
+            .push("::text, ")
+            .push_bind(value.clone())
+            .push("::text)");
     }
     for condition in &selection.lines {
         match condition {
