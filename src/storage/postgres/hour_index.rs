@@ -30,7 +30,7 @@ impl Leaf {
 
 /// Builds the indexes `leaf` lacks without blocking its writers, first dropping what a build
 /// that was interrupted left (an index marked invalid, which writers keep up to date for
-/// nothing).
+/// nothing); then gathers the hour's statistics.
 pub async fn index_leaf(conn: &mut PgConnection, leaf: &Leaf) -> Result<(), sqlx::Error> {
     for (suffix, definition) in PAST_HOUR_INDEXES {
         let index = format!("{}{suffix}", leaf.name);
@@ -59,6 +59,13 @@ pub async fn index_leaf(conn: &mut PgConnection, leaf: &Leaf) -> Result<(), sqlx
                 .await?;
         }
     }
+    // The hour is complete now, and a planner without its statistics (autovacuum may be off,
+    // or not have come by) takes the btree for a way to read the tenant's rows in time order,
+    // and reads them all through it for a selector of other labels: several times a scan.
+    sqlx::query(&format!("ANALYZE {}", leaf.name))
+        .persistent(false)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
