@@ -64,8 +64,12 @@ the `m_` range queries and the `i_` instant ones), asked of Grafana Loki, loghau
 loghaul on PostgreSQL, each holding the same data on the same machine: the conformance data set
 with every stream's entries multiplied (`--scale`), two tenants and 15 streams over one hour. Loki
 is the single binary with the reference configuration, its results cache off, the hour's entries
-still in its ingester's memory, as the last hour's logs are; loghaul has no results cache. Each
-round asks every query of the three in turn, the order rotated from round to round, three rounds;
+still in its ingester's memory, as the last hour's logs are; loghaul has no results cache, and
+runs with the series limit of Loki's configuration (`--max-query-series` set to its
+`max_query_series`). The hour is past, so loghaul on PostgreSQL has given it its
+[indexes](architecture.md#storage-and-indexes) before the first query (the script waits for
+them), and does not seal it during the run (`--seal-after 0s`); a query over the hour still being
+written reads the whole hour. Each round asks every query of the three in turn, the order rotated from round to round, three rounds;
 a time is the wall-clock time of one HTTP request, from sending it to reading the last byte of the
 answer, and the table gives each store's median. A ratio is loghaul's median over Loki's: below 1,
 loghaul answered faster. "Same answer" compares the first round's answers as the conformance test
