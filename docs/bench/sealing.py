@@ -9,7 +9,8 @@ heap hours, and ingest while a seal runs against ingest without one.
 - `reads`: two databases made for the run (dropped after it), each loaded by
   `loghaul bench-query --rows N` (synthetic rows over 6 days, 10 tenants). One of them is sealed
   by `loghaul serve --seal-after 1h --seal-interval 5s --seal-busy-percent 100` until no hour
-  older than two holds heap rows; the other stays heap. Then `bench-query --reuse --json` runs on each, alternated, for
+  older than two holds heap rows; the other stays heap, and is served with `--seal-after 0s`
+  until every past hour has the indexes a server gives it. Then `bench-query --reuse --json` runs on each, alternated, for
   `--rounds` rounds: each kind of read's p50 and p99 are the medians over the rounds.
 - `ingest`: one database. Each round preloads an hour to seal (`loghaul bench --protocol loki
   --records M --backdate Kh`, a different hour each round, sealing off), then times
@@ -55,6 +56,19 @@ WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{8}_h[0-9]{2}$
       < now() - interval '2 hours'
   AND pg_relation_size(c.oid) > 0
 """
+# Past heap hours with rows still without both indexes a server gives them five minutes after
+# they end.
+UNINDEXED_HOURS = """
+SELECT count(*) FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid
+JOIN pg_am a ON a.oid = c.relam
+WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{8}_h[0-9]{2}$'
+  AND to_timestamp(substr(c.relname, 7, 8) || substr(c.relname, 17, 2), 'YYYYMMDDHH24')
+      < now() - interval '1 hour 5 minutes'
+  AND pg_relation_size(c.oid) > 0
+  AND (SELECT count(*) FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid
+       WHERE x.indrelid = c.oid AND x.indisvalid
+         AND xc.relname IN (c.relname || '_service', c.relname || '_labels')) < 2
+"""
 TIERS = """
 SELECT a.amname, count(*), sum(pg_total_relation_size(c.oid))::bigint
 FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid JOIN pg_am a ON a.oid = c.relam
@@ -79,25 +93,38 @@ def tiers(url):
     return out
 
 
-def seal_all(args, url):
-    """Runs a server with sealing on `url` until no due hour holds heap rows; its seconds."""
+def serve_until_done(args, url, options, waiting, what):
+    """Runs a server with `options` on `url` until `waiting` counts nothing left; its seconds."""
     server = subprocess.Popen(
         [args.loghaul, "serve", "--database-url", url, "--listen", "127.0.0.1:0",
          "--metrics-listen", "127.0.0.1:0", "--http-listen", "off", "--console-listen", "off",
-         "--seal-after", "1h", "--seal-interval", "5s", "--seal-busy-percent", "100"],
+         *options],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = time.monotonic()
     try:
-        while int(conformance.psql_value(url, DUE_HEAP_HOURS)) > 0:
+        while int(conformance.psql_value(url, waiting)) > 0:
             if server.poll() is not None:
-                raise RuntimeError(f"the sealing server exited {server.returncode}")
+                raise RuntimeError(f"the {what} server exited {server.returncode}")
             if time.monotonic() - started > args.timeout:
-                raise RuntimeError(f"hours still unsealed after {args.timeout} s")
+                raise RuntimeError(f"hours still not {what} after {args.timeout} s")
             time.sleep(2)
         return time.monotonic() - started
     finally:
         server.terminate()
         server.wait(60)
+
+
+def seal_all(args, url):
+    """Seals every due hour of `url`, as a server does; the seconds it took."""
+    return serve_until_done(args, url, ["--seal-after", "1h", "--seal-interval", "5s",
+                                        "--seal-busy-percent", "100"], DUE_HEAP_HOURS, "sealed")
+
+
+def index_all(args, url):
+    """Gives every past hour of `url` the indexes a server that does not seal gives it; the
+    seconds it took."""
+    return serve_until_done(args, url, ["--seal-after", "0s", "--seal-interval", "5s"],
+                            UNINDEXED_HOURS, "indexed")
 
 
 def measure_reads(args, admin_url):
@@ -113,6 +140,9 @@ def measure_reads(args, admin_url):
                     "--queries", "10", "--json")
         seconds = seal_all(args, urls["sealed"])
         print(f"== reads: sealed in {seconds:.0f} s", flush=True)
+        # The heap is read as a server leaves it: past hours indexed.
+        indexed = index_all(args, urls["heap"])
+        print(f"== reads: heap hours indexed in {indexed:.0f} s", flush=True)
         runs = {tier: [] for tier in urls}
         for r in range(args.rounds):
             for tier, url in urls.items():
@@ -127,7 +157,7 @@ def measure_reads(args, admin_url):
                     entry.setdefault(tier, {"p50_ms": [], "p99_ms": []})
                     entry[tier]["p50_ms"].append(t["p50_ms"])
                     entry[tier]["p99_ms"].append(t["p99_ms"])
-        return {"rows": args.rows, "seal_seconds": seconds,
+        return {"rows": args.rows, "seal_seconds": seconds, "index_seconds": indexed,
                 "tiers": {tier: tiers(url) for tier, url in urls.items()},
                 "kinds": [{"name": name, **{tier: {k: statistics.median(v) for k, v in values.items()}
                                             for tier, values in entry.items()}}
