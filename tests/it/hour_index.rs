@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Days, DurationRound, TimeDelta, Utc};
 use loghaul::storage::postgres::{
-    create_partitions, hour_partition_name, index_leaf, leaves, Leaf, INDEX_AFTER,
+    create_partitions, hour_partition_name, index_leaf, leaves, INDEX_AFTER,
 };
 use sqlx::{Connection, PgConnection};
 
 use crate::common::process::Process;
 use crate::common::{metric, migrated, query_all, record_at, wait_until, Backend, TestDb};
+use crate::sealing::{leaf_of, past_hour};
 
 /// A migrated PostgreSQL database with the partitions of the last two days; `None` without
 /// PostgreSQL, or on Citus, whose leaves are distributed days.
@@ -29,27 +30,6 @@ async fn partitioned_db(test: &str) -> Option<(TestDb, PgConnection)> {
         .await
         .unwrap();
     Some((db, conn))
-}
-
-/// The start of the hour three hours ago (always a partition of today or yesterday).
-fn past_hour() -> DateTime<Utc> {
-    (Utc::now() - TimeDelta::hours(3))
-        .duration_trunc(TimeDelta::hours(1))
-        .unwrap()
-}
-
-/// The leaf partition of `hour`.
-async fn leaf_of(conn: &mut PgConnection, hour: DateTime<Utc>) -> Leaf {
-    let name = hour_partition_name(
-        hour.date_naive(),
-        hour.format("%H").to_string().parse().unwrap(),
-    );
-    leaves(conn)
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|leaf| leaf.name == name)
-        .unwrap_or_else(|| panic!("no partition {name}"))
 }
 
 /// Rows of the hour and a checksum of every stored value.

@@ -49,7 +49,7 @@ async fn columnar_db(test: &str) -> Option<(TestDb, PgConnection)> {
 }
 
 /// The start of the hour three hours ago (always a partition of today or yesterday).
-fn past_hour() -> DateTime<Utc> {
+pub(crate) fn past_hour() -> DateTime<Utc> {
     (Utc::now() - TimeDelta::hours(3))
         .duration_trunc(TimeDelta::hours(1))
         .unwrap()
@@ -93,7 +93,7 @@ async fn fingerprint(
 }
 
 /// The leaf partition of `hour`.
-async fn leaf_of(conn: &mut PgConnection, hour: DateTime<Utc>) -> Leaf {
+pub(crate) async fn leaf_of(conn: &mut PgConnection, hour: DateTime<Utc>) -> Leaf {
     let name = hour_partition_name(
         hour.date_naive(),
         hour.format("%H").to_string().parse().unwrap(),
