@@ -1,5 +1,5 @@
-//! What the sealer reports: whether it can seal, the past hours it indexed, what it sealed, how long that took, how far it
-//! is behind, and the bytes on disk of each tier.
+//! What the sealer reports: whether it can seal, the past hours it indexed, what it sealed, how
+//! long that took, how far it is behind, and the bytes on disk of each tier.
 
 use std::time::Duration;
 

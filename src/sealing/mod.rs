@@ -1,9 +1,10 @@
-//! Sealing past hours, run in the background. This module is the policy: when a run happens,
-//! which partitions are due, one replica at a time, and what is reported; the store does the work
-//! (`storage/postgres/seal.rs` says how a partition is rewritten and swapped).
+//! Past hours, looked after in the background: each is indexed once it is over, then sealed. This
+//! module is the policy: when a run happens, which partitions are due, one replica at a time, and
+//! what is reported; the store does the work (`storage/postgres/hour_index.rs` says what a past
+//! hour is given, `storage/postgres/seal.rs` how a partition is rewritten and swapped).
 //!
 //! PostgreSQL only: SQLite keeps rows as written. A server without the `citus_columnar`
-//! extension keeps its partitions heap; the start-up log says so once, and
+//! extension keeps its partitions heap, indexed; the start-up log says so once, and
 //! `loghaul_sealing_enabled` is 0.
 
 pub(crate) mod metrics;
