@@ -5,6 +5,8 @@
 //! `read.rs`): `logs` has only BRIN indexes, so "the newest 100" of a day is found in the last
 //! minutes without sorting the day.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
@@ -57,14 +59,16 @@ fn push_conditions(
 ) {
     push_stream_conditions(builder, selection, level_column);
     // As containment, which a past hour's GIN of stream labels answers; the same test as
-    // `labels ->> key = value`, a label's value being always a string.
+    // `labels ->> key = value`, a label's value being always a string. The object is bound whole:
+    // `jsonb_build_object` is not folded into a constant, and building it for every row scanned
+    // tripled the filter's time.
     for (key, value) in &selection.labels {
+        let label = serde_json::to_string(&[(key, value)].into_iter().collect::<HashMap<_, _>>())
+            .expect("a map of strings always serializes");
         builder
-            .push(" AND labels @> jsonb_build_object(")
-            .push_bind(key.clone())
-            .push("::text, ")
-            .push_bind(value.clone())
-            .push("::text)");
+            .push(" AND labels @> ")
+            .push_bind(label)
+            .push("::jsonb");
     }
     for condition in &selection.lines {
         match condition {
