@@ -69,8 +69,8 @@ runs with the series limit of Loki's configuration (`--max-query-series` set to 
 `max_query_series`). The hour is past, so loghaul on PostgreSQL has given it its
 [indexes](architecture.md#storage-and-indexes) before the first query (the script waits for
 them), and does not seal it during the run (`--seal-after 0s`); a query over the hour still being
-written reads the whole hour. Each round asks every query of the three in turn, the order rotated from round to round, three rounds;
-a time is the wall-clock time of one HTTP request, from sending it to reading the last byte of the
+written reads the whole hour. Each round asks every query of the three in turn, the order rotated
+from round to round, three rounds; a time is the wall-clock time of one HTTP request, from sending it to reading the last byte of the
 answer, and the table gives each store's median. A ratio is loghaul's median over Loki's: below 1,
 loghaul answered faster. "Same answer" compares the first round's answers as the conformance test
 does; a query that differs is listed with its reason in [Grafana](grafana.md). The rows are sorted
@@ -201,8 +201,8 @@ def wait_for_data(name, base, counts, anchor_ns, seconds=300):
 
 
 def wait_for_index(store, anchor_ns):
-    """Waits until loghaul on PostgreSQL has given the data's hour its service index, which it
-    does once the hour has been over for five minutes."""
+    """Waits until loghaul on PostgreSQL has given the data's hour its indexes, which it does
+    once the hour has been over for five minutes."""
     due = anchor_ns / 1e9 + 5 * 60
     deadline = max(time.time(), due) + 120
     while True:
@@ -481,8 +481,8 @@ def run(args):
         if created.returncode != 0:
             database = None
             raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
-        # The data's hour is past: it gets its service index within seconds, and is not sealed
-        # halfway through the run.
+        # The data's hour is past: it gets its indexes within seconds, and is not sealed halfway
+        # through the run.
         stores["postgres"] = conformance.Loghaul("loghaul-postgres", args.loghaul,
                                                  conformance.with_database(admin_url, database),
                                                  limits + ["--seal-after", "0s",

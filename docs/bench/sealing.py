@@ -10,8 +10,9 @@ heap hours, and ingest while a seal runs against ingest without one.
   `loghaul bench-query --rows N` (synthetic rows over 6 days, 10 tenants). One of them is sealed
   by `loghaul serve --seal-after 1h --seal-interval 5s --seal-busy-percent 100` until no hour
   older than two holds heap rows; the other stays heap, and is served with `--seal-after 0s`
-  until every past hour has the indexes a server gives it. Then `bench-query --reuse --json` runs on each, alternated, for
-  `--rounds` rounds: each kind of read's p50 and p99 are the medians over the rounds.
+  until every past hour has the indexes a server gives it. Then `bench-query --reuse --json`
+  runs on each, alternated, for `--rounds` rounds: each kind of read's p50 and p99 are the
+  medians over the rounds.
 - `ingest`: one database. Each round preloads an hour to seal (`loghaul bench --protocol loki
   --records M --backdate Kh`, a different hour each round, sealing off), then times
   `loghaul bench --protocol loki --streams 8 --duration 15s` three times: with sealing off, and
@@ -46,29 +47,29 @@ import run as bench  # noqa: E402
 
 DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "sealing"
+
+
+def past_heap_hours(older_than, condition="true"):
+    """SQL counting the hour partitions that hold heap rows, began more than `older_than` ago
+    (a PostgreSQL interval) and meet `condition` (on `c`, the partition's pg_class row)."""
+    return f"""
+SELECT count(*) FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid
+JOIN pg_am a ON a.oid = c.relam
+WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{{8}}_h[0-9]{{2}}$'
+  AND to_timestamp(substr(c.relname, 7, 8) || substr(c.relname, 17, 2), 'YYYYMMDDHH24')
+      < now() - interval '{older_than}'
+  AND pg_relation_size(c.oid) > 0 AND {condition}
+"""
+
+
 # Hours older than this hold no heap row once the sealer has caught up (--seal-after 1h, plus the
 # hour still being written).
-DUE_HEAP_HOURS = """
-SELECT count(*) FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid
-JOIN pg_am a ON a.oid = c.relam
-WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{8}_h[0-9]{2}$'
-  AND to_timestamp(substr(c.relname, 7, 8) || substr(c.relname, 17, 2), 'YYYYMMDDHH24')
-      < now() - interval '2 hours'
-  AND pg_relation_size(c.oid) > 0
-"""
-# Past heap hours with rows still without both indexes a server gives them five minutes after
-# they end.
-UNINDEXED_HOURS = """
-SELECT count(*) FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid
-JOIN pg_am a ON a.oid = c.relam
-WHERE t.isleaf AND a.amname = 'heap' AND c.relname ~ '^logs_p[0-9]{8}_h[0-9]{2}$'
-  AND to_timestamp(substr(c.relname, 7, 8) || substr(c.relname, 17, 2), 'YYYYMMDDHH24')
-      < now() - interval '1 hour 5 minutes'
-  AND pg_relation_size(c.oid) > 0
-  AND (SELECT count(*) FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid
-       WHERE x.indrelid = c.oid AND x.indisvalid
-         AND xc.relname IN (c.relname || '_service', c.relname || '_labels')) < 2
-"""
+DUE_HEAP_HOURS = past_heap_hours("2 hours")
+# Past hours still without both indexes a server gives them five minutes after they end.
+UNINDEXED_HOURS = past_heap_hours("1 hour 5 minutes", """(
+    SELECT count(*) FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid
+    WHERE x.indrelid = c.oid AND x.indisvalid
+      AND xc.relname IN (c.relname || '_service', c.relname || '_labels')) < 2""")
 TIERS = """
 SELECT a.amname, count(*), sum(pg_total_relation_size(c.oid))::bigint
 FROM pg_partition_tree('logs') t JOIN pg_class c ON c.oid = t.relid JOIN pg_am a ON a.oid = c.relam

@@ -75,7 +75,7 @@ async fn fill_hour(conn: &mut PgConnection, hour: DateTime<Utc>, rows: i64) {
 
 /// Rows, distinct ids, and a checksum of every stored value of the hour's rows that `filter`
 /// keeps.
-async fn fingerprint(
+pub(crate) async fn fingerprint(
     conn: &mut PgConnection,
     hour: DateTime<Utc>,
     filter: &str,

@@ -85,23 +85,13 @@ impl PgSealer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::postgres::{hour_partition_name, partition_name};
 
     #[test]
     fn a_past_heap_hour_with_rows_is_indexed_once() {
-        let day = chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap();
-        let from = day.and_hms_opt(7, 0, 0).unwrap().and_utc();
-        let to = from + TimeDelta::hours(1);
-        let mut leaf = Leaf {
-            name: hour_partition_name(day, 7),
-            parent: partition_name(day),
-            from,
-            to,
-            sealed: false,
-            small_stripes: 0,
-            bytes: 8192,
-            indexed: false,
-        };
+        let mut leaf =
+            Leaf::empty_heap_hour(chrono::NaiveDate::from_ymd_opt(2026, 3, 1).unwrap(), 7);
+        leaf.bytes = 8192;
+        let to = leaf.to;
         assert!(
             !leaf.wants_index(to - TimeDelta::seconds(1)),
             "not before its hour is over"

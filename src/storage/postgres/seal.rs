@@ -178,6 +178,25 @@ impl Leaf {
     }
 }
 
+#[cfg(test)]
+impl Leaf {
+    /// Hour `hour` of `day` as a heap leaf no row was written to, for the policies' unit tests.
+    pub(super) fn empty_heap_hour(day: chrono::NaiveDate, hour: u32) -> Leaf {
+        let name = hour_partition_name(day, hour);
+        let (from, to) = leaf_range(&name).expect("an hour's name");
+        Leaf {
+            name,
+            parent: super::retention::partition_name(day),
+            from,
+            to,
+            sealed: false,
+            small_stripes: 0,
+            bytes: 0,
+            indexed: false,
+        }
+    }
+}
+
 /// The range a partition name stands for: `logs_pYYYYMMDD_hHH` an hour, `logs_pYYYYMMDD` a day.
 fn leaf_range(name: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
     if let Some(day) = partition_day(name) {
@@ -445,7 +464,6 @@ fn timestamp(at: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::postgres::partition_name;
     use chrono::NaiveDate;
 
     #[test]
@@ -507,18 +525,8 @@ mod tests {
 
     #[test]
     fn a_leaf_is_sealed_once_past_and_again_after_many_late_stripes() {
-        let day = NaiveDate::from_ymd_opt(2026, 12, 5).unwrap();
-        let (from, to) = leaf_range("logs_p20261205_h07").unwrap();
-        let mut leaf = Leaf {
-            name: hour_partition_name(day, 7),
-            parent: partition_name(day),
-            from,
-            to,
-            sealed: false,
-            small_stripes: 0,
-            bytes: 0,
-            indexed: false,
-        };
+        let mut leaf = Leaf::empty_heap_hour(NaiveDate::from_ymd_opt(2026, 12, 5).unwrap(), 7);
+        let to = leaf.to;
         assert!(!leaf.wants_sealing(to), "a heap never written to stays one");
         leaf.bytes = 8192;
         assert!(!leaf.wants_sealing(to - TimeDelta::seconds(1)));
