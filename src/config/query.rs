@@ -37,9 +37,10 @@ pub struct QueryOptions {
     pub max_read_bytes: ByteSize,
 
     /// Memory one read may hold: a LogQL query's series × steps, their labels and its answer. A
-    /// read past it is stopped and refused with 400 (RESOURCE_EXHAUSTED over gRPC) naming this
-    /// option. A quarter of --max-read-bytes by default, so that four of the largest reads fit at
-    /// once; at least twice --max-page-bytes, which a page reserves.
+    /// metric query past it is answered a run of steps at a time; a read that still passes it is
+    /// stopped and refused with 400 (RESOURCE_EXHAUSTED over gRPC) naming this option. A quarter
+    /// of --max-read-bytes by default, so that four of the largest reads fit at once; at least
+    /// twice --max-page-bytes, which a page reserves.
     #[arg(long, env = "LOGHAUL_MAX_QUERY_BYTES", default_value = "64MiB")]
     pub max_query_bytes: ByteSize,
 

@@ -68,6 +68,7 @@ impl ReadMemory {
             memory: Arc::clone(self),
             tenant: Arc::clone(tenant),
             held: 0,
+            counting: true,
         }
     }
 
@@ -88,6 +89,9 @@ pub(crate) struct ReadCharge {
     memory: Arc<ReadMemory>,
     tenant: Arc<str>,
     held: usize,
+    /// Whether a refusal of `--max-query-bytes` is counted: not while the read would try again
+    /// in smaller pieces.
+    counting: bool,
 }
 
 impl ReadCharge {
@@ -97,12 +101,14 @@ impl ReadCharge {
     pub(crate) fn charge(&mut self, bytes: usize) -> Result<(), QueryError> {
         let limits = self.memory.limits;
         if self.held.saturating_add(bytes) > limits.per_read {
-            return Err(self.refuse(
-                "query",
-                QueryError::ReadTooLarge {
-                    limit: ByteSize(limits.per_read as u64),
-                },
-            ));
+            let err = QueryError::ReadTooLarge {
+                limit: ByteSize(limits.per_read as u64),
+            };
+            return Err(if self.counting {
+                self.refuse("query", err)
+            } else {
+                err
+            });
         }
         if !self.memory.take(bytes) {
             return Err(self.refuse(
@@ -128,10 +134,15 @@ impl ReadCharge {
         self.memory.held_gauge.add(-(bytes as f64));
     }
 
-    /// Bytes this read holds (read by tests only).
-    #[cfg(test)]
+    /// Bytes this read holds.
     pub(crate) fn held(&self) -> usize {
         self.held
+    }
+
+    /// Whether a refusal of `--max-query-bytes` is counted from now on; a read that will try
+    /// again in smaller pieces when refused counts only the refusal it gives up on.
+    pub(crate) fn count_refusals(&mut self, counting: bool) {
+        self.counting = counting;
     }
 
     fn refuse(&self, limit: &'static str, err: QueryError) -> QueryError {

@@ -343,3 +343,121 @@ on_both_backends!(
     read_memory_unread_answer,
     an_answer_holds_its_memory_until_its_client_takes_it
 );
+
+/// Lines of one stream each with a trace id of its own as structured metadata: a series each.
+const TRACED_LINES: i64 = 3_000;
+
+/// `count(count_over_time(…[10m]))` over an hour at a step of a minute, where every line is a
+/// series of its own: the 3,000 series at 61 steps do not fit a read of 2 MiB together, the
+/// series alive within a few steps do, and the answer is one series. Answered (as Loki answers
+/// it) a run of steps at a time, every step's count exact, and nothing counted as refused; an
+/// answer that itself cannot fit is still refused.
+async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a_time(db: &TestDb) {
+    let server = Process::serve(
+        &db.url,
+        &[
+            "--api-keys",
+            "key-0=memory-0",
+            "--max-query-bytes",
+            "2MiB",
+            "--max-page-bytes",
+            "1MiB",
+            "--max-query-series",
+            "100000",
+        ],
+    );
+    let end = chrono::Utc::now().timestamp() / 60 * 60;
+    let start = end - 3600;
+    // From ten minutes before the first step's range to the last step, a few every second, off
+    // the whole second.
+    let stamps: Vec<i64> = (0..TRACED_LINES)
+        .map(|n| (start - 600) * NANOS + n * 4200 * NANOS / TRACED_LINES + 7_000)
+        .collect();
+    let values: Vec<Json> = stamps
+        .iter()
+        .enumerate()
+        .map(|(n, ts)| json!([ts.to_string(), format!("line {n}"), {"trace_id": format!("t{n}")}]))
+        .collect();
+    let body = json!({"streams": [{"stream": {"service_name": "traced"}, "values": values}]});
+    let answer = post(
+        server.http_ingest,
+        LOKI,
+        &[JSON, ("x-api-key", "key-0")],
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(answer.status, 204, "{}", answer.text());
+    wait_until("every line stored", DEADLINE, async || {
+        db.count().await >= TRACED_LINES
+    })
+    .await;
+
+    let ask = async |query: &str| {
+        let target: String = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs([
+                ("query", query),
+                ("start", &start.to_string()),
+                ("end", &end.to_string()),
+                ("step", "60"),
+            ])
+            .finish();
+        http_request(
+            server.http_ingest,
+            "GET",
+            &format!("/loki/api/v1/query_range?{target}"),
+            &[("x-api-key", "key-0")],
+            b"",
+        )
+        .await
+        .expect("the server answers")
+    };
+    let answer = ask(r#"count(count_over_time({service_name="traced"}[10m]))"#).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let body: Json = serde_json::from_slice(&answer.body).unwrap();
+    let series = body["data"]["result"].as_array().unwrap();
+    assert_eq!(series.len(), 1, "{body}");
+    let got: Vec<(i64, String)> = series[0]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|point| {
+            (
+                point[0].as_i64().unwrap(),
+                point[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // A step t counts the lines in (t − 10m, t].
+    let expected: Vec<(i64, String)> = (0..=60)
+        .map(|k| {
+            let t = (start + k * 60) * NANOS;
+            let lines = stamps
+                .iter()
+                .filter(|ts| **ts > t - 600 * NANOS && **ts <= t)
+                .count();
+            (start + k * 60, lines.to_string())
+        })
+        .collect();
+    assert_eq!(got, expected);
+    let text = server.metrics().await;
+    assert_eq!(
+        metric_sum(&text, "loghaul_read_memory_refusals_total"),
+        0.0,
+        "a query answered in runs was not refused: {text}"
+    );
+
+    // Every series in the answer: 3,000 series at 61 steps do not fit, however they are read.
+    let answer = ask(r#"count_over_time({service_name="traced"}[10m])"#).await;
+    assert_eq!(answer.status, 400, "{}", answer.text());
+    assert_refused_for_memory(&answer);
+    let text = server.metrics().await;
+    assert_eq!(
+        metric_sum(&text, "loghaul_read_memory_refusals_total"),
+        1.0,
+        "{text}"
+    );
+}
+on_both_backends!(
+    read_memory_runs_of_steps,
+    series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a_time
+);

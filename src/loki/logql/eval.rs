@@ -390,7 +390,7 @@ pub(crate) fn aggregate(
 
 /// `sort`/`sort_desc`: every series, in the order of its last value (an instant query's only
 /// one), NaN last, ties by labels; the series are unchanged.
-fn sorted(mut series: Vec<Series>, descending: bool) -> Vec<Series> {
+pub(crate) fn sorted(mut series: Vec<Series>, descending: bool) -> Vec<Series> {
     let last = |s: &Series| s.points.iter().rev().find_map(|p| *p).unwrap_or(f64::NAN);
     series.sort_by(|a, b| {
         let (x, y) = (last(a), last(b));
