@@ -13,7 +13,7 @@ heap hours, and ingest while a seal runs against ingest without one.
   until every past hour has the indexes a server gives it. Then `bench-query --reuse --json`
   runs on each, alternated, for `--rounds` rounds: each kind of read's p50 and p99 are the
   medians over the rounds.
-- `ingest`: one database. Each round preloads an hour to seal (`loghaul bench --protocol loki
+- `ingest`: a database for each round. Each round preloads an hour to seal (`loghaul bench --protocol loki
   --records M --backdate Kh`, a different hour each round, sealing off), then times
   `loghaul bench --protocol loki --streams 8 --duration 15s` three times: with sealing off, and
   with `--seal-after 1h --seal-interval 1s`, paced (the default `--seal-busy-percent`) and at full
@@ -169,17 +169,19 @@ def measure_reads(args, admin_url):
 
 
 def measure_ingest(args, admin_url):
-    name = f"loghaul_seal_ingest_{os.getpid()}_{random.randrange(10**6)}"
-    url = conformance.with_database(admin_url, name)
-    common = ["bench", "--database-url", url, "--protocol", "loki", "--streams", "8", "--json"]
     sealing = ["--server-arg=--seal-after=1h", "--server-arg=--seal-interval=1s"]
     modes = {"off": ["--server-arg=--seal-after=0s"],
              "paced": sealing,
              "full speed": [*sealing, "--server-arg=--seal-busy-percent=100"]}
     rates = {mode: [] for mode in modes}
-    try:
-        conformance.psql_value(admin_url, f"CREATE DATABASE {name}")
-        for r in range(args.rounds):
+    for r in range(args.rounds):
+        # A database of its own each round: every run adds to the hour being written, and a
+        # table that grows from round to round would make each round slower than the one before.
+        name = f"loghaul_seal_ingest_{os.getpid()}_{random.randrange(10**6)}"
+        url = conformance.with_database(admin_url, name)
+        common = ["bench", "--database-url", url, "--protocol", "loki", "--streams", "8", "--json"]
+        try:
+            conformance.psql_value(admin_url, f"CREATE DATABASE {name}")
             loghaul(args, *common, "--records", str(args.records), "--backdate", f"{r + 3}h",
                     *modes["off"])
             # Each round starts with another mode: every run adds to the hour being written, and
@@ -188,11 +190,11 @@ def measure_ingest(args, admin_url):
             for mode in order:
                 report = loghaul(args, *common, "--duration", args.duration, *modes[mode])
                 rates[mode].append(report["runs"][0]["records_per_sec"])
-            print(f"== ingest: round {r + 1} of {args.rounds}: "
-                  + ", ".join(f"{m} {v[-1]:,.0f}/s" for m, v in rates.items()), flush=True)
-        return {"records": args.records, "duration": args.duration, "rates": rates}
-    finally:
-        conformance.psql(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        finally:
+            conformance.psql(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        print(f"== ingest: round {r + 1} of {args.rounds}: "
+              + ", ".join(f"{m} {v[-1]:,.0f}/s" for m, v in rates.items()), flush=True)
+    return {"records": args.records, "duration": args.duration, "rates": rates}
 
 
 def render_block(report):

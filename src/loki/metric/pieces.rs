@@ -5,8 +5,8 @@
 //! a run refused for its memory is split in two halves, each answered (or split) in turn. What a
 //! run holds is the series alive within its steps, so lines that each make a series of their own
 //! (an attribute of many values, such as a trace id), which a whole hour of steps cannot hold, fit
-//! a few steps at a time, as Loki, which evaluates step by step, answers them. The price is that
-//! the rows of a range that two runs share are read twice.
+//! a few steps at a time; Loki answers such queries too. The price is that the rows of a range
+//! that two runs share are read twice.
 
 use std::collections::HashMap;
 
