@@ -35,7 +35,7 @@ pub(super) fn halves(steps: Steps) -> Option<(Steps, Steps)> {
     ))
 }
 
-/// Whether `err` is a refusal that a smaller run of steps may not meet: the read's own memory
+/// Whether `err` is a refusal that a smaller run of steps may escape: the read's own memory
 /// bound. The server's bound on every read together is not, since others hold what it counts.
 pub(super) fn smaller_may_fit(err: &HttpError) -> bool {
     matches!(err, HttpError::Query(QueryError::ReadTooLarge { .. }))
