@@ -76,7 +76,7 @@ impl Reads {
                     (Err(err), _) => return Err(err),
                 }
             }
-            let value = whole.unwrap_or_else(|| joined.finish(expr));
+            let value = whole.unwrap_or_else(|| joined.finish(expr, charge));
             eval::check_series(&value, self.limits().max_series)?;
             stats.returned = points(&value);
             stats.seconds = started.elapsed().as_secs_f64();

@@ -49,7 +49,7 @@ pub(super) struct Joined {
     series: Vec<Series>,
     /// Where each labels' series are in `series`: two series of one run may share labels
     /// (`label_replace` can make them), and the n-th of a run continues the n-th of the runs
-    /// before.
+    /// before. Its copy of each series' labels is charged too, until [`Joined::finish`].
     slots: HashMap<Labels, Vec<usize>>,
     /// The value when it is a number, the same at every step.
     number: Option<f64>,
@@ -85,7 +85,13 @@ impl Joined {
         let mut seen: HashMap<&Labels, usize> = HashMap::new();
         for one in &series {
             let nth = seen.entry(&one.labels).or_default();
-            let known = self.slots.entry(one.labels.clone()).or_default();
+            let known = match self.slots.get_mut(&one.labels) {
+                Some(known) => known,
+                None => {
+                    charge.charge(eval::labels_bytes(&one.labels))?;
+                    self.slots.entry(one.labels.clone()).or_default()
+                }
+            };
             let slot = match known.get(*nth) {
                 Some(slot) => *slot,
                 None => {
@@ -105,8 +111,10 @@ impl Joined {
         Ok(())
     }
 
-    /// The joined value, its series in the order the whole query would have given them.
-    pub(super) fn finish(mut self, expr: &MetricExpr) -> Value {
+    /// The joined value, its series in the order the whole query would have given them; the
+    /// charge of the labels it kept to join them is given back.
+    pub(super) fn finish(mut self, expr: &MetricExpr, charge: &mut ReadCharge) -> Value {
+        charge.release(self.slots.keys().map(eval::labels_bytes).sum());
         if let Some(number) = self.number {
             return Value::Scalar(number);
         }
@@ -158,6 +166,18 @@ mod tests {
         memory.read(&Arc::from("t"))
     }
 
+    /// `runs` joined at `steps` as `expr`'s value, each run charged before it is added; the
+    /// value and the read's charge after.
+    fn join(steps: Steps, runs: Vec<(Steps, Value)>, expr: &str) -> (Value, ReadCharge) {
+        let mut charge = charge();
+        let mut joined = Joined::new(steps);
+        for (run, value) in runs {
+            charge.charge(value.bytes()).unwrap();
+            joined.add(run, value, &mut charge).unwrap();
+        }
+        (joined.finish(&metric(expr), &mut charge), charge)
+    }
+
     #[test]
     fn halves_keep_every_instant_once_in_order() {
         let steps = Steps::new(100, 100 + 6 * 10, 10).unwrap();
@@ -194,13 +214,7 @@ mod tests {
                 ]),
             ),
         ];
-        let mut charge = charge();
-        let mut joined = Joined::new(steps);
-        for (run, value) in runs {
-            charge.charge(value.bytes()).unwrap();
-            joined.add(run, value, &mut charge).unwrap();
-        }
-        let joined = joined.finish(&metric(r#"count_over_time({a="x"}[1m])"#));
+        let (joined, charge) = join(steps, runs, r#"count_over_time({a="x"}[1m])"#);
         assert_eq!(
             joined,
             Value::Matrix(vec![
@@ -230,12 +244,7 @@ mod tests {
                 Value::Matrix(vec![series("x", &[Some(2.0)]), series("x", &[Some(0.5)])]),
             ),
         ];
-        let mut charge = charge();
-        let mut joined = Joined::new(steps);
-        for (run, value) in runs {
-            joined.add(run, value, &mut charge).unwrap();
-        }
-        let joined = joined.finish(&metric(r#"sort_desc(count_over_time({a="x"}[1m]))"#));
+        let (joined, _) = join(steps, runs, r#"sort_desc(count_over_time({a="x"}[1m]))"#);
         // By the last value, largest first.
         assert_eq!(
             joined,
