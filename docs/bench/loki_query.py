@@ -27,7 +27,6 @@ import json
 import lzma
 import math
 import os
-import random
 import re
 import shutil
 import signal
@@ -476,11 +475,7 @@ def run(args):
         stores = {"sqlite": conformance.Loghaul("loghaul-sqlite", args.loghaul,
                                                 f"sqlite://{workdir}/loghaul.db", limits)}
         admin_url = conformance.postgres_admin_url(args.postgres_url)
-        database = f"loghaul_loki_query_{os.getpid()}_{random.randrange(10**6)}"
-        created = conformance.psql(admin_url, f"CREATE DATABASE {database}")
-        if created.returncode != 0:
-            database = None
-            raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
+        database = conformance.create_database(admin_url, "loghaul_loki_query")
         # The data's hour is past: it gets its indexes within seconds, and is not sealed halfway
         # through the run.
         stores["postgres"] = conformance.Loghaul("loghaul-postgres", args.loghaul,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Days, DurationRound, TimeDelta, Utc};
 use loghaul::storage::postgres::{
-    create_partitions, hour_partition_name, index_leaf, leaves, INDEX_AFTER,
+    create_partitions, hour_partition_name, index_leaf, leaves, Flavor, INDEX_AFTER,
 };
 use sqlx::{Connection, PgConnection};
 
@@ -197,7 +197,7 @@ async fn the_server_indexes_past_hours_with_sealing_off() {
     assert_eq!(metric(&metrics, "loghaul_sealing_enabled"), 0.0);
     assert_eq!(metric(&metrics, "loghaul_hour_index_failures_total"), 0.0);
     let mut conn = PgConnection::connect(&db.url).await.unwrap();
-    let indexed: Vec<String> = leaves(&mut conn)
+    let indexed: Vec<String> = leaves(&mut conn, Flavor::Plain)
         .await
         .unwrap()
         .into_iter()

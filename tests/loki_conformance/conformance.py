@@ -178,6 +178,15 @@ def postgres_admin_url(given):
     raise RuntimeError(f"no PostgreSQL answers at {', '.join(candidates)} (set LOGHAUL_TEST_POSTGRES_URL)")
 
 
+def create_database(admin_url, prefix):
+    """A new database on `admin_url`'s server, named `prefix` and a random suffix; its name."""
+    name = f"{prefix}_{os.getpid()}_{random.randrange(10**6)}"
+    created = psql(admin_url, f"CREATE DATABASE {name}")
+    if created.returncode != 0:
+        raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
+    return name
+
+
 def with_database(url, name):
     base, _, _ = url.rpartition("/")
     return f"{base}/{name}"
@@ -375,11 +384,7 @@ def main():
         loki = Loki(args.loki, args.loki_config, workdir)
         stores = {"sqlite": Loghaul("loghaul-sqlite", args.loghaul, f"sqlite://{workdir}/loghaul.db")}
         admin_url = postgres_admin_url(args.postgres_url)
-        database = f"loghaul_conformance_{os.getpid()}_{random.randrange(10**6)}"
-        created = psql(admin_url, f"CREATE DATABASE {database}")
-        if created.returncode != 0:
-            database = None
-            raise RuntimeError(f"CREATE DATABASE failed: {created.stderr.strip()}")
+        database = create_database(admin_url, "loghaul_conformance")
         stores["postgres"] = Loghaul("loghaul-postgres", args.loghaul, with_database(admin_url, database))
         if args.sealed:
             sealed_database = f"{database}_sealed"

@@ -122,6 +122,8 @@ impl Reads {
         let mut failed = None;
         // The earliest line a pipeline error stops the query at, as Loki, which reads the lines
         // in time order, names it; the rows come in any order, so the rest are still looked at.
+        // Of lines at the same instant, the least error text wins, so that the answer does not
+        // depend on the order the store returned them in (heap and sealed hours differ).
         let mut first_error: Option<(i64, EvalError)> = None;
         {
             let charge = &mut *fetch.charge;
@@ -134,8 +136,14 @@ impl Reads {
                     .filter(|kind| checks_errors && !kind.is_empty())
                 {
                     let ts = nanos(row.ts);
-                    if first_error.as_ref().is_none_or(|(first, _)| ts < *first) {
-                        first_error = Some((ts, EvalError::pipeline(kind, &labels)));
+                    if first_error.as_ref().is_none_or(|(first, _)| ts <= *first) {
+                        let error = EvalError::pipeline(kind, &labels);
+                        if first_error
+                            .as_ref()
+                            .is_none_or(|(first, named)| ts < *first || error.0 < named.0)
+                        {
+                            first_error = Some((ts, error));
+                        }
                     }
                     return true;
                 }

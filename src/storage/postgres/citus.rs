@@ -4,9 +4,10 @@
 //! the migrations `producer_chunks` and `logs` are distributed by `tenant`, colocated, so a
 //! batch's chunk-key claim and its rows of one tenant land on the same worker and every read
 //! (always one tenant) is routed to one shard. Daily partitions created later are distributed
-//! with their parent by Citus itself. Citus refuses statements that address rows by `ctid` across
-//! shards, so the chunked deletes of retention and the BRIN summaries run shard by shard through
-//! `run_command_on_shards`.
+//! with their parent by Citus itself, and sealed as a whole day (`seal.rs`) into a distributed
+//! columnar table colocated with them. Citus refuses statements that address rows by `ctid` across
+//! shards, so the chunked deletes of retention, the BRIN summaries and the count of a sealed day's
+//! small stripes run shard by shard through `run_command_on_shards`.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::PgConnection;
@@ -179,6 +180,24 @@ pub(super) async fn summarize_per_shard(
             .map_err(|_| CitusError::Shard { shard, result })?;
     }
     Ok(summarized)
+}
+
+/// The largest count `command` (with `%1$s` standing for the shard's name) returns on any shard
+/// of `table`.
+pub(super) async fn max_per_shard(
+    conn: &mut PgConnection,
+    table: &str,
+    command: &str,
+) -> Result<i64, CitusError> {
+    let mut most = 0;
+    for (shard, result) in on_each_shard(conn, table, command).await? {
+        most = most.max(
+            result
+                .parse::<i64>()
+                .map_err(|_| CitusError::Shard { shard, result })?,
+        );
+    }
+    Ok(most)
 }
 
 /// Runs `command` (with `%1$s` standing for the shard's name) on every shard of `table`; the

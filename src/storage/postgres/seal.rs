@@ -22,6 +22,11 @@
 //! **Late rows after the seal** go into the columnar partition itself (columnar tables take
 //! inserts), each transaction's rows as a small stripe of their own. A partition that gathered
 //! [`RESEAL_SMALL_STRIPES`] such stripes is sealed again the same way.
+//!
+//! **On Citus** a leaf is a whole day, distributed by tenant: the new table is distributed too,
+//! colocated with `logs`, so that each worker copies its own shards, and the catch-up matches rows
+//! by tenant as well as id so that it runs shard by shard. The coordinator's tables are empty
+//! shells, so sizes and stripes are asked of the shards.
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -31,7 +36,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
 use super::retention::{hour_partition_name, partition_day, PAST_HOUR_INDEXES};
-use super::{Flavor, PostgresStore};
+use super::{citus, Flavor, PostgresStore};
 use crate::storage::error::{unavailable, StoreError};
 
 /// The advisory lock key that elects the replica doing the sealing ("loghaulS" in ASCII).
@@ -110,13 +115,8 @@ pub enum Sealing {
 }
 
 /// Makes the columnar access method available if the server has it: present already, or
-/// `CREATE EXTENSION citus_columnar` succeeds.
-pub async fn sealing(conn: &mut PgConnection, flavor: Flavor) -> Result<Sealing, sqlx::Error> {
-    if flavor == Flavor::Citus {
-        return Ok(Sealing::Off(
-            "sealing is not implemented for Citus's distributed partitions yet".into(),
-        ));
-    }
+/// `CREATE EXTENSION citus_columnar` succeeds (on a Citus coordinator, on its workers too).
+pub async fn sealing(conn: &mut PgConnection) -> Result<Sealing, sqlx::Error> {
     if has_columnar(conn).await? {
         return Ok(Sealing::On);
     }
@@ -214,18 +214,22 @@ fn leaf_range(name: &str) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
 }
 
 /// Every leaf partition of `logs` with a range loghaul names, oldest first.
-pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
-    // Without the extension there is no `columnar.stripe` to name, and no columnar leaf.
-    let small_stripes = if has_columnar(&mut *conn).await? {
+pub async fn leaves(conn: &mut PgConnection, flavor: Flavor) -> Result<Vec<Leaf>, StoreError> {
+    // Without the extension there is no `columnar.stripe` to name, and no columnar leaf. On
+    // Citus the coordinator's tables are empty shells: sizes are the shards', and stripes are
+    // counted on the workers, below.
+    let columnar = has_columnar(&mut *conn).await.map_err(unavailable)?;
+    let small_stripes = if columnar && flavor == Flavor::Plain {
         "CASE WHEN am.amname = 'columnar' THEN ( \
              SELECT count(*) FROM columnar.stripe s \
              WHERE s.relation = c.oid::regclass AND s.row_count < $1) ELSE 0 END"
     } else {
         "0::int8 + 0 * $1"
     };
+    let size = table_size(flavor);
     let rows: Vec<(String, String, bool, i64, i64, bool)> = sqlx::query_as(&format!(
         "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', {small_stripes}, \
-                pg_relation_size(c.oid), \
+                {size}(c.oid), \
                 (SELECT count(*) FROM pg_index x JOIN pg_class xc ON xc.oid = x.indexrelid \
                  WHERE x.indrelid = c.oid AND x.indisvalid \
                    AND xc.relname = ANY(SELECT c.relname || suffix FROM unnest($2::text[]) suffix)) \
@@ -239,8 +243,9 @@ pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
     ))
     .bind(SMALL_STRIPE_ROWS)
     .bind(PAST_HOUR_INDEXES.map(|(suffix, _)| suffix).to_vec())
-    .fetch_all(conn)
-    .await?;
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(unavailable)?;
     let mut leaves: Vec<Leaf> = rows
         .into_iter()
         .filter_map(|(name, parent, sealed, small_stripes, bytes, indexed)| {
@@ -257,8 +262,26 @@ pub async fn leaves(conn: &mut PgConnection) -> Result<Vec<Leaf>, sqlx::Error> {
             })
         })
         .collect();
+    if flavor == Flavor::Citus {
+        // A sealed day's late rows are stripes of the shards of the tenants that sent them.
+        let command = format!(
+            "SELECT count(*) FROM columnar.stripe \
+             WHERE relation = '%1$s'::regclass AND row_count < {SMALL_STRIPE_ROWS}"
+        );
+        for leaf in leaves.iter_mut().filter(|leaf| leaf.sealed) {
+            leaf.small_stripes = citus::max_per_shard(conn, &leaf.name, &command).await?;
+        }
+    }
     leaves.sort_by_key(|leaf| leaf.from);
     Ok(leaves)
+}
+
+/// The function giving a table's bytes without its indexes: on Citus, its shards'.
+fn table_size(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Plain => "pg_relation_size",
+        Flavor::Citus => "citus_table_size",
+    }
 }
 
 /// Drops the tables seals left when they failed or were interrupted (their heaps are still in
@@ -278,18 +301,23 @@ async fn drop_leftovers(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
     Ok(leftovers.len() as u64)
 }
 
-/// Bytes on disk of the leaf partitions, heap and columnar (indexes and TOAST included).
-async fn bytes_by_tier(conn: &mut PgConnection) -> Result<(i64, i64), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT coalesce(sum(pg_total_relation_size(c.oid)) FILTER (WHERE am.amname <> 'columnar'), 0)::bigint, \
-                coalesce(sum(pg_total_relation_size(c.oid)) FILTER (WHERE am.amname = 'columnar'), 0)::bigint \
+/// Bytes on disk of the leaf partitions, heap and columnar (indexes and TOAST included; on
+/// Citus, of their shards).
+async fn bytes_by_tier(conn: &mut PgConnection, flavor: Flavor) -> Result<(i64, i64), sqlx::Error> {
+    let size = match flavor {
+        Flavor::Plain => "pg_total_relation_size",
+        Flavor::Citus => "citus_total_relation_size",
+    };
+    sqlx::query_as(&format!(
+        "SELECT coalesce(sum({size}(c.oid)) FILTER (WHERE am.amname <> 'columnar'), 0)::bigint, \
+                coalesce(sum({size}(c.oid)) FILTER (WHERE am.amname = 'columnar'), 0)::bigint \
          FROM pg_class c JOIN pg_am am ON am.oid = c.relam \
          WHERE c.relkind = 'r' AND c.oid IN ( \
              SELECT inhrelid FROM pg_inherits WHERE inhparent = 'logs'::regclass \
              UNION ALL \
              SELECT i2.inhrelid FROM pg_inherits i1 JOIN pg_inherits i2 ON i2.inhparent = i1.inhrelid \
-             WHERE i1.inhparent = 'logs'::regclass)",
-    )
+             WHERE i1.inhparent = 'logs'::regclass)"
+    ))
     .fetch_one(conn)
     .await
 }
@@ -308,7 +336,12 @@ pub struct Sealed {
 
 /// Rewrites `leaf` into a columnar table and swaps it in; see the module docs. The copy goes at
 /// `pace`.
-pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Sealed, sqlx::Error> {
+pub async fn seal(
+    conn: &mut PgConnection,
+    flavor: Flavor,
+    leaf: &Leaf,
+    pace: Pace,
+) -> Result<Sealed, sqlx::Error> {
     let name = &leaf.name;
     let work = format!("{name}_sealing");
     let columns: String = sqlx::query_scalar(
@@ -339,6 +372,16 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Se
         ),
     ] {
         sqlx::query(&statement).execute(&mut *conn).await?;
+    }
+    if flavor == Flavor::Citus {
+        // Colocated with `logs`, so that the copy runs on each worker between its own shards,
+        // and so that the table can become a partition of `logs`.
+        sqlx::query(
+            "SELECT create_distributed_table($1::regclass, 'tenant', colocate_with => 'logs')",
+        )
+        .bind(&work)
+        .execute(&mut *conn)
+        .await?;
     }
 
     let mut catch_up_from = oldest_transaction_start(conn).await?;
@@ -380,7 +423,8 @@ pub async fn seal(conn: &mut PgConnection, leaf: &Leaf, pace: Pace) -> Result<Se
     let catch_up = format!(
         "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} l \
          WHERE l.received_at >= $1 AND NOT EXISTS ( \
-             SELECT 1 FROM {work} w WHERE w.received_at >= $1 AND w.id = l.id) \
+             SELECT 1 FROM {work} w \
+             WHERE w.received_at >= $1 AND w.tenant = l.tenant AND w.id = l.id) \
          ORDER BY tenant, service, ts"
     );
     let mut caught_up = 0;
@@ -584,14 +628,12 @@ impl PgSealer {
 
     /// Whether this server can seal (creating the extension if it can), and if not, why.
     pub async fn sealing(&mut self) -> Result<Sealing, StoreError> {
-        sealing(&mut self.conn, self.flavor)
-            .await
-            .map_err(unavailable)
+        sealing(&mut self.conn).await.map_err(unavailable)
     }
 
     /// Every leaf partition, oldest first.
     pub async fn leaves(&mut self) -> Result<Vec<Leaf>, StoreError> {
-        leaves(&mut self.conn).await.map_err(unavailable)
+        leaves(&mut self.conn, self.flavor).await
     }
 
     /// Drops what failed seals left behind.
@@ -601,12 +643,16 @@ impl PgSealer {
 
     /// Seals one leaf at `pace`.
     pub async fn seal(&mut self, leaf: &Leaf, pace: Pace) -> Result<Sealed, StoreError> {
-        seal(&mut self.conn, leaf, pace).await.map_err(unavailable)
+        seal(&mut self.conn, self.flavor, leaf, pace)
+            .await
+            .map_err(unavailable)
     }
 
     /// Bytes on disk of heap and of columnar partitions.
     pub async fn bytes_by_tier(&mut self) -> Result<(i64, i64), StoreError> {
-        bytes_by_tier(&mut self.conn).await.map_err(unavailable)
+        bytes_by_tier(&mut self.conn, self.flavor)
+            .await
+            .map_err(unavailable)
     }
 
     /// Closes the session, which releases the lock.
