@@ -158,7 +158,7 @@ pub struct Leaf {
     pub sealed: bool,
     /// Stripes written by late rows after it was sealed.
     pub small_stripes: i64,
-    /// Bytes of its table; 0 for a heap no row was ever written to.
+    /// Bytes of its table; 0 for a heap no row was ever written to (on Citus, that holds none).
     pub bytes: i64,
     /// It has every index of a past hour, valid ([`super::hour_index`]).
     pub indexed: bool,
@@ -268,8 +268,20 @@ pub async fn leaves(conn: &mut PgConnection, flavor: Flavor) -> Result<Vec<Leaf>
             "SELECT count(*) FROM columnar.stripe \
              WHERE relation = '%1$s'::regclass AND row_count < {SMALL_STRIPE_ROWS}"
         );
-        for leaf in leaves.iter_mut().filter(|leaf| leaf.sealed) {
-            leaf.small_stripes = citus::max_per_shard(conn, &leaf.name, &command).await?;
+        for leaf in leaves.iter_mut() {
+            if leaf.sealed {
+                leaf.small_stripes = citus::max_per_shard(conn, &leaf.name, &command).await?;
+            } else if leaf.bytes > 0 {
+                // Every shard of a heap takes a page before its first row.
+                let any: bool =
+                    sqlx::query_scalar(&format!("SELECT EXISTS (SELECT 1 FROM {})", leaf.name))
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_err(unavailable)?;
+                if !any {
+                    leaf.bytes = 0;
+                }
+            }
         }
     }
     leaves.sort_by_key(|leaf| leaf.from);
