@@ -226,7 +226,7 @@ pub async fn leaves(conn: &mut PgConnection, flavor: Flavor) -> Result<Vec<Leaf>
     } else {
         "0::int8 + 0 * $1"
     };
-    let size = table_size(flavor);
+    let size = size_function(flavor, false);
     let rows: Vec<(String, String, bool, i64, i64, bool)> = sqlx::query_as(&format!(
         "SELECT c.relname::text, p.relname::text, am.amname = 'columnar', {small_stripes}, \
                 {size}(c.oid), \
@@ -288,11 +288,14 @@ pub async fn leaves(conn: &mut PgConnection, flavor: Flavor) -> Result<Vec<Leaf>
     Ok(leaves)
 }
 
-/// The function giving a table's bytes without its indexes: on Citus, its shards'.
-fn table_size(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Plain => "pg_relation_size",
-        Flavor::Citus => "citus_table_size",
+/// The function giving a table's bytes, with its indexes if `total`, else without them:
+/// on Citus, its shards'.
+fn size_function(flavor: Flavor, total: bool) -> &'static str {
+    match (flavor, total) {
+        (Flavor::Plain, false) => "pg_relation_size",
+        (Flavor::Plain, true) => "pg_total_relation_size",
+        (Flavor::Citus, false) => "citus_table_size",
+        (Flavor::Citus, true) => "citus_total_relation_size",
     }
 }
 
@@ -316,10 +319,7 @@ async fn drop_leftovers(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
 /// Bytes on disk of the leaf partitions, heap and columnar (indexes and TOAST included; on
 /// Citus, of their shards).
 async fn bytes_by_tier(conn: &mut PgConnection, flavor: Flavor) -> Result<(i64, i64), sqlx::Error> {
-    let size = match flavor {
-        Flavor::Plain => "pg_total_relation_size",
-        Flavor::Citus => "citus_total_relation_size",
-    };
+    let size = size_function(flavor, true);
     sqlx::query_as(&format!(
         "SELECT coalesce(sum({size}(c.oid)) FILTER (WHERE am.amname <> 'columnar'), 0)::bigint, \
                 coalesce(sum({size}(c.oid)) FILTER (WHERE am.amname = 'columnar'), 0)::bigint \
