@@ -21,14 +21,14 @@ pub struct Record {
     pub labels: Arc<str>,
     /// Its own attributes (structured metadata) as a JSON object, serialized once at validation.
     pub attributes: String,
-    /// W3C trace id as 32 lowercase hex characters.
-    pub trace_id: Option<Box<str>>,
-    /// W3C span id as 16 lowercase hex characters.
-    pub span_id: Option<Box<str>>,
+    /// W3C trace id, never all zero.
+    pub trace_id: Option<[u8; 16]>,
+    /// W3C span id, never all zero.
+    pub span_id: Option<[u8; 8]>,
 }
 
 /// What a record costs in memory beyond its strings: its slot in a `Vec<Record>`, plus the
-/// allocator's rounding of up to five string allocations. Charged for every record whatever its
+/// allocator's rounding of its string allocations. Charged for every record whatever its
 /// size, because a record of 2 bytes on the wire still takes this much once decoded.
 pub const RECORD_OVERHEAD_BYTES: usize = std::mem::size_of::<Record>() + 64;
 
@@ -42,7 +42,5 @@ impl Record {
             + self.message.len()
             + self.labels.len()
             + self.attributes.len()
-            + self.trace_id.as_ref().map_or(0, |id| id.len())
-            + self.span_id.as_ref().map_or(0, |id| id.len())
     }
 }

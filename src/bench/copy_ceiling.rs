@@ -238,7 +238,8 @@ fn text_blocks(records: &[LogRecord]) -> Vec<(String, usize)> {
                     if id.is_empty() {
                         "\\N".to_owned()
                     } else {
-                        escape(id)
+                        // bytea's hex input, its backslash escaped for COPY's text format.
+                        format!("\\\\x{id}")
                     }
                 };
                 let _ = writeln!(

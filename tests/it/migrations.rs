@@ -1,7 +1,8 @@
 //! Upgrades: a database written by the schema before stream labels were kept apart (migrations
 //! 0001 to 0003) is migrated in place by the current server, and its rows read as the docs say:
 //! every label of an old row is structured metadata (`labels` is empty) and its rollup rows have
-//! no `level` label, with their counts intact.
+//! no `level` label, with their counts intact. And one written while trace and span ids were hex
+//! text (migrations 0001 to 0006) keeps answering them, heap and sealed, on PostgreSQL and Citus.
 
 use std::path::Path;
 
@@ -121,3 +122,138 @@ on_both_backends!(
     upgrade_to_stream_labels,
     old_rows_read_as_metadata_after_the_upgrade
 );
+
+/// The last version of the schema that stored trace and span ids as hex text.
+const BEFORE_BINARY_IDS: i64 = 6;
+
+/// Ids an older server wrote as hex, into an hour it then sealed and into one still heap, answer
+/// as they were sent once the current server has migrated the database, beside ids it writes
+/// itself into both hours. Needs `citus_columnar` to seal; on Citus the old schema is
+/// distributed first, as the older server did, so the migration renames and adds columns of
+/// distributed tables and their columnar shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_stored_as_hex_before_the_upgrade_still_answer_sealed_or_not() {
+    use chrono::{Days, Utc};
+    use loghaul::proto::v1::{
+        log_ingest_client::LogIngestClient, log_query_client::LogQueryClient,
+    };
+    use loghaul::storage::postgres::{create_partitions, seal, sealing, Flavor, Pace, Sealing};
+
+    let Some(db) = TestDb::create(Backend::Postgres, "upgrade_binary_ids").await else {
+        return;
+    };
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    migrations_up_to(Backend::Postgres, BEFORE_BINARY_IDS)
+        .await
+        .run(&mut conn)
+        .await
+        .unwrap();
+    let flavor = Flavor::detect(&mut conn).await.unwrap();
+    if flavor == Flavor::Citus {
+        for (table, colocate_with) in [
+            ("producer_chunks", "default"),
+            ("logs", "producer_chunks"),
+            ("log_volume", "producer_chunks"),
+        ] {
+            sqlx::query(
+                "SELECT create_distributed_table($1::regclass, 'tenant', colocate_with => $2)",
+            )
+            .bind(table)
+            .bind(colocate_with)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+    if let Sealing::Off(why) = sealing(&mut conn).await.unwrap() {
+        assert_ne!(
+            std::env::var("LOGHAUL_REQUIRE_COLUMNAR").as_deref(),
+            Ok("1"),
+            "citus_columnar is required (LOGHAUL_REQUIRE_COLUMNAR=1): {why}"
+        );
+        eprintln!("*** SKIPPED upgrade_binary_ids: {why} ***");
+        return;
+    }
+    let today = Utc::now().date_naive();
+    create_partitions(&mut conn, today - Days::new(1), today)
+        .await
+        .unwrap();
+    let past = crate::sealing::yesterdays_hour();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let span = "00f067aa0ba902b7";
+    for (message, at) in [("old-sealed", past), ("old-heap", Utc::now())] {
+        sqlx::query(
+            "INSERT INTO logs (tenant, ts, severity, service, message, trace_id, span_id) \
+             VALUES ('default', $1, 9, 'api', $2, $3, $4)",
+        )
+        .bind(at)
+        .bind(message)
+        .bind(trace)
+        .bind(span)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let leaf = crate::sealing::leaf_of(&mut conn, past).await;
+    let pace = Pace {
+        busy_percent: 100,
+        slice_bytes: 1 << 20,
+    };
+    seal(&mut conn, flavor, &leaf, pace).await.unwrap();
+
+    let server = crate::common::process::Process::serve(&db.url, &[]);
+    let url = format!("http://{}", server.grpc);
+    let mut ingest = LogIngestClient::connect(url.clone()).await.unwrap();
+    let age = (Utc::now() - past).to_std().unwrap();
+    let new = ["new-sealed", "new-heap"].map(|message| {
+        let mut record = match message {
+            "new-sealed" => crate::common::record_at(message, age),
+            _ => crate::common::record_at(message, std::time::Duration::ZERO),
+        };
+        record.trace_id = trace.to_uppercase();
+        record.span_id = span.into();
+        record
+    });
+    let pushed = crate::common::push(&mut ingest, vec![new.to_vec()])
+        .await
+        .unwrap();
+    assert_eq!(pushed.accepted, 2);
+
+    let mut query = LogQueryClient::connect(url).await.unwrap();
+    let filter = loghaul::proto::v1::Filter {
+        from: Some(prost_types::Timestamp {
+            seconds: past.timestamp(),
+            nanos: 0,
+        }),
+        ..Default::default()
+    };
+    let mut found: Vec<_> = crate::common::query_all(&mut query, "", filter, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| (record.message, record.trace_id, record.span_id))
+        .collect();
+    found.sort();
+    let expected: Vec<_> = ["new-heap", "new-sealed", "old-heap", "old-sealed"]
+        .map(|message| (message.to_owned(), trace.to_owned(), span.to_owned()))
+        .into();
+    assert_eq!(found, expected);
+
+    // The new rows hold bytes, the old ones hex, each in its own columns.
+    let columns: Vec<(String, Option<Vec<u8>>, Option<String>)> =
+        sqlx::query_as("SELECT message, trace_id, trace_id_hex FROM logs ORDER BY message")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    let bytes = hex::decode(trace).unwrap();
+    assert_eq!(
+        columns,
+        [
+            ("new-heap".to_owned(), Some(bytes.clone()), None),
+            ("new-sealed".to_owned(), Some(bytes), None),
+            ("old-heap".to_owned(), None, Some(trace.to_owned())),
+            ("old-sealed".to_owned(), None, Some(trace.to_owned())),
+        ]
+    );
+    conn.close().await.unwrap();
+}

@@ -55,7 +55,7 @@ pub(crate) fn past_hour() -> DateTime<Utc> {
 }
 
 /// 05:00 of yesterday: past, on one server as on Citus, where its leaf is the whole day.
-fn yesterdays_hour() -> DateTime<Utc> {
+pub(crate) fn yesterdays_hour() -> DateTime<Utc> {
     (Utc::now().date_naive() - Days::new(1))
         .and_hms_opt(5, 0, 0)
         .unwrap()
@@ -70,7 +70,7 @@ async fn fill_hour(conn: &mut PgConnection, hour: DateTime<Utc>, rows: i64) {
                 's' || (g % 5), 'GET /api/items/' || (g * 7919 % 1000) || ' took ' || (g % 97) || 'ms', \
                 jsonb_build_object('service_name', 's' || (g % 5)), \
                 jsonb_build_object('user', 'u' || (g % 50), 'n', g::text), \
-                md5(g::text) \
+                decode(md5(g::text), 'hex') \
          FROM generate_series(1, $2) g",
     )
     .bind(hour)

@@ -25,7 +25,7 @@ const LOAD_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, ser
            'msg=\"request ' || g || ' handled in ' || ((g / 13) % 1000) || ' ms\" status=' \
                || (ARRAY[200, 200, 200, 200, 200, 200, 200, 201, 404, 503])[1 + (g / 17) % 10], \
            jsonb_build_object('region', 'r' || ((g / 7) % 5), 'order', (g % 10000)::text), \
-           md5(g::text), substr(md5(g::text), 1, 16) \
+           decode(md5(g::text), 'hex'), decode(substr(md5(g::text), 1, 16), 'hex') \
     FROM generate_series($1::bigint, $2::bigint) AS g, \
          LATERAL (SELECT $4::timestamptz + (g * $5::double precision) * interval '1 microsecond') AS at(t)";
 

@@ -39,8 +39,8 @@ pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Ve
         text(&mut out, &record.message);
         jsonb(&mut out, &record.labels);
         jsonb(&mut out, &record.attributes);
-        nullable(&mut out, record.trace_id.as_deref());
-        nullable(&mut out, record.span_id.as_deref());
+        nullable(&mut out, record.trace_id.as_ref().map(<[u8; 16]>::as_slice));
+        nullable(&mut out, record.span_id.as_ref().map(<[u8; 8]>::as_slice));
     }
     out.extend_from_slice(&TRAILER);
     out
@@ -58,8 +58,8 @@ fn tuple_len(row: &Row<'_>) -> usize {
         + record.message.len()
         + record.labels.len()
         + record.attributes.len()
-        + record.trace_id.as_ref().map_or(0, |id| id.len())
-        + record.span_id.as_ref().map_or(0, |id| id.len())
+        + 16
+        + 8
 }
 
 /// `timestamptz`: microseconds since PostgreSQL's epoch. Records hold whole microseconds.
@@ -83,9 +83,10 @@ fn text(out: &mut Vec<u8>, value: &str) {
     fixed(out, value.as_bytes());
 }
 
-fn nullable(out: &mut Vec<u8>, value: Option<&str>) {
+/// `bytea` or NULL.
+fn nullable(out: &mut Vec<u8>, value: Option<&[u8]>) {
     match value {
-        Some(value) => text(out, value),
+        Some(value) => fixed(out, value),
         None => out.extend_from_slice(&(-1i32).to_be_bytes()),
     }
 }
@@ -105,7 +106,7 @@ mod tests {
             labels: r#"{"job":"a"}"#.into(),
             attributes: "{}".into(),
             trace_id: None,
-            span_id: Some("00f067aa0ba902b7".into()),
+            span_id: Some([0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]),
         };
         let rows = [Row {
             tenant: "t",
@@ -122,7 +123,7 @@ mod tests {
         assert!(body
             .windows(16)
             .any(|window| window == b"\0\0\0\x0c\x01{\"job\":\"a\"}"));
-        assert!(body.ends_with(b"\0\0\0\x1000f067aa0ba902b7\xff\xff"));
+        assert!(body.ends_with(b"\0\0\0\x08\0\xf0\x67\xaa\x0b\xa9\x02\xb7\xff\xff"));
         let null_trace = body
             .windows(8)
             .any(|window| window == b"{}\xff\xff\xff\xff\0\0");

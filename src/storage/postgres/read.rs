@@ -46,7 +46,20 @@ const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
 pub(crate) const APPLICATION_NAME: &str = "loghaul-reads";
 
-pub(super) const COLUMNS: &str = "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, trace_id, span_id FROM logs WHERE tenant = ";
+/// The trace and span ids as hex text: from their bytes, or, in rows written before ids were
+/// stored as bytes, the text they were written as.
+macro_rules! ids_as_hex {
+    () => {
+        "coalesce(encode(trace_id, 'hex'), trace_id_hex), coalesce(encode(span_id, 'hex'), span_id_hex)"
+    };
+}
+pub(super) use ids_as_hex;
+
+pub(super) const COLUMNS: &str = concat!(
+    "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, ",
+    ids_as_hex!(),
+    " FROM logs WHERE tenant = "
+);
 
 /// A PostgreSQL read pool.
 #[derive(Clone, Debug)]

@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::Instrument;
 
-use super::read::{decode, PgReader, ReadConnection, COLUMNS};
+use super::read::{decode, ids_as_hex, PgReader, ReadConnection, COLUMNS};
 use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -275,7 +275,7 @@ impl PgReader {
             ", '{}'::text"
         });
         builder.push(if counting.trace {
-            ", trace_id, span_id"
+            concat!(", ", ids_as_hex!())
         } else {
             ", NULL::text, NULL::text"
         });
@@ -294,7 +294,7 @@ impl PgReader {
             ""
         });
         builder.push(if counting.trace {
-            ", trace_id, span_id"
+            ", trace_id, span_id, trace_id_hex, span_id_hex"
         } else {
             ""
         });

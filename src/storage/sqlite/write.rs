@@ -58,8 +58,8 @@ async fn write_rows(
                 .bind(record.message.as_str())
                 .bind(&*record.labels)
                 .bind(record.attributes.as_str())
-                .bind(record.trace_id.as_deref())
-                .bind(record.span_id.as_deref());
+                .bind(record.trace_id.map(hex::encode))
+                .bind(record.span_id.map(hex::encode));
         }
         query.execute(&mut *conn).await?;
         rest = tail;
