@@ -28,7 +28,7 @@ pub(crate) async fn copy_rows(
     let mut conn = pool.acquire().await?;
     let started = Instant::now();
     let mut copy = conn
-        .copy_in_raw("COPY logs (tenant, ts, severity, service, message, attributes, trace_id, span_id) FROM STDIN")
+        .copy_in_raw("COPY logs (tenant, ts, severity, service, message, attributes, trace_id_bytes, span_id_bytes) FROM STDIN")
         .await?;
     let mut sent = 0u64;
     'outer: loop {

@@ -239,9 +239,10 @@ async fn ids_stored_as_hex_before_the_upgrade_still_answer_sealed_or_not() {
         .into();
     assert_eq!(found, expected);
 
-    // The new rows hold bytes, the old ones hex, each in its own columns.
+    // The new rows hold bytes, the old ones hex, each in its own columns: the upgraded database
+    // keeps the text ones, where a new one has none.
     let columns: Vec<(String, Option<Vec<u8>>, Option<String>)> =
-        sqlx::query_as("SELECT message, trace_id, trace_id_hex FROM logs ORDER BY message")
+        sqlx::query_as("SELECT message, trace_id_bytes, trace_id FROM logs ORDER BY message")
             .fetch_all(&mut conn)
             .await
             .unwrap();
@@ -255,5 +256,25 @@ async fn ids_stored_as_hex_before_the_upgrade_still_answer_sealed_or_not() {
             ("old-sealed".to_owned(), None, Some(trace.to_owned())),
         ]
     );
+    conn.close().await.unwrap();
+}
+
+/// A new database keeps ids as bytes only: it has no rows written before, and a column that is
+/// always NULL still costs a sealed hour a bitmap of which rows have it.
+#[tokio::test]
+async fn a_new_database_has_no_hex_id_columns() {
+    let Some(db) = TestDb::create(Backend::Postgres, "binary_ids_new").await else {
+        return;
+    };
+    crate::common::migrated(&db).await.close().await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = 'logs'::regclass \
+         AND attname ~ '^(trace|span)_id' AND NOT attisdropped ORDER BY attname",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(columns, ["span_id_bytes", "trace_id_bytes"]);
     conn.close().await.unwrap();
 }

@@ -65,7 +65,7 @@ pub(crate) fn yesterdays_hour() -> DateTime<Utc> {
 /// Fills `[hour, hour + 1h)` with `rows` rows over three tenants and five services.
 async fn fill_hour(conn: &mut PgConnection, hour: DateTime<Utc>, rows: i64) {
     sqlx::query(
-        "INSERT INTO logs (tenant, ts, severity, service, message, labels, attributes, trace_id) \
+        "INSERT INTO logs (tenant, ts, severity, service, message, labels, attributes, trace_id_bytes) \
          SELECT 't' || (g % 3), $1 + (g % 3600000) * interval '1 millisecond', 9 + (g % 4) * 4, \
                 's' || (g % 5), 'GET /api/items/' || (g * 7919 % 1000) || ' took ' || (g % 97) || 'ms', \
                 jsonb_build_object('service_name', 's' || (g % 5)), \
@@ -90,7 +90,7 @@ pub(crate) async fn fingerprint(
     sqlx::query_as(&format!(
         "SELECT count(*), count(DISTINCT id), coalesce(sum(hashtextextended( \
              concat_ws('|', id, tenant, ts, received_at, severity, service, message, labels, \
-                       attributes, trace_id, span_id), 0)::numeric), 0)::text \
+                       attributes, trace_id_bytes, span_id_bytes), 0)::numeric), 0)::text \
          FROM logs WHERE ts >= $1 AND ts < $1 + interval '1 hour' AND {filter}"
     ))
     .bind(hour)

@@ -130,18 +130,20 @@ class Loghaul(Process):
 class Loki(Process):
     """Grafana Loki from `binary`, with the repository's reference config made multi-tenant (unless
     not `multi_tenant`: then every push is tenant `fake`) and moved to free ports, its data in
-    `directory`."""
+    `directory`; with `patterns`, its pattern ingester on, as Grafana's patterns need."""
 
-    def __init__(self, binary, config_template, directory, multi_tenant=True):
+    def __init__(self, binary, config_template, directory, multi_tenant=True, patterns=True):
         port, grpc = free_port(), free_port()
         text = open(config_template).read().replace("DATA_DIR", directory)
         auth = "auth_enabled: true" if multi_tenant else "auth_enabled: false"
-        for old, new in (("auth_enabled: false", auth),
-                         ("http_listen_port: 3100", f"http_listen_port: {port}"),
-                         ("grpc_listen_port: 9095", f"grpc_listen_port: {grpc}"),
-                         ("bind_addr: [127.0.0.1]", f"bind_addr: [127.0.0.1]\n  bind_port: {free_port()}"),
-                         # Grafana's patterns come from the pattern ingester, off by default.
-                         ("analytics:", "pattern_ingester:\n  enabled: true\nanalytics:")):
+        changes = [("auth_enabled: false", auth),
+                   ("http_listen_port: 3100", f"http_listen_port: {port}"),
+                   ("grpc_listen_port: 9095", f"grpc_listen_port: {grpc}"),
+                   ("bind_addr: [127.0.0.1]", f"bind_addr: [127.0.0.1]\n  bind_port: {free_port()}")]
+        if patterns:
+            # Grafana's patterns come from the pattern ingester, off by default.
+            changes.append(("analytics:", "pattern_ingester:\n  enabled: true\nanalytics:"))
+        for old, new in changes:
             if old not in text:
                 raise RuntimeError(f"{config_template} has no {old!r} to change")
             text = text.replace(old, new)

@@ -18,7 +18,7 @@ pub(super) const SERVICES: u32 = 20;
 /// Rows per loading statement, so progress shows and no statement runs for minutes.
 const LOAD_CHUNK: u64 = 1_000_000;
 
-const LOAD_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id, span_id) \
+const LOAD_SQL: &str = "INSERT INTO logs (tenant, ts, received_at, severity, service, message, attributes, trace_id_bytes, span_id_bytes) \
     SELECT 'bench-' || (g % $3), t, t, \
            (ARRAY[1, 5, 9, 9, 9, 9, 9, 13, 17, 21])[1 + (g / 101) % 10]::smallint, \
            'service-' || ((g / 11) % $6), \

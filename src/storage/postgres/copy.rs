@@ -8,7 +8,7 @@ use crate::storage::row::Row;
 
 /// The statement the body is sent to.
 pub(super) const COPY_SQL: &str =
-    "COPY logs (tenant, ts, severity, service, message, labels, attributes, trace_id, span_id) \
+    "COPY logs (tenant, ts, severity, service, message, labels, attributes, trace_id_bytes, span_id_bytes) \
      FROM STDIN (FORMAT binary)";
 
 /// The binary format's signature, then 32-bit flags and header-extension length, both 0.

@@ -6,7 +6,7 @@
 //! rows, so the GIN is a few hundred KiB an hour), each built once, beside the writers (`CREATE
 //! INDEX CONCURRENTLY` takes no lock that blocks them). The few late rows pay for them; a sealed
 //! hour drops them with its heap, and keeps a minimum and maximum of every column per chunk group
-//! instead, ordered by tenant, service and time.
+//! instead, ordered by tenant, service, severity and time.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::PgConnection;

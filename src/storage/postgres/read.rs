@@ -46,25 +46,79 @@ const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
 pub(crate) const APPLICATION_NAME: &str = "loghaul-reads";
 
-/// The trace and span ids as hex text: from their bytes, or, in rows written before ids were
-/// stored as bytes, the text they were written as.
-macro_rules! ids_as_hex {
-    () => {
-        "coalesce(encode(trace_id, 'hex'), trace_id_hex), coalesce(encode(span_id, 'hex'), span_id_hex)"
+/// A read's select list and table, up to the tenant it is bound to, with `$ids` for the ids.
+macro_rules! row_select {
+    ($ids:literal) => {
+        concat!(
+            "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, ",
+            $ids,
+            " FROM logs WHERE tenant = "
+        )
     };
 }
-pub(super) use ids_as_hex;
 
-pub(super) const COLUMNS: &str = concat!(
-    "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, ",
-    ids_as_hex!(),
-    " FROM logs WHERE tenant = "
-);
+/// The columns a database keeps trace and span ids in, which a reader asks once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IdColumns {
+    /// `trace_id_bytes` and `span_id_bytes`.
+    Bytes,
+    /// Those, and the hex text columns `trace_id` and `span_id` that a database upgraded with
+    /// rows in it keeps for the rows written before ids were stored as bytes.
+    BytesAndText,
+}
+
+impl IdColumns {
+    async fn of(pool: &PgPool) -> Result<IdColumns, sqlx::Error> {
+        let text: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_attribute \
+             WHERE attrelid = 'logs'::regclass AND attname = 'trace_id' AND NOT attisdropped)",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(if text {
+            IdColumns::BytesAndText
+        } else {
+            IdColumns::Bytes
+        })
+    }
+
+    /// A read's select list and table, decoded by [`decode`]; the tenant's bind follows.
+    pub(super) fn select(self) -> &'static str {
+        match self {
+            IdColumns::Bytes => row_select!(
+                "encode(trace_id_bytes, 'hex'), encode(span_id_bytes, 'hex')"
+            ),
+            IdColumns::BytesAndText => row_select!(
+                "coalesce(encode(trace_id_bytes, 'hex'), trace_id), coalesce(encode(span_id_bytes, 'hex'), span_id)"
+            ),
+        }
+    }
+
+    /// The two ids as hex text, for a select list of rows grouped by [`IdColumns::group_by`].
+    pub(super) fn as_hex(self) -> &'static str {
+        match self {
+            IdColumns::Bytes => "encode(trace_id_bytes, 'hex'), encode(span_id_bytes, 'hex')",
+            IdColumns::BytesAndText => {
+                "coalesce(encode(trace_id_bytes, 'hex'), trace_id), coalesce(encode(span_id_bytes, 'hex'), span_id)"
+            }
+        }
+    }
+
+    /// The columns to group by for rows of one pair of ids.
+    pub(super) fn group_by(self) -> &'static str {
+        match self {
+            IdColumns::Bytes => "trace_id_bytes, span_id_bytes",
+            IdColumns::BytesAndText => "trace_id_bytes, span_id_bytes, trace_id, span_id",
+        }
+    }
+}
 
 /// A PostgreSQL read pool.
 #[derive(Clone, Debug)]
 pub struct PgReader {
     pool: PgPool,
+    /// Where the ids are, asked at connection: a server starts after its migrations.
+    pub(super) ids: IdColumns,
 }
 
 pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str, filter: &Filter) {
@@ -101,9 +155,9 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str
     }
 }
 
-/// A row of [`COLUMNS`], read by position: looking each column up by its name is a measurable
-/// share of a long scan, and so is checking each value's type against the Rust one, which
-/// [`COLUMNS`] fixes (a NULL where none may be is still an error).
+/// A row of [`IdColumns::select`], read by position: looking each column up by its name is a
+/// measurable share of a long scan, and so is checking each value's type against the Rust one,
+/// which the select list fixes (a NULL where none may be is still an error).
 pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
     Ok(StoredRow {
         id: row.try_get_unchecked(0)?,
@@ -198,7 +252,8 @@ impl PgReader {
             .map_err(|err| {
                 StoreError::Unavailable(format!("cannot connect to {}: {err}", redact_url(url)))
             })?;
-        Ok(PgReader { pool })
+        let ids = IdColumns::of(&pool).await.map_err(unavailable)?;
+        Ok(PgReader { pool, ids })
     }
 
     pub(super) async fn acquire(&self) -> Result<ReadConnection, StoreError> {
@@ -262,7 +317,7 @@ impl PgReader {
                 }
                 _ => false,
             };
-            let mut builder = QueryBuilder::new(COLUMNS);
+            let mut builder = QueryBuilder::new(self.ids.select());
             push_filter(&mut builder, tenant, filter);
             if let Some(lower) = lower {
                 builder.push(" AND ts >= ").push_bind(lower);

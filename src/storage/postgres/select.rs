@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::Instrument;
 
-use super::read::{decode, ids_as_hex, PgReader, ReadConnection, COLUMNS};
+use super::read::{decode, IdColumns, PgReader, ReadConnection};
 use crate::model::selection::{
     Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -145,6 +145,7 @@ impl PgReader {
         let reading = tokio::spawn(
             Self::read_windows(
                 conn,
+                self.ids,
                 tenant.to_owned(),
                 selection.clone(),
                 (order, limit),
@@ -166,6 +167,7 @@ impl PgReader {
     /// end or its consumer is gone.
     async fn read_windows(
         mut conn: ReadConnection,
+        ids: IdColumns,
         tenant: String,
         selection: Selection,
         (order, limit): (Order, Option<usize>),
@@ -194,7 +196,7 @@ impl PgReader {
         };
         let mut window = FIRST_WINDOW;
         loop {
-            let mut builder = QueryBuilder::new(COLUMNS);
+            let mut builder = QueryBuilder::new(ids.select());
             builder.push_bind(tenant.to_owned());
             builder.push(" AND ts >= ").push_bind(low);
             builder.push(" AND ts < ").push_bind(high);
@@ -274,11 +276,11 @@ impl PgReader {
         } else {
             ", '{}'::text"
         });
-        builder.push(if counting.trace {
-            concat!(", ", ids_as_hex!())
+        if counting.trace {
+            builder.push(", ").push(self.ids.as_hex());
         } else {
-            ", NULL::text, NULL::text"
-        });
+            builder.push(", NULL::text, NULL::text");
+        }
         builder.push(
             ", count(*)::int8 AS lines, sum(octet_length(message))::int8 AS bytes FROM logs WHERE tenant = ",
         );
@@ -293,11 +295,9 @@ impl PgReader {
         } else {
             ""
         });
-        builder.push(if counting.trace {
-            ", trace_id, span_id, trace_id_hex, span_id_hex"
-        } else {
-            ""
-        });
+        if counting.trace {
+            builder.push(", ").push(self.ids.group_by());
+        }
         let mut conn = self.acquire().await?;
         // An hour not analyzed yet (autovacuum looks once a minute, if it is on) has no
         // statistics, and the planner, taking its groups for a handful, sorts the rows to group

@@ -21,7 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::postgres::PgConnection;
 use sqlx::QueryBuilder;
 
-use super::read::{push_filter, PgReader, COLUMNS};
+use super::read::{push_filter, PgReader};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
@@ -135,7 +135,7 @@ impl PgTail {
             }
             return Ok((Vec::new(), false));
         };
-        let mut builder = QueryBuilder::new(COLUMNS);
+        let mut builder = QueryBuilder::new(self.reader.ids.select());
         push_filter(&mut builder, tenant, filter);
         builder
             .push(" AND ts >= ")

@@ -301,7 +301,7 @@ impl TestDb {
     /// Every stored row, as the fields a client sent (its stream's labels and its own attributes
     /// in one map), ordered by message.
     pub async fn stored(&self) -> Vec<StoredRow> {
-        let sql_pg = "SELECT tenant, (extract(epoch from ts) * 1000000)::bigint AS ts_micros, severity, service, message, (labels || attributes)::text AS attributes, encode(trace_id, 'hex') AS trace_id, encode(span_id, 'hex') AS span_id FROM logs ORDER BY message";
+        let sql_pg = "SELECT tenant, (extract(epoch from ts) * 1000000)::bigint AS ts_micros, severity, service, message, (labels || attributes)::text AS attributes, encode(trace_id_bytes, 'hex') AS trace_id, encode(span_id_bytes, 'hex') AS span_id FROM logs ORDER BY message";
         let sql_lite = "SELECT tenant, ts AS ts_micros, severity, service, message, json_patch(labels, attributes) AS attributes, trace_id, span_id FROM logs ORDER BY message";
         macro_rules! collect {
             ($conn:expr, $sql:expr) => {
