@@ -39,7 +39,6 @@ import conformance  # noqa: E402
 import loki_query  # noqa: E402
 import run as bench  # noqa: E402
 
-DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "ingest-loki"
 STREAMS = 8
 
@@ -95,25 +94,16 @@ def render_block(report):
     lines.append("")
     lines.append(f"loghaul ÷ Loki, median of the rounds' ratios: **{median:.2f}**.")
     lines.append("")
-    machine = report["machine"]
-    lines.append(f"`{report['command']}`, {report['started']}: {machine['cores']} cores ({machine['cpu']}), "
-                 f"PostgreSQL {machine['postgres']['version']}.")
+    lines.append(bench.made_by(report))
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loki", help="Loki's binary, or loki.xz")
-    parser.add_argument("--loki-config", help="Loki's config, with DATA_DIR to replace")
-    parser.add_argument("--loghaul", help="loghaul's binary (a release build with the bench feature)")
-    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
-                        help="a server whose role may create and drop the run's databases")
+    bench.store_arguments(parser)
     parser.add_argument("--duration", default="15s", help="each run's load (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="default %(default)s")
-    parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
-    parser.add_argument("--render", action="store_true", help="write the table into --doc")
-    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+    bench.report_arguments(parser)
     args = parser.parse_args()
     if args.source:
         report = json.loads(Path(args.source).read_text())
@@ -136,11 +126,7 @@ def main():
             measured["first"] = order[0]
             measured["ratio"] = measured["loghaul"]["records_per_sec"] / measured["loki"]["records_per_sec"]
             report["rounds"].append(measured)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
-    print(render_block(report))
-    if args.render:
-        bench.write_block(args.doc, BLOCK, render_block(report))
+    bench.publish(args, report, BLOCK, render_block)
 
 
 if __name__ == "__main__":

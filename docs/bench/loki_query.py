@@ -48,7 +48,6 @@ import data  # noqa: E402
 import run as bench  # noqa: E402
 from checks import CHECKS  # noqa: E402
 
-DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "loki-query"
 STORES = ["loki", "sqlite", "postgres"]
 NAMES = {"loki": "Loki", "sqlite": "loghaul on SQLite", "postgres": "loghaul on PostgreSQL"}
@@ -535,14 +534,9 @@ def run(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loki", help="Loki's binary, or loki.xz")
-    parser.add_argument("--loki-config", help="Loki's config, with DATA_DIR to replace")
+    bench.store_arguments(parser)
     parser.add_argument("--loki-version", default="3.7.6",
                         help="the version the table names (the binary may not say; default %(default)s)")
-    parser.add_argument("--loghaul", help="loghaul's binary (a release build)")
-    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
-                        help="PostgreSQL to make the run's database in (default: postgres@ or "
-                        "root@127.0.0.1:5432/test)")
     parser.add_argument("--scale", type=int, default=700,
                         help="entries per stream, times the conformance data set's (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, medians taken (default %(default)s)")
@@ -550,10 +544,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=30,
                         help="seconds a request may take; a query a store does not answer in time is "
                         "not asked again (default %(default)s)")
-    parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
-    parser.add_argument("--render", action="store_true", help="write the table into --doc")
-    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+    bench.report_arguments(parser)
     args = parser.parse_args()
 
     if args.source:

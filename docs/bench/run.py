@@ -1115,6 +1115,44 @@ def write_block(doc, name, body):
     Path(doc).write_text(f"{head}{begin}\n{body}\n{end}{tail}", encoding="utf-8")
 
 
+def report_arguments(parser):
+    """The options every script with a table of its own takes: save the run, render a saved one."""
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
+    parser.add_argument("--render", action="store_true", help="write the table into --doc")
+    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+
+
+def store_arguments(parser, loki=True):
+    """loghaul's binary and the PostgreSQL the run's databases are made in, and Loki's binary and
+    config for the scripts compared with it."""
+    if loki:
+        parser.add_argument("--loki", help="Loki's binary, or loki.xz")
+        parser.add_argument("--loki-config", help="Loki's config, with DATA_DIR to replace")
+    parser.add_argument("--loghaul", help="loghaul's binary (a release build with the bench feature)")
+    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
+                        help="a server whose role may create and drop the run's databases (default: "
+                        "postgres@ or root@127.0.0.1:5432/test)")
+
+
+def publish(args, report, block, render):
+    """Saves a run's report to `--json`, prints its table, and with `--render` writes the table
+    into `--doc` between the block's markers."""
+    if args.json and not args.source:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    table = render(report)
+    print(table)
+    if args.render:
+        write_block(args.doc, block, table)
+
+
+def made_by(report):
+    """The line under a script's table: the command, when, and on what."""
+    machine = report["machine"]
+    return (f"`{report['command']}`, {report['started']}: {machine['cores']} cores ({machine['cpu']}), "
+            f"PostgreSQL {machine['postgres']['version']}.")
+
+
 def command_render(options):
     """Writes each benchmark's block between its markers, in the document given and in the
     documents beside it that hold markers too (docs/scaling.md)."""

@@ -45,7 +45,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import conformance  # noqa: E402
 import run as bench  # noqa: E402
 
-DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "sealing"
 
 
@@ -232,17 +231,13 @@ def render_block(report):
                     f"{statistics.median(values):,.0f} | {statistics.median(values) / off:.2f} |"
                     for mode, values in ingest["rates"].items()],
                   ""]
-    machine = report["machine"]
-    lines.append(f"`{report['command']}`, {report['started']}: {machine['cores']} cores ({machine['cpu']}), "
-                 f"PostgreSQL {machine['postgres']['version']}.")
+    lines.append(bench.made_by(report))
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loghaul", help="loghaul's binary (a release build with the bench feature)")
-    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
-                        help="a server whose role may create and drop the run's databases")
+    bench.store_arguments(parser, loki=False)
     parser.add_argument("--rows", type=int, default=2_000_000, help="bench-query rows (default %(default)s)")
     parser.add_argument("--queries", type=int, default=100, help="bench-query queries per kind (default %(default)s)")
     parser.add_argument("--records", type=int, default=3_000_000,
@@ -251,10 +246,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="rounds, medians taken (default %(default)s)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the sealing may take")
     parser.add_argument("--only", choices=["reads", "ingest"], help="one part")
-    parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
-    parser.add_argument("--render", action="store_true", help="write the tables into --doc")
-    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+    bench.report_arguments(parser)
     args = parser.parse_args()
     if args.source:
         report = json.loads(Path(args.source).read_text())
@@ -271,11 +263,7 @@ def main():
             report["reads"] = measure_reads(args, admin_url)
         if args.only != "reads":
             report["ingest"] = measure_ingest(args, admin_url)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
-    print(render_block(report))
-    if args.render:
-        bench.write_block(args.doc, BLOCK, render_block(report))
+    bench.publish(args, report, BLOCK, render_block)
 
 
 if __name__ == "__main__":

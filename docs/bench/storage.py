@@ -5,8 +5,8 @@
         --loghaul target/release/loghaul [--records 2000000] [--json FILE] [--render]
     python3 docs/bench/storage.py --from FILE --render     # the table from a saved run
 
-Two data sets, each pushed to a fresh Loki and to a fresh loghaul on a PostgreSQL database made
-for the run (dropped after it), both through Loki's push API:
+Two data sets, each pushed to a fresh Loki, to a fresh loghaul on a PostgreSQL database made for
+the run (dropped after it) and to a fresh loghaul on SQLite, all through Loki's push API:
 
 - `bench`: `loghaul bench --protocol loki --streams 8 --records N --backdate 2h`, the load
   generator's records (8 services, attributes and trace context as structured metadata), stamped
@@ -20,7 +20,8 @@ soon as the sealer looks. Its figure is the bytes of its log partitions (`pg_tot
 of every partition of `logs`, indexes and TOAST included) once no heap partition holds a row; the
 per-minute rollup (`log_volume`) is given beside it. Loki's is the bytes of its chunks directory
 after `POST /flush`, once it stops growing, as its own dashboards count stored chunks; its TSDB
-index and WAL are given beside it. `--render` writes the table between the
+index and WAL are given beside it. SQLite's is its database file with its write-ahead log, once
+its server has stopped. `--render` writes the table between the
 `<!-- bench:begin storage -->` and `<!-- bench:end storage -->` markers of docs/benchmarks.md.
 Needs `psql`, and the `citus_columnar` extension in the PostgreSQL server (`--postgres-url`, or
 `LOGHAUL_TEST_POSTGRES_URL`, or the local server).
@@ -48,7 +49,6 @@ import data  # noqa: E402
 import loki_query  # noqa: E402
 import run as bench  # noqa: E402
 
-DEFAULT_DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = "storage"
 SEAL_FLAGS = ["--seal-after", "1s", "--seal-interval", "1s", "--seal-busy-percent", "100"]
 
@@ -167,15 +167,22 @@ def measure(args, dataset, admin_url):
         loki = conformance.Loki(loki_query.loki_binary(args.loki, workdir), args.loki_config, loki_dir,
                                 multi_tenant=dataset != "bench")
         loghaul = conformance.Loghaul("loghaul-postgres", args.loghaul, url, extra=["--seal-after", "0s"])
+        sqlite_file = os.path.join(workdir, "loghaul.db")
+        sqlite = conformance.Loghaul("loghaul-sqlite", args.loghaul, f"sqlite://{sqlite_file}")
         pushed_at = time.time_ns()
         if dataset == "bench":
-            lines = {"loki": push_bench(args, loki.http), "loghaul": push_bench(args, loghaul.http)}
+            lines = {"loki": push_bench(args, loki.http), "loghaul": push_bench(args, loghaul.http),
+                     "sqlite": push_bench(args, sqlite.http)}
             tenants, start = [None], pushed_at - 3 * 3600 * 10**9
         else:
-            count = push_conformance(args, {"loki": loki.http, "loghaul": loghaul.http})
-            lines = {"loki": count, "loghaul": count}
+            count = push_conformance(args, {"loki": loki.http, "loghaul": loghaul.http, "sqlite": sqlite.http})
+            lines = {"loki": count, "loghaul": count, "sqlite": count}
             tenants, start = list(data.TENANTS), pushed_at - 3 * 3600 * 10**9
         loghaul.stop()
+        # Stopped, SQLite has checkpointed its write-ahead log into the file.
+        sqlite.stop()
+        sqlite_bytes = sum(os.path.getsize(path) for path in
+                           (sqlite_file, sqlite_file + "-wal", sqlite_file + "-shm") if os.path.exists(path))
         sealer = conformance.Loghaul("loghaul-sealer", args.loghaul, url, extra=SEAL_FLAGS)
         started = time.monotonic()
         conformance.wait_until_sealed(url, lines["loghaul"], seconds=1800)
@@ -190,7 +197,8 @@ def measure(args, dataset, admin_url):
                   "loki": loki_stored(loki.http, tenants, start, time.time_ns())}
         result = {"dataset": dataset, "lines": lines, "stored": stored,
                   "seal_wait_seconds": round(sealed_after, 1), "seal": seal,
-                  "loghaul_bytes": loghaul_bytes(url), "loki_bytes": loki_bytes(loki_dir)}
+                  "loghaul_bytes": loghaul_bytes(url), "loki_bytes": loki_bytes(loki_dir),
+                  "sqlite_bytes": sqlite_bytes}
         for process in (loki, sealer):
             if process.died():
                 raise RuntimeError(f"{process.name} exited during the run:\n{process.tail()}")
@@ -206,6 +214,8 @@ def measure(args, dataset, admin_url):
 def per_line(result, store):
     """Bytes per line sent: the disk the same load takes (Loki holds fewer lines than it was sent
     when some repeat an earlier line of their stream at the same instant)."""
+    if store == "sqlite":
+        return result["sqlite_bytes"] / result["lines"]["sqlite"]
     key = {"loghaul": ("loghaul_bytes", "partitions"), "loki": ("loki_bytes", "chunks")}[store]
     return result[key[0]][key[1]] / result["lines"][store]
 
@@ -229,27 +239,25 @@ def render_block(report):
         + "Sealing took " + ", ".join(
         f"{r['dataset']} {r['seal']['seal_duration_seconds_sum']:.1f} s for {r['seal']['rows_sealed_total']:,.0f} rows"
         for r in report["results"]) + ".")
+    if all("sqlite_bytes" in r for r in report["results"]):
+        lines.append("")
+        lines.append("loghaul on SQLite, which keeps every row as it was written (no sealing), the same "
+                     "lines in its database file: " + ", ".join(
+                         f"{r['dataset']} {r['sqlite_bytes'] / 2**20:.1f} MiB, {per_line(r, 'sqlite'):.0f} "
+                         f"bytes per line ({per_line(r, 'sqlite') / per_line(r, 'loki'):.1f}× Loki's)"
+                         for r in report["results"]) + ".")
     lines.append("")
-    machine = report["machine"]
-    lines.append(f"`{report['command']}`, {report['started']}: {machine['cores']} cores ({machine['cpu']}), "
-                 f"PostgreSQL {machine['postgres']['version']}.")
+    lines.append(bench.made_by(report))
     return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loki", help="Loki's binary, or loki.xz")
-    parser.add_argument("--loki-config", help="Loki's config, with DATA_DIR to replace")
-    parser.add_argument("--loghaul", help="loghaul's binary (a release build with the bench feature)")
-    parser.add_argument("--postgres-url", default=os.environ.get("LOGHAUL_TEST_POSTGRES_URL"),
-                        help="a server whose role may create and drop the run's databases")
+    bench.store_arguments(parser)
     parser.add_argument("--records", type=int, default=2_000_000, help="bench data set records (default %(default)s)")
     parser.add_argument("--scale", type=int, default=700, help="conformance data set scale (default %(default)s)")
     parser.add_argument("--only", choices=["bench", "conformance"], help="one data set")
-    parser.add_argument("--json", help="write the results to this file")
-    parser.add_argument("--from", dest="source", help="report a saved --json file instead of running")
-    parser.add_argument("--render", action="store_true", help="write the table into --doc")
-    parser.add_argument("--doc", default=str(DEFAULT_DOC), help="default: %(default)s")
+    bench.report_arguments(parser)
     args = parser.parse_args()
     if args.source:
         report = json.loads(Path(args.source).read_text())
@@ -263,11 +271,7 @@ def main():
                   "machine": bench.machine_facts(bench.postgres_facts(admin_url.rpartition("/")[0])),
                   "results": [measure(args, dataset, admin_url)
                               for dataset in ([args.only] if args.only else ["bench", "conformance"])]}
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=1))
-    print(render_block(report))
-    if args.render:
-        bench.write_block(args.doc, BLOCK, render_block(report))
+    bench.publish(args, report, BLOCK, render_block)
 
 
 if __name__ == "__main__":
