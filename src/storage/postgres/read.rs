@@ -46,9 +46,24 @@ const CONNECTION_CHECK_SINCE: u32 = 140_000;
 /// The sessions' `application_name`, so operators can tell reads apart in `pg_stat_activity`.
 pub(crate) const APPLICATION_NAME: &str = "loghaul-reads";
 
+/// The trace and span ids as hex text, from their bytes.
+macro_rules! ids_from_bytes {
+    () => {
+        "encode(trace_id_bytes, 'hex'), encode(span_id_bytes, 'hex')"
+    };
+}
+
+/// The trace and span ids as hex text, from their bytes or, in rows written before ids were
+/// stored as bytes, from the text they were written as.
+macro_rules! ids_from_bytes_or_text {
+    () => {
+        "coalesce(encode(trace_id_bytes, 'hex'), trace_id), coalesce(encode(span_id_bytes, 'hex'), span_id)"
+    };
+}
+
 /// A read's select list and table, up to the tenant it is bound to, with `$ids` for the ids.
 macro_rules! row_select {
-    ($ids:literal) => {
+    ($ids:expr) => {
         concat!(
             "SELECT id, ts, received_at, severity, service, message, labels::text AS labels, attributes::text AS attributes, ",
             $ids,
@@ -85,22 +100,16 @@ impl IdColumns {
     /// A read's select list and table, decoded by [`decode`]; the tenant's bind follows.
     pub(super) fn select(self) -> &'static str {
         match self {
-            IdColumns::Bytes => row_select!(
-                "encode(trace_id_bytes, 'hex'), encode(span_id_bytes, 'hex')"
-            ),
-            IdColumns::BytesAndText => row_select!(
-                "coalesce(encode(trace_id_bytes, 'hex'), trace_id), coalesce(encode(span_id_bytes, 'hex'), span_id)"
-            ),
+            IdColumns::Bytes => row_select!(ids_from_bytes!()),
+            IdColumns::BytesAndText => row_select!(ids_from_bytes_or_text!()),
         }
     }
 
     /// The two ids as hex text, for a select list of rows grouped by [`IdColumns::group_by`].
     pub(super) fn as_hex(self) -> &'static str {
         match self {
-            IdColumns::Bytes => "encode(trace_id_bytes, 'hex'), encode(span_id_bytes, 'hex')",
-            IdColumns::BytesAndText => {
-                "coalesce(encode(trace_id_bytes, 'hex'), trace_id), coalesce(encode(span_id_bytes, 'hex'), span_id)"
-            }
+            IdColumns::Bytes => ids_from_bytes!(),
+            IdColumns::BytesAndText => ids_from_bytes_or_text!(),
         }
     }
 
