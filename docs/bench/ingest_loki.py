@@ -10,8 +10,8 @@ against a fresh Loki (single binary, the given config as it is, its data in a di
 the round), once against a loghaul server the benchmark starts on a PostgreSQL database made for
 the round (dropped after it). The rounds alternate which goes first, and the ratio is taken round
 for round, so that the machine's drift falls on both. The figure is the records each
-acknowledged per second of the run; Loki acknowledges a push once its ingester holds the entries
-in memory and its write-ahead log, loghaul once they are committed to PostgreSQL.
+acknowledged per second of the run. Loki's ingester keeps what it acknowledged in memory and in a
+write-ahead log, and writes chunks later, at a flush; loghaul acknowledges once it is committed.
 
 `--render` writes the table between the `<!-- bench:begin ingest-loki -->` and
 `<!-- bench:end ingest-loki -->` markers of docs/benchmarks.md. Needs `psql` and a PostgreSQL
