@@ -347,12 +347,11 @@ on_both_backends!(
 /// Lines of one stream each with a trace id of its own as structured metadata: a series each.
 const TRACED_LINES: i64 = 3_000;
 
-/// `count(count_over_time(…[10m]))` over an hour at a step of a minute, where every line is a
-/// series of its own: the 3,000 series at 61 steps do not fit a read of 2 MiB together, the
-/// series alive within a few steps do, and the answer is one series. Answered (as Loki answers
-/// it) a run of steps at a time, every step's count exact, and nothing counted as refused; an
-/// answer that itself cannot fit is still refused.
-async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a_time(db: &TestDb) {
+/// A server with `--max-query-bytes 2MiB` (and room for 100,000 series in an answer) where
+/// `lines` lines of one stream, each with a trace id of its own, span the hour before the
+/// minute `end` (seconds) and the ten minutes before it, a few every second, off the whole
+/// second. Gives the server, `end` and the lines' times (nanoseconds).
+async fn serve_traced(db: &TestDb, lines: i64) -> (Process, i64, Vec<i64>) {
     let server = Process::serve(
         &db.url,
         &[
@@ -368,10 +367,8 @@ async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a
     );
     let end = chrono::Utc::now().timestamp() / 60 * 60;
     let start = end - 3600;
-    // From ten minutes before the first step's range to the last step, a few every second, off
-    // the whole second.
-    let stamps: Vec<i64> = (0..TRACED_LINES)
-        .map(|n| (start - 600) * NANOS + n * 4200 * NANOS / TRACED_LINES + 7_000)
+    let stamps: Vec<i64> = (0..lines)
+        .map(|n| (start - 600) * NANOS + n * 4200 * NANOS / lines + 7_000)
         .collect();
     let values: Vec<Json> = stamps
         .iter()
@@ -388,30 +385,36 @@ async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a
     .await;
     assert_eq!(answer.status, 204, "{}", answer.text());
     wait_until("every line stored", DEADLINE, async || {
-        db.count().await >= TRACED_LINES
+        db.count().await >= lines
     })
     .await;
+    (server, end, stamps)
+}
 
-    let ask = async |query: &str| {
-        let target: String = form_urlencoded::Serializer::new(String::new())
-            .extend_pairs([
-                ("query", query),
-                ("start", &start.to_string()),
-                ("end", &end.to_string()),
-                ("step", "60"),
-            ])
-            .finish();
-        http_request(
-            server.http_ingest,
-            "GET",
-            &format!("/loki/api/v1/query_range?{target}"),
-            &[("x-api-key", "key-0")],
-            b"",
-        )
-        .await
-        .expect("the server answers")
-    };
-    let answer = ask(r#"count(count_over_time({service_name="traced"}[10m]))"#).await;
+/// `query` over the hour before `end` at a step of a minute, as tenant `key-0`.
+async fn over_the_hour(server: &Process, end: i64, query: &str) -> HttpAnswer {
+    let target: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("query", query),
+            ("start", &(end - 3600).to_string()),
+            ("end", &end.to_string()),
+            ("step", "60"),
+        ])
+        .finish();
+    http_request(
+        server.http_ingest,
+        "GET",
+        &format!("/loki/api/v1/query_range?{target}"),
+        &[("x-api-key", "key-0")],
+        b"",
+    )
+    .await
+    .expect("the server answers")
+}
+
+/// The one series of a `count(count_over_time(…[10m]))` answer over the hour before `end`, and
+/// what it must be: at each step t, the lines of `stamps` in (t − 10m, t].
+fn counts_and_expected(answer: &HttpAnswer, end: i64, stamps: &[i64]) -> [Vec<(i64, String)>; 2] {
     assert_eq!(answer.status, 200, "{}", answer.text());
     let body: Json = serde_json::from_slice(&answer.body).unwrap();
     let series = body["data"]["result"].as_array().unwrap();
@@ -427,7 +430,7 @@ async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a
             )
         })
         .collect();
-    // A step t counts the lines in (t − 10m, t].
+    let start = end - 3600;
     let expected: Vec<(i64, String)> = (0..=60)
         .map(|k| {
             let t = (start + k * 60) * NANOS;
@@ -438,6 +441,19 @@ async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a
             (start + k * 60, lines.to_string())
         })
         .collect();
+    [got, expected]
+}
+
+/// `count(count_over_time(…[10m]))` over an hour at a step of a minute, where every line is a
+/// series of its own: the 3,000 series at 61 steps do not fit a read of 2 MiB together, the
+/// series alive within a few steps do, and the answer is one series. Answered (as Loki answers
+/// it) a run of steps at a time, every step's count exact, and nothing counted as refused; an
+/// answer that itself cannot fit is still refused.
+async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a_time(db: &TestDb) {
+    let (server, end, stamps) = serve_traced(db, TRACED_LINES).await;
+    let ask = async |query: &str| over_the_hour(&server, end, query).await;
+    let answer = ask(r#"count(count_over_time({service_name="traced"}[10m]))"#).await;
+    let [got, expected] = counts_and_expected(&answer, end, &stamps);
     assert_eq!(got, expected);
     let text = server.metrics().await;
     assert_eq!(
@@ -460,4 +476,22 @@ async fn series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a
 on_both_backends!(
     read_memory_runs_of_steps,
     series_too_many_for_every_step_at_once_are_answered_a_run_of_steps_at_a_time
+);
+
+/// The same query where the series fit a read of 2 MiB once but not twice (1,000 series at
+/// 61 steps, about 1.4 MiB): the count, which makes one series of them, holds its input once,
+/// so the hour is read once and answered whole, not in runs.
+async fn an_aggregation_holds_its_input_once(db: &TestDb) {
+    let (server, end, stamps) = serve_traced(db, 1_000).await;
+    let reads = async || metric_sum(&server.metrics().await, "loghaul_loki_metric_sources_total");
+    let before = reads().await;
+    let query = r#"count(count_over_time({service_name="traced"}[10m]))"#;
+    let answer = over_the_hour(&server, end, query).await;
+    let [got, expected] = counts_and_expected(&answer, end, &stamps);
+    assert_eq!(got, expected);
+    assert_eq!(reads().await - before, 1.0, "the hour read once");
+}
+on_both_backends!(
+    read_memory_aggregation_input_once,
+    an_aggregation_holds_its_input_once
 );

@@ -2,8 +2,11 @@
 //! numbers. Nothing here reads; each result is charged before it is built and its inputs given
 //! back once it is.
 
+use std::collections::HashSet;
+
 use super::program::Operation;
 use crate::error::HttpError;
+use crate::loki::logql::ast::{AggregateOp, Grouping};
 use crate::loki::logql::binary;
 use crate::loki::logql::eval::{self, Series, Steps, Value};
 use crate::loki::logql::labels::Labels;
@@ -24,7 +27,8 @@ pub(super) fn apply(
         } => match pop(values) {
             Value::Matrix(series) => {
                 let held: usize = series.iter().map(Series::bytes).sum();
-                transform(charge, held, held, || {
+                let most = aggregate_bound(*op, grouping, &series, steps.count, held);
+                transform(charge, held, most, || {
                     Ok(Value::Matrix(eval::aggregate(
                         *op,
                         grouping,
@@ -78,6 +82,38 @@ pub(super) fn apply(
     };
     values.push(value);
     Ok(())
+}
+
+/// The most an aggregation of `series` (`held` bytes) makes: one series per group, or the
+/// members themselves where they are kept whole (`topk`, `bottomk`, `sort`). Charging the
+/// groups alone lets `count(count_over_time(…))` over many streams hold its input once, not
+/// twice.
+fn aggregate_bound(
+    op: AggregateOp,
+    grouping: &Option<Grouping>,
+    series: &[Series],
+    steps: usize,
+    held: usize,
+) -> usize {
+    match op {
+        AggregateOp::Topk | AggregateOp::Bottomk | AggregateOp::Sort | AggregateOp::SortDesc => {
+            held
+        }
+        AggregateOp::Sum
+        | AggregateOp::Count
+        | AggregateOp::Avg
+        | AggregateOp::Min
+        | AggregateOp::Max => {
+            let groups: HashSet<Labels> = series
+                .iter()
+                .map(|one| eval::group_key(grouping, &one.labels))
+                .collect();
+            groups
+                .iter()
+                .map(|group| eval::series_bytes(group, steps))
+                .sum()
+        }
+    }
 }
 
 /// The value on top of the stack, which the plan put there before the operation that takes it.
