@@ -3,9 +3,9 @@
 //! Rows land in heap partitions, where inserts, chunk-key claims and tail are cheapest. Once an
 //! hour is past (plus a grace for late rows), it is copied, ordered by tenant, service, severity
 //! and time, into a new table of the `columnar` access method (from the `citus_columnar`
-//! extension), and the new table takes the heap's place in the partition tree. A large hour is copied a slice of
-//! its time range at a time, and the copy may rest between slices, so that sealing leaves the
-//! database's cores to ingest.
+//! extension), and the new table takes the heap's place in the partition tree. A large hour is
+//! copied a slice of its time range at a time, and the copy may rest between slices, so that
+//! sealing leaves the database's cores to ingest.
 //!
 //! **Nothing lost, nothing doubled.** The copy reads one snapshot and blocks nobody. Rows that
 //! snapshot cannot see (late rows committed during the copy) were inserted by transactions that
