@@ -71,6 +71,15 @@ pub(crate) struct Stats {
     pub seconds: f64,
 }
 
+impl Stats {
+    /// Adds what another read of the same query read.
+    pub(crate) fn add(&mut self, read: &Stats) {
+        self.lines_scanned += read.lines_scanned;
+        self.bytes_scanned += read.bytes_scanned;
+        self.volume_rows += read.volume_rows;
+    }
+}
+
 /// A time range `[from, to)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TimeRange {

@@ -68,6 +68,7 @@ impl ReadMemory {
             memory: Arc::clone(self),
             tenant: Arc::clone(tenant),
             held: 0,
+            read: Arc::new(AtomicUsize::new(0)),
             counting: true,
         }
     }
@@ -88,7 +89,11 @@ impl ReadMemory {
 pub(crate) struct ReadCharge {
     memory: Arc<ReadMemory>,
     tenant: Arc<str>,
+    /// What this charge holds.
     held: usize,
+    /// What the read holds in all: this charge and its parts ([`ReadCharge::part`]) together,
+    /// the figure `--max-query-bytes` bounds.
+    read: Arc<AtomicUsize>,
     /// Whether a refusal of `--max-query-bytes` is counted: not while the read would try again
     /// in smaller pieces.
     counting: bool,
@@ -100,7 +105,14 @@ impl ReadCharge {
     /// A refused charge holds nothing more.
     pub(crate) fn charge(&mut self, bytes: usize) -> Result<(), QueryError> {
         let limits = self.memory.limits;
-        if self.held.saturating_add(bytes) > limits.per_read {
+        let fits = self
+            .read
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes)
+                    .filter(|total| *total <= limits.per_read)
+            })
+            .is_ok();
+        if !fits {
             let err = QueryError::ReadTooLarge {
                 limit: ByteSize(limits.per_read as u64),
             };
@@ -111,6 +123,7 @@ impl ReadCharge {
             });
         }
         if !self.memory.take(bytes) {
+            self.read.fetch_sub(bytes, Ordering::Relaxed);
             return Err(self.refuse(
                 "all_reads",
                 QueryError::ReadMemoryFull {
@@ -130,6 +143,7 @@ impl ReadCharge {
             return;
         }
         self.held -= bytes;
+        self.read.fetch_sub(bytes, Ordering::Relaxed);
         self.memory.held.fetch_sub(bytes, Ordering::Relaxed);
         self.memory.held_gauge.add(-(bytes as f64));
     }
@@ -137,6 +151,29 @@ impl ReadCharge {
     /// Bytes this read holds.
     pub(crate) fn held(&self) -> usize {
         self.held
+    }
+
+    /// An empty charge for a part of this read that runs beside the rest (one read of a metric
+    /// query whose reads run at once): what the parts hold together is bounded as one read's, and
+    /// a part's refusal of `--max-query-bytes` is not counted, as the read tries again without
+    /// parts ([`ReadCharge::absorb`] takes back what a part made).
+    pub(crate) fn part(&self) -> ReadCharge {
+        ReadCharge {
+            memory: Arc::clone(&self.memory),
+            tenant: Arc::clone(&self.tenant),
+            held: 0,
+            read: Arc::clone(&self.read),
+            counting: false,
+        }
+    }
+
+    /// Takes over what `part` (made by [`ReadCharge::part`]) holds.
+    pub(crate) fn absorb(&mut self, mut part: ReadCharge) {
+        debug_assert!(
+            Arc::ptr_eq(&self.read, &part.read),
+            "a part of another read"
+        );
+        self.held += std::mem::take(&mut part.held);
     }
 
     /// Whether a refusal of `--max-query-bytes` is counted from now on; a read that will try
@@ -211,6 +248,31 @@ mod tests {
             0,
             "a release gives back no more than was held"
         );
+    }
+
+    #[test]
+    fn the_parts_of_a_read_are_bounded_together_and_given_back_with_it() {
+        let memory = memory(100, 1000);
+        let tenant: Arc<str> = Arc::from("t");
+        let mut read = memory.read(&tenant);
+        read.charge(30).unwrap();
+        let (mut left, mut right) = (read.part(), read.part());
+        left.charge(40).unwrap();
+        let err = right.charge(31).unwrap_err();
+        assert!(matches!(err, QueryError::ReadTooLarge { .. }), "{err}");
+        right.charge(30).unwrap();
+        drop(left);
+        assert_eq!(
+            (read.held(), memory.held()),
+            (30, 60),
+            "a dropped part gives back its own"
+        );
+        read.absorb(right);
+        assert_eq!((read.held(), memory.held()), (60, 60));
+        read.charge(40).unwrap();
+        assert!(read.charge(1).is_err(), "what was absorbed still counts");
+        drop(read);
+        assert_eq!(memory.held(), 0);
     }
 
     #[test]

@@ -497,3 +497,50 @@ on_both_backends!(
     read_memory_aggregation_input_once,
     an_aggregation_holds_its_input_once
 );
+
+/// Two sides of a binary operation that each fit a read of 2 MiB but not both at once: 3,000
+/// lines of a series each, counted at one instant over 70 minutes. Read together they are
+/// refused, so the query reads them again one after the other, each side's count giving back
+/// its input before the next read. An instant query has one step and cannot be answered in runs
+/// of steps: without reading its sides one at a time it would be refused. Answered exactly, and
+/// nothing counted as refused.
+async fn sides_that_fit_only_one_at_a_time_are_read_one_after_the_other(db: &TestDb) {
+    let (server, end, stamps) = serve_traced(db, TRACED_LINES).await;
+    let side = r#"count(count_over_time({service_name="traced"}[70m]))"#;
+    let target: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([
+            ("query", format!("{side} + {side}")),
+            ("time", end.to_string()),
+        ])
+        .finish();
+    let answer = http_request(
+        server.http_ingest,
+        "GET",
+        &format!("/loki/api/v1/query?{target}"),
+        &[("x-api-key", "key-0")],
+        b"",
+    )
+    .await
+    .expect("the server answers");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let body: Json = serde_json::from_slice(&answer.body).unwrap();
+    let lines = stamps
+        .iter()
+        .filter(|ts| **ts > (end - 4200) * NANOS && **ts <= end * NANOS)
+        .count();
+    assert_eq!(
+        body["data"]["result"][0]["value"][1],
+        json!((2 * lines).to_string()),
+        "{body}"
+    );
+    let text = server.metrics().await;
+    assert_eq!(
+        metric_sum(&text, "loghaul_read_memory_refusals_total"),
+        0.0,
+        "{text}"
+    );
+}
+on_both_backends!(
+    read_memory_sides_one_at_a_time,
+    sides_that_fit_only_one_at_a_time_are_read_one_after_the_other
+);

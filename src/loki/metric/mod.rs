@@ -1,11 +1,14 @@
 //! A LogQL metric query in three steps, none of which does another's work: [`program`] plans
 //! the expression into the reads it needs and the operations that combine their series, in the
 //! order they run; [`fetch`] reads each read's series from the stores (the per-minute rollup, or a
-//! scan of the lines); [`apply`] combines them and reads nothing. The program runs left to right
-//! on a stack of values, so an operation's inputs are combined, and their memory given back,
-//! before the next read starts: the same order, and the same peak, as evaluating the expression
-//! from the inside out. When the reads of every step together pass the read's memory bound, the
-//! steps are answered a run at a time and the runs joined ([`pieces`]).
+//! scan of the lines); [`apply`] combines them and reads nothing. The reads of a program with
+//! several (the sides of a binary operation) run at the same time, so that the database works on
+//! them together; the program then runs left to right on a stack of values. When its reads do
+//! not fit the read's memory bound together, it reads as it runs instead, so that an operation's
+//! inputs are combined, and their memory given back, before the next read starts: the same order,
+//! and the same peak, as evaluating the expression from the inside out. When the reads of every
+//! step together pass the bound even so, the steps are answered a run at a time and the runs
+//! joined ([`pieces`]).
 
 mod apply;
 mod fetch;
@@ -15,7 +18,7 @@ mod program;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::logql::eval::{self, Steps, Value};
+use super::logql::eval::{self, Series, Steps, Value};
 use super::logql::plan::Placement;
 use super::read::Stats;
 use crate::error::HttpError;
@@ -93,10 +96,18 @@ impl Reads {
         fetch: &mut Fetch<'_>,
     ) -> Result<Value, HttpError> {
         let steps = fetch.steps;
+        let program = program::plan(expr, steps, placement);
+        let mut read = self.read_at_once(&program, fetch).await?;
         let mut values = Vec::new();
-        for step in &program::plan(expr, steps, placement) {
+        for step in &program {
             match step {
-                Step::Read(read) => values.push(Value::Matrix(self.fetch(read, fetch).await?)),
+                Step::Read(one) => {
+                    let series = match read.as_mut() {
+                        Some(read) => read.next().expect("a read's series for each read"),
+                        None => self.fetch(one, fetch).await?,
+                    };
+                    values.push(Value::Matrix(series));
+                }
                 Step::Apply(operation) => {
                     apply::apply(operation, &mut values, steps, &mut *fetch.charge)?
                 }
@@ -105,6 +116,63 @@ impl Reads {
         Ok(values
             .pop()
             .expect("a planned program leaves exactly one value"))
+    }
+
+    /// The series of each read of `program`, in its order, read at the same time: the sides
+    /// of a binary operation wait on the database together instead of one after the other.
+    /// `None` when the program has a single read, or when its reads do not fit the read's memory
+    /// bound together: the program then reads as it runs, each operation giving back what its
+    /// inputs held before the next read, and whatever still does not fit is refused there.
+    async fn read_at_once(
+        &self,
+        program: &[Step<'_>],
+        fetch: &mut Fetch<'_>,
+    ) -> Result<Option<std::vec::IntoIter<Vec<Series>>>, HttpError> {
+        let reads: Vec<_> = program
+            .iter()
+            .filter_map(|step| match step {
+                Step::Read(read) => Some(read),
+                Step::Apply(_) => None,
+            })
+            .collect();
+        if reads.len() < 2 {
+            return Ok(None);
+        }
+        let mut parts: Vec<_> = reads.iter().map(|_| fetch.charge.part()).collect();
+        let mut stats = vec![Stats::default(); reads.len()];
+        let mut fetches: Vec<_> = parts
+            .iter_mut()
+            .zip(&mut stats)
+            .map(|(charge, stats)| Fetch {
+                tenant: fetch.tenant,
+                steps: fetch.steps,
+                stats,
+                charge,
+                sources: fetch.sources,
+            })
+            .collect();
+        let results = futures::future::join_all(
+            fetches
+                .iter_mut()
+                .zip(&reads)
+                .map(|(part, read)| self.fetch(read, part)),
+        )
+        .await;
+        drop(fetches);
+        for read in &stats {
+            fetch.stats.add(read);
+        }
+        if results
+            .iter()
+            .any(|result| result.as_ref().is_err_and(pieces::smaller_may_fit))
+        {
+            return Ok(None);
+        }
+        let series = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        for part in parts {
+            fetch.charge.absorb(part);
+        }
+        Ok(Some(series.into_iter()))
     }
 }
 
