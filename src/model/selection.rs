@@ -100,6 +100,18 @@ pub struct VolumeRow {
     pub bytes: i64,
 }
 
+/// Which of its attributes a counted row is grouped by, and keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CountedAttributes {
+    /// None: they read `{}`.
+    None,
+    /// Those of these keys a row has; the others read as absent. Grouping by a few keys makes
+    /// one group where grouping by every attribute (a request id among them) makes one a line.
+    Only(Vec<String>),
+    /// All of them.
+    All,
+}
+
 /// The order a read returns rows in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Order {
@@ -115,7 +127,7 @@ pub enum Order {
 /// their time. A row at `ts` is in the window `(end − width, end]` whose `end` is `origin` plus a
 /// whole number of widths, so the rows of one window count at the same steps of a metric query
 /// whenever every step and range boundary is such an end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Counting {
     /// A window's width, in microseconds (positive).
     pub width_micros: i64,
@@ -123,8 +135,8 @@ pub(crate) struct Counting {
     pub origin_micros: i64,
     /// Group by the severity too (else it reads 0).
     pub severity: bool,
-    /// Group by the attributes too (else they read `{}`).
-    pub attributes: bool,
+    /// Which attributes to group by too.
+    pub attributes: CountedAttributes,
     /// Group by the trace and span ids too (else they read as absent).
     pub trace: bool,
 }

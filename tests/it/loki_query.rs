@@ -1792,7 +1792,8 @@ on_both_backends!(
 /// The database counting the lines of a metric query answers what the engine answers when it
 /// reads them one by one, whatever the function, the grouping, the step, the range, the offset
 /// and the start (on a second, between two, between two microseconds); lines lie on step and
-/// range boundaries and between them, with and without metadata.
+/// range boundaries and between them, with and without metadata (one key a line of its own, one
+/// whose label name is not its key).
 async fn a_counted_read_answers_what_a_scan_answers(db: &TestDb) {
     let server = Process::serve(&db.url, &[]);
     let addr = server.http_ingest;
@@ -1812,7 +1813,11 @@ async fn a_counted_read_answers_what_a_scan_answers(db: &TestDb) {
                 let ts = first + n * every;
                 let line = format!("line {n} {}", "x".repeat((n % 17) as usize));
                 match n % 4 {
-                    0 => json!([ts.to_string(), line, {"region": if n % 8 == 0 { "eu" } else { "us" }}]),
+                    0 => json!([ts.to_string(), line, {
+                        "region": if n % 8 == 0 { "eu" } else { "us" },
+                        "http.method": if n % 3 == 0 { "GET" } else { "PUT" },
+                        "request": format!("r{n}"),
+                    }]),
                     1 => json!([ts.to_string(), line, {"trace_id": format!("t{}", n % 3)}]),
                     _ => json!([ts.to_string(), line]),
                 }
@@ -1858,6 +1863,8 @@ async fn a_counted_read_answers_what_a_scan_answers(db: &TestDb) {
             ("count(", ")"),
             ("sum by (trace_id, detected_level) (", ")"),
             ("sum without (region) (", ")"),
+            ("sum by (region, env) (", ")"),
+            ("sum by (http_method, level) (", ")"),
         ] {
             for (range, step, offset, start_ns) in [
                 ("1m", "15s", "", 0),

@@ -13,7 +13,7 @@ use crate::loki::logql::plan::{self, VolumePlan};
 use crate::loki::logql::samples::SampleAccumulator;
 use crate::loki::logql::unwrap::Unwrapper;
 use crate::loki::read::{nanos, RollupRead, Scan, Stats, TimeRange};
-use crate::model::selection::{Counting, Order};
+use crate::model::selection::{CountedAttributes, Counting, Order};
 use crate::observability::metrics::CounterVec;
 use crate::query::memory::ReadCharge;
 use crate::query::Reads;
@@ -301,10 +301,32 @@ fn counting(
         width_micros: window,
         origin_micros: end - width - window,
         severity: keeps(labels::DETECTED_LEVEL_LABEL),
-        // An attribute gives any label but `service_name`, whose place the service holds.
-        attributes: kept.is_none_or(|kept| kept.iter().any(|k| k != labels::SERVICE_LABEL)),
+        attributes: counted_attributes(kept),
         trace: keeps(labels::TRACE_ID_LABEL) || keeps(labels::SPAN_ID_LABEL),
     })
+}
+
+/// The attributes a counted read keeps for series that keep the labels `kept` (`None`: all).
+/// An attribute gives any label but `service_name`, whose place the service holds. A label
+/// named without `_` can only come from the attribute of that very key: the others' names are
+/// made of their keys with each character other than a letter or digit (and before a leading
+/// digit) written `_`.
+fn counted_attributes(kept: Option<&[String]>) -> CountedAttributes {
+    let Some(kept) = kept else {
+        return CountedAttributes::All;
+    };
+    let names: Vec<String> = kept
+        .iter()
+        .filter(|name| *name != labels::SERVICE_LABEL)
+        .cloned()
+        .collect();
+    if names.is_empty() {
+        CountedAttributes::None
+    } else if names.iter().all(|name| !name.contains('_')) {
+        CountedAttributes::Only(names)
+    } else {
+        CountedAttributes::All
+    }
 }
 
 fn gcd(a: i64, b: i64) -> i64 {

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::read::{decode, IdColumns, PgReader, ReadConnection};
 use crate::model::selection::{
-    Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
+    CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::row_batches::{self, RowSender};
@@ -271,11 +271,32 @@ impl PgReader {
         } else {
             "0::int2"
         });
-        builder.push(if counting.attributes {
-            ", attributes::text"
-        } else {
-            ", '{}'::text"
-        });
+        match &counting.attributes {
+            CountedAttributes::None => {
+                builder.push(", '{}'::text");
+            }
+            CountedAttributes::Only(keys) => {
+                // `?|` passes over the rows without any of the keys before an object is made.
+                builder
+                    .push(", CASE WHEN attributes ?| ")
+                    .push_bind(keys.clone())
+                    .push("::text[] THEN jsonb_strip_nulls(jsonb_build_object(");
+                for (n, key) in keys.iter().enumerate() {
+                    if n > 0 {
+                        builder.push(", ");
+                    }
+                    builder
+                        .push_bind(key.clone())
+                        .push("::text, attributes -> ")
+                        .push_bind(key.clone())
+                        .push("::text");
+                }
+                builder.push("))::text ELSE '{}' END");
+            }
+            CountedAttributes::All => {
+                builder.push(", attributes::text");
+            }
+        }
         if counting.trace {
             builder.push(", ").push(self.ids.as_hex());
         } else {
@@ -290,10 +311,10 @@ impl PgReader {
         push_conditions(&mut builder, selection, LOGS_LEVEL);
         // By the stored jsonb: each group's text is made once, not once per row.
         builder.push(" GROUP BY 1, service, logs.labels, 4");
-        builder.push(if counting.attributes {
-            ", logs.attributes"
-        } else {
-            ""
+        builder.push(match counting.attributes {
+            CountedAttributes::None => "",
+            CountedAttributes::Only(_) => ", 5",
+            CountedAttributes::All => ", logs.attributes",
         });
         if counting.trace {
             builder.push(", ").push(self.ids.group_by());

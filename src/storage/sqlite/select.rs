@@ -11,7 +11,7 @@ use super::batched_rows::each_row;
 use super::read::{SqliteReader, COLUMNS};
 use super::statement::Statement;
 use crate::model::selection::{
-    Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
+    CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
 use crate::storage::stored::{decode_counted, from_micros};
@@ -171,11 +171,39 @@ impl SqliteReader {
             .push_bind(width)
             .push(") AS slot, service, labels, ");
         builder.push(if counting.severity { "severity" } else { "0" });
-        builder.push(if counting.attributes {
-            ", attributes"
-        } else {
-            ", '{}'"
-        });
+        match &counting.attributes {
+            CountedAttributes::None => {
+                builder.push(", '{}'");
+            }
+            CountedAttributes::Only(keys) => {
+                // A substring test passes over the rows without any of the keys before their
+                // JSON is read; `json_patch` leaves out the keys a row lacks.
+                builder.push(", CASE WHEN ");
+                for (n, key) in keys.iter().enumerate() {
+                    if n > 0 {
+                        builder.push(" OR ");
+                    }
+                    builder
+                        .push("instr(attributes, ")
+                        .push_bind(format!("{}:", serde_json::Value::from(key.as_str())))
+                        .push(") > 0");
+                }
+                builder.push(" THEN json_patch('{}', json_object(");
+                for (n, key) in keys.iter().enumerate() {
+                    if n > 0 {
+                        builder.push(", ");
+                    }
+                    builder
+                        .push_bind(key.as_str())
+                        .push(", attributes -> ")
+                        .push_bind(format!("$.\"{key}\""));
+                }
+                builder.push(")) ELSE '{}' END");
+            }
+            CountedAttributes::All => {
+                builder.push(", attributes");
+            }
+        }
         builder.push(if counting.trace {
             ", trace_id, span_id"
         } else {
