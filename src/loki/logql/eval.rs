@@ -2,10 +2,10 @@
 //! from the lines it is given, and the aggregations and arithmetic over them, as Loki computes
 //! them. A step with no line in its range has no point (Loki leaves it out).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::ast::*;
-use super::labels::Labels;
+use super::labels::{self, Labels, LabelsMap};
 
 /// The most points one series may have, as in Loki.
 pub(crate) const MAX_POINTS: i64 = 11_000;
@@ -183,7 +183,7 @@ pub(crate) struct RangeAccumulator {
     /// `offset`: each step counts the range that ends this long before it.
     offset: i64,
     steps: Steps,
-    series: HashMap<Labels, Vec<Option<f64>>>,
+    series: LabelsMap<Vec<Option<f64>>>,
 }
 
 impl RangeAccumulator {
@@ -194,7 +194,7 @@ impl RangeAccumulator {
             range,
             offset: 0,
             steps,
-            series: HashMap::new(),
+            series: LabelsMap::default(),
         }
     }
 
@@ -276,9 +276,14 @@ impl RangeAccumulator {
                 Series { labels, points }
             })
             .collect();
-        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        sort_by_labels(&mut series);
         series
     }
+}
+
+/// Sorts `series` by their labels, keeping the order of those that share them.
+pub(crate) fn sort_by_labels(series: &mut [Series]) {
+    series.sort_by_cached_key(|one| labels::order_key(&one.labels));
 }
 
 /// Refuses an answer of more than `max` series, counting those with a point, as Loki counts the
@@ -462,7 +467,7 @@ pub(crate) fn label_replace(
         }
     }
     // Two series may now share labels; Loki answers both, and so does this.
-    series.sort_by(|a, b| a.labels.cmp(&b.labels));
+    sort_by_labels(&mut series);
     Ok(series)
 }
 

@@ -16,6 +16,34 @@ use crate::storage::StoredRow;
 /// A set of labels, sorted by name (the order Loki prints them in).
 pub(crate) type Labels = BTreeMap<String, String>;
 
+/// A map keyed by label sets. A query over many series looks each line's labels up in one: a
+/// fast hash of their text, where the default (SipHash) was a tenth of such a query's time.
+pub(crate) type LabelsMap<V> = HashMap<Labels, V, foldhash::fast::RandomState>;
+
+/// Bytes that sort as `labels` do: comparing two label sets pair by pair (name, then value) was
+/// a third of the time of a query that answers tens of thousands of series, and each comparison
+/// of these is one `memcmp`. Each text is written with its NUL bytes as `0 1` and ends in `0 0`,
+/// so a text sorts before every longer one it begins, and a set before every larger one it
+/// begins.
+pub(crate) fn order_key(labels: &Labels) -> Vec<u8> {
+    let size: usize = labels.iter().map(|(k, v)| k.len() + v.len() + 4).sum();
+    let mut key = Vec::with_capacity(size);
+    for text in labels.iter().flat_map(|(name, value)| [name, value]) {
+        if text.as_bytes().contains(&0) {
+            for &byte in text.as_bytes() {
+                key.push(byte);
+                if byte == 0 {
+                    key.push(1);
+                }
+            }
+        } else {
+            key.extend_from_slice(text.as_bytes());
+        }
+        key.extend_from_slice(&[0, 0]);
+    }
+    key
+}
+
 /// The label of the record's service.
 pub(crate) const SERVICE_LABEL: &str = "service_name";
 /// The label of its severity, by name.
@@ -191,6 +219,34 @@ fn add_object(labels: &mut Labels, json: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn order_keys_sort_as_the_label_sets_do() {
+        let texts = [
+            "", "a", "a\0", "a\0b", "a\u{1}", "ab", "b", "\0", "\0\0", "é",
+        ];
+        let mut sets: Vec<Labels> = vec![Labels::new()];
+        for name in texts {
+            for value in texts {
+                sets.push(Labels::from([(name.to_owned(), value.to_owned())]));
+                for other in ["a", "a\0", "b"] {
+                    sets.push(Labels::from([
+                        (name.to_owned(), value.to_owned()),
+                        (other.to_owned(), value.to_owned()),
+                    ]));
+                }
+            }
+        }
+        for a in &sets {
+            for b in &sets {
+                assert_eq!(
+                    order_key(a).cmp(&order_key(b)),
+                    a.cmp(b),
+                    "{a:?} against {b:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn names_are_sanitized() {

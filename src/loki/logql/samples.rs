@@ -4,11 +4,9 @@
 //! and a counter's rate need the samples themselves, which are kept per series (16 bytes each,
 //! charged) and never the lines.
 
-use std::collections::HashMap;
-
 use super::ast::RangeFunction;
-use super::eval::{series_bytes, EvalError, Series, Steps};
-use super::labels::Labels;
+use super::eval::{self, series_bytes, EvalError, Series, Steps};
+use super::labels::{Labels, LabelsMap};
 
 /// A sample: its time (nanoseconds) and value.
 type Sample = (i64, f64);
@@ -127,7 +125,7 @@ pub(crate) struct SampleAccumulator {
     range: i64,
     offset: i64,
     steps: Steps,
-    series: HashMap<Labels, Cells>,
+    series: LabelsMap<Cells>,
     /// The bytes it reported making, all told.
     held: usize,
 }
@@ -148,7 +146,7 @@ impl SampleAccumulator {
             range,
             offset,
             steps,
-            series: HashMap::new(),
+            series: LabelsMap::default(),
             held: 0,
         }
     }
@@ -236,7 +234,7 @@ impl SampleAccumulator {
                 Series { labels, points }
             })
             .collect();
-        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        eval::sort_by_labels(&mut series);
         series
     }
 }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use crate::error::{HttpError, QueryError};
 use crate::loki::logql::ast::{AggregateOp, MetricExpr};
 use crate::loki::logql::eval::{self, Series, Steps, Value};
-use crate::loki::logql::labels::Labels;
+use crate::loki::logql::labels::{Labels, LabelsMap};
 use crate::query::memory::ReadCharge;
 
 /// `steps` in two runs, the first of half its instants (rounded down); `None` for one instant.
@@ -50,7 +50,7 @@ pub(super) struct Joined {
     /// Where each labels' series are in `series`: two series of one run may share labels
     /// (`label_replace` can make them), and the n-th of a run continues the n-th of the runs
     /// before. Its copy of each series' labels is charged too, until [`Joined::finish`].
-    slots: HashMap<Labels, Vec<usize>>,
+    slots: LabelsMap<Vec<usize>>,
     /// The value when it is a number, the same at every step.
     number: Option<f64>,
 }
@@ -61,7 +61,7 @@ impl Joined {
         Joined {
             steps,
             series: Vec::new(),
-            slots: HashMap::new(),
+            slots: LabelsMap::default(),
             number: None,
         }
     }
@@ -126,7 +126,7 @@ impl Joined {
             // Each run's series are in the order of their labels, but a series a later run
             // begins may sort before those of the runs before it.
             _ => {
-                self.series.sort_by(|a, b| a.labels.cmp(&b.labels));
+                eval::sort_by_labels(&mut self.series);
                 Value::Matrix(self.series)
             }
         }
