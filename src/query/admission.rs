@@ -158,6 +158,14 @@ impl TenantReads {
         })
     }
 
+    /// A slot for one more read of a query that already holds one, if one is free now: its
+    /// reads may then run side by side, and otherwise they run one after the other. Never
+    /// waited for and never refused, so a tenant's reads together hold no more connections than
+    /// its slots.
+    pub(crate) fn spare(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.slots).try_acquire_owned().ok()
+    }
+
     /// A slot for one read, waiting as long as it takes (a tail poll, which its own deadline
     /// bounds); `None` only if the semaphore were closed, which it never is.
     pub(crate) async fn wait(&self) -> Option<OwnedSemaphorePermit> {
@@ -221,5 +229,18 @@ mod tests {
         tokio::time::sleep(ADMISSION_WAIT / 2).await;
         drop(first);
         assert!(waiting.await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_spare_slot_is_one_of_the_tenants_own() {
+        let admission = admission(2, 1, 1);
+        let a: Arc<str> = Arc::from("a");
+        let reads = admission.tenant(&a);
+        let first = reads.admit().await.unwrap();
+        let spare = reads.spare().expect("the tenant's second slot is free");
+        assert!(reads.spare().is_none(), "no third slot");
+        drop(spare);
+        assert!(reads.spare().is_some());
+        drop(first);
     }
 }

@@ -31,6 +31,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use self::metrics::QueryMetrics;
@@ -124,6 +125,12 @@ impl Reads {
     ) -> Result<T, E> {
         let _slot = self.admission.tenant(tenant).admit().await?;
         self.limits.bounded(work).await
+    }
+
+    /// A second read slot of `tenant` for a read made within [`Reads::admitted`], if one is free
+    /// now ([`admission::TenantReads::spare`]).
+    pub(crate) fn spare_slot(&self, tenant: &Arc<str>) -> Option<OwnedSemaphorePermit> {
+        self.admission.tenant(tenant).spare()
     }
 
     /// The store's read side, for reads made within [`Reads::admitted`].

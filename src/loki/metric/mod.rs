@@ -18,6 +18,8 @@ mod program;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
+
 use super::logql::eval::{self, Series, Steps, Value};
 use super::logql::plan::Placement;
 use super::read::Stats;
@@ -62,7 +64,7 @@ impl Reads {
                     charge: &mut *charge,
                     sources,
                 };
-                let result = self.run(expr, placement, &mut fetch).await;
+                let result = self.run(tenant, expr, placement, &mut fetch).await;
                 charge.count_refusals(true);
                 match (result, split) {
                     (Ok(value), _) if run == steps => whole = Some(value),
@@ -91,13 +93,14 @@ impl Reads {
     /// `expr` at the steps of `fetch`, planned for them.
     async fn run(
         &self,
+        tenant: &Arc<str>,
         expr: &MetricExpr,
         placement: Placement,
         fetch: &mut Fetch<'_>,
     ) -> Result<Value, HttpError> {
         let steps = fetch.steps;
         let program = program::plan(expr, steps, placement);
-        let mut read = self.read_at_once(&program, fetch).await?;
+        let mut read = self.read_at_once(tenant, &program, fetch).await?;
         let mut values = Vec::new();
         for step in &program {
             match step {
@@ -118,13 +121,16 @@ impl Reads {
             .expect("a planned program leaves exactly one value"))
     }
 
-    /// The series of each read of `program`, in its order, read at the same time: the sides
-    /// of a binary operation wait on the database together instead of one after the other.
-    /// `None` when the program has a single read, or when its reads do not fit the read's memory
-    /// bound together: the program then reads as it runs, each operation giving back what its
-    /// inputs held before the next read, and whatever still does not fit is refused there.
+    /// The series of each read of `program`, in its order, read two at a time: the sides of a
+    /// binary operation wait on the database together instead of one after the other. The
+    /// second takes a read slot of the tenant's own, so that a tenant's reads never hold more
+    /// connections than it has slots. `None` when the program has a single read, when the
+    /// tenant has no slot free, or when its reads do not fit the read's memory bound together:
+    /// the program then reads as it runs, each operation giving back what its inputs held
+    /// before the next read, and whatever still does not fit is refused there.
     async fn read_at_once(
         &self,
+        tenant: &Arc<str>,
         program: &[Step<'_>],
         fetch: &mut Fetch<'_>,
     ) -> Result<Option<std::vec::IntoIter<Vec<Series>>>, HttpError> {
@@ -138,6 +144,9 @@ impl Reads {
         if reads.len() < 2 {
             return Ok(None);
         }
+        let Some(_second) = self.spare_slot(tenant) else {
+            return Ok(None);
+        };
         let mut parts: Vec<_> = reads.iter().map(|_| fetch.charge.part()).collect();
         let mut stats = vec![Stats::default(); reads.len()];
         let mut fetches: Vec<_> = parts
@@ -151,13 +160,12 @@ impl Reads {
                 sources: fetch.sources,
             })
             .collect();
-        let results = futures::future::join_all(
-            fetches
-                .iter_mut()
-                .zip(&reads)
-                .map(|(part, read)| self.fetch(read, part)),
-        )
-        .await;
+        let pending: Vec<_> = fetches
+            .iter_mut()
+            .zip(&reads)
+            .map(|(part, read)| self.fetch(read, part))
+            .collect();
+        let results: Vec<_> = futures::stream::iter(pending).buffered(2).collect().await;
         drop(fetches);
         for read in &stats {
             fetch.stats.add(read);
