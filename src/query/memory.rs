@@ -70,6 +70,7 @@ impl ReadMemory {
             held: 0,
             read: Arc::new(AtomicUsize::new(0)),
             counting: true,
+            part: false,
         }
     }
 
@@ -97,6 +98,9 @@ pub(crate) struct ReadCharge {
     /// Whether a refusal of `--max-query-bytes` is counted: not while the read would try again
     /// in smaller pieces.
     counting: bool,
+    /// A part of a read ([`ReadCharge::part`]): neither of its refusals is counted, as the read
+    /// tries again without parts and counts its own.
+    part: bool,
 }
 
 impl ReadCharge {
@@ -124,12 +128,14 @@ impl ReadCharge {
         }
         if !self.memory.take(bytes) {
             self.read.fetch_sub(bytes, Ordering::Relaxed);
-            return Err(self.refuse(
-                "all_reads",
-                QueryError::ReadMemoryFull {
-                    limit: ByteSize(limits.all_reads as u64),
-                },
-            ));
+            let err = QueryError::ReadMemoryFull {
+                limit: ByteSize(limits.all_reads as u64),
+            };
+            return Err(if self.part {
+                err
+            } else {
+                self.refuse("all_reads", err)
+            });
         }
         self.held += bytes;
         self.memory.held_gauge.add(bytes as f64);
@@ -156,7 +162,8 @@ impl ReadCharge {
     /// An empty charge for a part of this read that runs beside the rest (one read of a metric
     /// query whose reads run at once): what the parts hold together is bounded as one read's, and
     /// a part's refusal of `--max-query-bytes` is not counted, as the read tries again without
-    /// parts ([`ReadCharge::absorb`] takes back what a part made).
+    /// parts ([`ReadCharge::absorb`] takes back what a part made); so is its refusal of
+    /// `--max-read-bytes`, which the read, holding less without parts, may not meet again.
     pub(crate) fn part(&self) -> ReadCharge {
         ReadCharge {
             memory: Arc::clone(&self.memory),
@@ -164,6 +171,7 @@ impl ReadCharge {
             held: 0,
             read: Arc::clone(&self.read),
             counting: false,
+            part: true,
         }
     }
 
@@ -208,6 +216,36 @@ mod tests {
             },
             &metrics,
         ))
+    }
+
+    #[test]
+    fn a_parts_refusals_are_left_for_the_read_to_count() {
+        let registry = Registry::new();
+        let metrics = QueryMetrics::register(&registry);
+        let memory = Arc::new(ReadMemory::new(
+            MemoryLimits {
+                per_read: 100,
+                all_reads: 50,
+            },
+            &metrics,
+        ));
+        let tenant: Arc<str> = Arc::from("t");
+        let mut read = memory.read(&tenant);
+        let mut part = read.part();
+        let err = part.charge(60).unwrap_err();
+        assert!(matches!(err, QueryError::ReadMemoryFull { .. }), "{err}");
+        assert!(part.charge(101).is_err());
+        assert!(!registry
+            .render()
+            .contains("loghaul_read_memory_refusals_total{"));
+        assert!(read.charge(60).is_err());
+        assert!(
+            registry
+                .render()
+                .contains(r#"loghaul_read_memory_refusals_total{limit="all_reads",tenant="t"} 1"#),
+            "{}",
+            registry.render()
+        );
     }
 
     #[test]

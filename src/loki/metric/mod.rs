@@ -23,7 +23,7 @@ use futures::StreamExt;
 use super::logql::eval::{self, Series, Steps, Value};
 use super::logql::plan::Placement;
 use super::read::Stats;
-use crate::error::HttpError;
+use crate::error::{HttpError, QueryError};
 use crate::loki::logql::ast::MetricExpr;
 use crate::observability::metrics::CounterVec;
 use crate::query::memory::ReadCharge;
@@ -125,7 +125,7 @@ impl Reads {
     /// binary operation wait on the database together instead of one after the other. The
     /// second takes a read slot of the tenant's own, so that a tenant's reads never hold more
     /// connections than it has slots. `None` when the program has a single read, when the
-    /// tenant has no slot free, or when its reads do not fit the read's memory bound together:
+    /// tenant has no slot free, or when its reads do not fit a memory bound together:
     /// the program then reads as it runs, each operation giving back what its inputs held
     /// before the next read, and whatever still does not fit is refused there.
     async fn read_at_once(
@@ -170,9 +170,14 @@ impl Reads {
         for read in &stats {
             fetch.stats.add(read);
         }
+        // Held one after the other, the reads hold less, of the read's bound and of the reads'.
+        let fewer_may_fit = |err: &HttpError| {
+            pieces::smaller_may_fit(err)
+                || matches!(err, HttpError::Query(QueryError::ReadMemoryFull { .. }))
+        };
         if results
             .iter()
-            .any(|result| result.as_ref().is_err_and(pieces::smaller_may_fit))
+            .any(|result| result.as_ref().is_err_and(fewer_may_fit))
         {
             return Ok(None);
         }
