@@ -262,6 +262,105 @@ async fn an_hour_is_sealed_under_late_rows_and_reads_with_no_row_lost_doubled_or
     drop(db);
 }
 
+/// Holds a lock that conflicts with the swap's on `table`, in a transaction of its own, from
+/// when this returns until `release` is cancelled.
+async fn hold_lock(
+    url: String,
+    table: String,
+    release: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let (held, holding) = tokio::sync::oneshot::channel();
+    let holder = tokio::spawn(async move {
+        let mut conn = PgConnection::connect(&url).await.unwrap();
+        let mut transaction = conn.begin().await.unwrap();
+        sqlx::query(&format!("LOCK TABLE {table} IN ACCESS SHARE MODE"))
+            .execute(&mut *transaction)
+            .await
+            .unwrap();
+        held.send(()).unwrap();
+        release.cancelled().await;
+        transaction.commit().await.unwrap();
+        conn.close().await.unwrap();
+    });
+    holding.await.unwrap();
+    holder
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_outwaits_a_long_read_and_a_lock_never_let_go_leaves_the_heap_whole() {
+    let Some((db, mut conn, flavor)) = columnar_db("sealing_swap_wait").await else {
+        return;
+    };
+    let hour = yesterdays_hour();
+    fill_hour(&mut conn, hour, 20_000).await;
+    let before = fingerprint(&mut conn, hour, "true").await;
+    let leaf = leaf_of(&mut conn, hour).await;
+
+    // A read of the partition that outlasts one swap's lock timeout, but not a few: the seal
+    // waits it out instead of throwing its copy away.
+    let release = CancellationToken::new();
+    let holder = hold_lock(db.url.clone(), leaf.name.clone(), release.clone()).await;
+    // Let go once the swap has waited for it longer than its lock timeout.
+    let releasing = {
+        let (url, table, release) = (db.url.clone(), leaf.name.clone(), release.clone());
+        tokio::spawn(async move {
+            let mut watcher = PgConnection::connect(&url).await.unwrap();
+            let waited_for = "SELECT EXISTS (SELECT 1 FROM pg_locks \
+                              WHERE relation = $1::regclass AND NOT granted)";
+            let started = std::time::Instant::now();
+            while !sqlx::query_scalar::<_, bool>(waited_for)
+                .bind(&table)
+                .fetch_one(&mut watcher)
+                .await
+                .unwrap()
+            {
+                assert!(
+                    started.elapsed() < DEADLINE,
+                    "the swap never waited for its lock"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            release.cancel();
+            watcher.close().await.unwrap();
+        })
+    };
+    let sealed = seal(&mut conn, flavor, &leaf, Pace::new(100))
+        .await
+        .unwrap();
+    releasing.await.unwrap();
+    holder.await.unwrap();
+    assert_eq!(access_method(&mut conn, &leaf.name).await, "columnar");
+    assert_eq!(sealed.rows, 20_000, "{sealed:?}");
+    assert_eq!(fingerprint(&mut conn, hour, "true").await, before);
+
+    // A lock that is never let go: the seal fails with PostgreSQL's own reason, and the sealed
+    // partition is left as it was, whole, to be sealed again later.
+    insert_late(&mut conn, hour, 0, 10).await;
+    let before = fingerprint(&mut conn, hour, "true").await;
+    let leaf = leaf_of(&mut conn, hour).await;
+    let release = CancellationToken::new();
+    let holder = hold_lock(db.url.clone(), leaf.name.clone(), release.clone()).await;
+    let err = seal(&mut conn, flavor, &leaf, Pace::new(100))
+        .await
+        .expect_err("the swap never gets its locks");
+    assert_eq!(
+        err.as_database_error().and_then(|db| db.code()).as_deref(),
+        Some("55P03"),
+        "{err}"
+    );
+    release.cancel();
+    holder.await.unwrap();
+    assert_eq!(access_method(&mut conn, &leaf.name).await, "columnar");
+    assert_eq!(fingerprint(&mut conn, hour, "true").await, before);
+    seal(&mut conn, flavor, &leaf, Pace::new(100))
+        .await
+        .unwrap();
+    assert_eq!(fingerprint(&mut conn, hour, "true").await, before);
+    conn.close().await.unwrap();
+    drop(db);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_rows_after_the_seal_are_kept_and_sealed_again() {
     let Some((db, mut conn, flavor)) = columnar_db("sealing_late").await else {

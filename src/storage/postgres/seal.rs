@@ -16,8 +16,9 @@
 //! once more inside the swap, with inserts held off. The swap then detaches the heap, attaches the
 //! columnar table with the same bounds and drops the heap, in one transaction whose locks are held
 //! for milliseconds (a `CHECK` constraint spares the attach its validating scan). A lock it cannot
-//! get within [`SWAP_LOCK_TIMEOUT`] fails the seal, which the next run tries again; ingest queues
-//! behind it for at most that long.
+//! get within [`SWAP_LOCK_TIMEOUT`] fails the swap, which is tried again a few times (then the
+//! seal fails, and the next run tries it again); ingest queues behind it for at most that long
+//! each time.
 //!
 //! **Late rows after the seal** go into the columnar partition itself (columnar tables take
 //! inserts), each transaction's rows as a small stripe of their own. A partition that gathered
@@ -43,6 +44,10 @@ use crate::storage::error::{unavailable, StoreError};
 const SEAL_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c53;
 /// How long the swap waits for its locks, and so how long ingest can queue behind it.
 const SWAP_LOCK_TIMEOUT: &str = "200ms";
+/// Swaps tried before a seal fails for want of its locks.
+const SWAP_ATTEMPTS: u32 = 5;
+/// The rest between two swaps, which lets the reads that held the locks end.
+const SWAP_RETRY_REST: Duration = Duration::from_millis(500);
 /// A stripe of fewer rows than this was written by late rows, not by a seal.
 const SMALL_STRIPE_ROWS: i64 = 10_000;
 /// Small stripes a sealed partition gathers before it is sealed again.
@@ -401,7 +406,7 @@ pub async fn seal(
         .await?;
     }
 
-    let mut catch_up_from = oldest_transaction_start(conn).await?;
+    let catch_up_from = oldest_transaction_start(conn).await?;
     let mut copy = conn.begin().await?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         .execute(&mut *copy)
@@ -435,31 +440,105 @@ pub async fn seal(
         start = end;
     }
     copy.commit().await?;
-    // Rows that arrived during the copy are added without a lock first, until few are left, so
-    // that the locked catch-up of the swap has little to do.
-    let catch_up = format!(
-        "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} l \
-         WHERE l.received_at >= $1 AND NOT EXISTS ( \
-             SELECT 1 FROM {work} w \
-             WHERE w.received_at >= $1 AND w.tenant = l.tenant AND w.id = l.id) \
-         ORDER BY {SEALED_ORDER}"
-    );
-    let mut caught_up = 0;
-    for _ in 0..UNLOCKED_CATCH_UPS {
+    let catch_up = CatchUp {
+        statement: format!(
+            "INSERT INTO {work} ({columns}) SELECT {columns} FROM {name} l \
+             WHERE l.received_at >= $1 AND NOT EXISTS ( \
+                 SELECT 1 FROM {work} w \
+                 WHERE w.received_at >= $1 AND w.tenant = l.tenant AND w.id = l.id) \
+             ORDER BY {SEALED_ORDER}"
+        ),
+        from: catch_up_from,
+        rows: 0,
+    };
+    let (caught_up, swap) = swap_in(conn, leaf, &work, catch_up).await?;
+    // The planner's statistics of the new table; without them it guesses row counts.
+    sqlx::query(&format!("ANALYZE {name}"))
+        .execute(&mut *conn)
+        .await?;
+    Ok(Sealed {
+        rows,
+        caught_up,
+        swap,
+    })
+}
+
+/// The rows received during the copy that the new table still lacks, and how to add them.
+struct CatchUp {
+    /// Copies the heap's rows received since `$1` that the new table lacks.
+    statement: String,
+    /// Every row the new table lacks was received at or after this.
+    from: DateTime<Utc>,
+    /// Rows added so far.
+    rows: u64,
+}
+
+impl CatchUp {
+    /// Adds the rows received since the last pass, and notes when this pass started.
+    async fn pass(&mut self, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
         let from = oldest_transaction_start(conn).await?;
-        let added = sqlx::query(&catch_up)
-            .bind(catch_up_from)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        caught_up += added;
-        catch_up_from = from;
-        if added < FEW_LATE_ROWS {
-            break;
-        }
+        let added = self.rows_since_last_pass(conn).await?;
+        self.rows += added;
+        self.from = from;
+        Ok(added)
     }
 
-    let locking = Instant::now();
+    /// Runs the catch-up from the last pass on `conn`, and how many rows it added.
+    async fn rows_since_last_pass(&self, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(&self.statement)
+            .bind(self.from)
+            .execute(conn)
+            .await?
+            .rows_affected())
+    }
+}
+
+/// Catches `work` up with the heap and swaps it in for `leaf`: the rows caught up, and how long
+/// the swap that succeeded held its locks. A swap that cannot get its locks within
+/// [`SWAP_LOCK_TIMEOUT`] (reads of the day longer than that, on a busy server) is tried again
+/// after a rest, a few times, rather than throwing the copy away.
+async fn swap_in(
+    conn: &mut PgConnection,
+    leaf: &Leaf,
+    work: &str,
+    mut catch_up: CatchUp,
+) -> Result<(u64, Duration), sqlx::Error> {
+    let mut attempt = 1;
+    loop {
+        // Rows that arrived meanwhile are added without a lock first, until few are left, so
+        // that the locked catch-up of the swap has little to do.
+        for _ in 0..UNLOCKED_CATCH_UPS {
+            if catch_up.pass(conn).await? < FEW_LATE_ROWS {
+                break;
+            }
+        }
+        let locking = Instant::now();
+        match swap(conn, leaf, work, &catch_up).await {
+            Ok(added) => return Ok((catch_up.rows + added, locking.elapsed())),
+            Err(err) if attempt < SWAP_ATTEMPTS && lock_not_available(&err) => {
+                tracing::info!(
+                    partition = %leaf.name,
+                    attempt,
+                    "the seal's swap did not get its locks in time; trying again"
+                );
+                attempt += 1;
+                tokio::time::sleep(SWAP_RETRY_REST).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// The swap itself: the last catch-up with inserts held off (the rows it added are returned),
+/// then `work` in `leaf`'s place, in one transaction.
+async fn swap(
+    conn: &mut PgConnection,
+    leaf: &Leaf,
+    work: &str,
+    catch_up: &CatchUp,
+) -> Result<u64, sqlx::Error> {
+    let name = &leaf.name;
+    let (from, to) = (timestamp(leaf.from), timestamp(leaf.to));
     let mut swap = conn.begin().await?;
     sqlx::query(&format!("SET LOCAL lock_timeout = '{SWAP_LOCK_TIMEOUT}'"))
         .execute(&mut *swap)
@@ -474,11 +553,7 @@ pub async fn seal(
     sqlx::query(&format!("LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
         .execute(&mut *swap)
         .await?;
-    caught_up += sqlx::query(&catch_up)
-        .bind(catch_up_from)
-        .execute(&mut *swap)
-        .await?
-        .rows_affected();
+    let added = catch_up.rows_since_last_pass(&mut swap).await?;
     for statement in [
         format!("ALTER TABLE {} DETACH PARTITION {name}", leaf.parent),
         format!(
@@ -491,16 +566,14 @@ pub async fn seal(
         sqlx::query(&statement).execute(&mut *swap).await?;
     }
     swap.commit().await?;
-    let swap = locking.elapsed();
-    // The planner's statistics of the new table; without them it guesses row counts.
-    sqlx::query(&format!("ANALYZE {name}"))
-        .execute(&mut *conn)
-        .await?;
-    Ok(Sealed {
-        rows,
-        caught_up,
-        swap,
-    })
+    Ok(added)
+}
+
+/// Whether `err` is PostgreSQL's `lock_not_available`: a lock not granted within `lock_timeout`.
+fn lock_not_available(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 /// The oldest start among the open transactions of client sessions on this database (or now):

@@ -54,6 +54,10 @@ pub struct Process {
     transcript: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
+/// How long a test waits for a log line: a migration on a Citus cluster of a busy machine takes
+/// tens of seconds, and a server that exits is seen at once.
+const LOG_WAIT: Duration = Duration::from_secs(60);
+
 impl Process {
     /// Starts `loghaul serve` on `database_url` with `extra` flags, and two shards unless `extra`
     /// says how many.
@@ -110,15 +114,14 @@ impl Process {
         process
     }
 
-    /// Waits up to 30 s for a JSON log event with this message and returns it.
+    /// Waits up to [`LOG_WAIT`] for a JSON log event with this message and returns it.
     pub fn wait_for_log(&mut self, message: &str) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + LOG_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the server logs {message:?}"));
+            let Ok(line) = self.lines.recv_timeout(left) else {
+                self.fail_waiting_for(message);
+            };
             let Ok(event) = serde_json::from_str::<serde_json::Value>(&line) else {
                 continue;
             };
@@ -126,6 +129,21 @@ impl Process {
                 return event;
             }
         }
+    }
+
+    /// Fails the test, saying whether the server still runs and what it logged last, so that a
+    /// start-up that failed reads differently from one that was slow.
+    fn fail_waiting_for(&mut self, message: &str) -> ! {
+        let state = match self.child.try_wait() {
+            Ok(Some(status)) => format!("it exited with {status}"),
+            _ => format!("it still runs after {LOG_WAIT:?}"),
+        };
+        let transcript = self.transcript();
+        let last = &transcript[transcript.len().saturating_sub(20)..];
+        panic!(
+            "the server did not log {message:?}: {state}; its last lines:\n{}",
+            last.join("\n")
+        );
     }
 
     /// The Prometheus text of this process's /metrics.
