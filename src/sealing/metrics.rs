@@ -35,7 +35,7 @@ const SEAL_DURATION: Series = Series::new(
 const SEAL_SWAP: Series = Series::new(
     "loghaul_seal_swap_seconds",
     Unit::Seconds,
-    "Time one seal's swap held its locks (waiting for them included): how long writes and reads of that day queued behind it.",
+    "Time one seal's swap held its locks (waiting for them included, every try together): how long writes and reads of that day queued behind it.",
 );
 const SEAL_LAG: Series = Series::new(
     "loghaul_seal_lag_seconds",
@@ -71,7 +71,7 @@ pub(crate) struct SealingMetrics {
     pub rows: Counter,
     /// Time per seal.
     pub duration: Histogram,
-    /// Time per swap, locks held.
+    /// Time per seal that its swap held or waited for its locks.
     pub swap: Histogram,
     /// Seconds the oldest due hour has waited.
     pub lag: Gauge,

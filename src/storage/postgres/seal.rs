@@ -44,6 +44,8 @@ use crate::storage::error::{unavailable, StoreError};
 const SEAL_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c53;
 /// How long the swap waits for its locks, and so how long ingest can queue behind it.
 const SWAP_LOCK_TIMEOUT: &str = "200ms";
+/// PostgreSQL's `lock_not_available`: a lock not granted within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// Swaps tried before a seal fails for want of its locks.
 const SWAP_ATTEMPTS: u32 = 5;
 /// The rest between two swaps, which lets the reads that held the locks end.
@@ -351,8 +353,8 @@ pub struct Sealed {
     pub rows: u64,
     /// Rows that arrived during the copy and were added at the swap.
     pub caught_up: u64,
-    /// How long the swap held (or waited for) its locks: how long inserts and reads of the
-    /// day could queue behind it.
+    /// How long the swap held (or waited for) its locks, its tries together: how long inserts
+    /// and reads of the day could queue behind it.
     pub swap: Duration,
 }
 
@@ -494,7 +496,7 @@ impl CatchUp {
 }
 
 /// Catches `work` up with the heap and swaps it in for `leaf`: the rows caught up, and how long
-/// the swap that succeeded held its locks. A swap that cannot get its locks within
+/// the swap's tries held or waited for their locks in all. A swap that cannot get its locks within
 /// [`SWAP_LOCK_TIMEOUT`] (reads of the day longer than that, on a busy server) is tried again
 /// after a rest, a few times, rather than throwing the copy away.
 async fn swap_in(
@@ -504,6 +506,8 @@ async fn swap_in(
     mut catch_up: CatchUp,
 ) -> Result<(u64, Duration), sqlx::Error> {
     let mut attempt = 1;
+    // Each try, the failed ones too, held inserts and reads of the day off while it waited.
+    let mut locked = Duration::ZERO;
     loop {
         // Rows that arrived meanwhile are added without a lock first, until few are left, so
         // that the locked catch-up of the swap has little to do.
@@ -513,8 +517,10 @@ async fn swap_in(
             }
         }
         let locking = Instant::now();
-        match swap(conn, leaf, work, &catch_up).await {
-            Ok(added) => return Ok((catch_up.rows + added, locking.elapsed())),
+        let result = swap(conn, leaf, work, &catch_up).await;
+        locked += locking.elapsed();
+        match result {
+            Ok(added) => return Ok((catch_up.rows + added, locked)),
             Err(err) if attempt < SWAP_ATTEMPTS && lock_not_available(&err) => {
                 tracing::info!(
                     partition = %leaf.name,
@@ -569,11 +575,11 @@ async fn swap(
     Ok(added)
 }
 
-/// Whether `err` is PostgreSQL's `lock_not_available`: a lock not granted within `lock_timeout`.
+/// Whether `err` is [`LOCK_NOT_AVAILABLE`].
 fn lock_not_available(err: &sqlx::Error) -> bool {
     err.as_database_error()
         .and_then(|db| db.code())
-        .is_some_and(|code| code == "55P03")
+        .is_some_and(|code| code == LOCK_NOT_AVAILABLE)
 }
 
 /// The oldest start among the open transactions of client sessions on this database (or now):
