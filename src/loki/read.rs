@@ -194,7 +194,8 @@ impl Reads {
             let (count, size) = (counted.count as u64, counted.bytes as u64);
             lines += count;
             bytes += size;
-            let Some(stream) = streams.selected(&counted.row, |stream| pipeline.selects(stream))
+            let Some((stream, _)) =
+                streams.selected(&counted.row, |stream| pipeline.selects(stream))
             else {
                 return true;
             };

@@ -196,6 +196,14 @@ logs("logfmt_params", PAY_DEBUG + ' | logfmt m="method", status')
 logs("logfmt_strict_errors", PAYMENTS + " | logfmt --strict | drop level, level_extracted")
 logs("logfmt_keep_empty", EDGE + " | decolorize | logfmt --keep-empty")
 logs("keep_matching", PAY_DEBUG + ' | logfmt | keep method="GET", path')
+# A second parser overwrites what an earlier stage set, and suffixes only the line's own labels.
+logs("parser_twice_json", PROD + ' | json | json | trace_id!=""')
+logs("parser_twice_logfmt", STAGING + " | logfmt | logfmt")
+logs("parser_after_label_format", PROD + ' | json | label_format msg="{{.method}}" | json')
+logs("parser_after_drop", STAGING + " | drop level | logfmt")
+logs("template_bytes", STAGING + ' | logfmt | line_format "{{.size}} {{ .size | bytes }} {{ bytes .bytes }}"')
+logs("template_bytes_units", PROD + ' | json | line_format `{{ bytes "1,5 k" }} {{ bytes "2 KiB" }} {{ bytes "3.7" }} {{ .bytes | bytes }}`')
+logs("template_bytes_error", PROD + ' | json | line_format `{{ bytes "7 zz" }}`')
 metric("m_pattern_by_method", 'sum by (method) (count_over_time(' + PROXY
        + ' | pattern `<_> - - "<method> <_>` [5m]))')
 metric("m_unpack_by_pod", 'sum by (pod) (count_over_time(' + EDGE + ' |= "_entry" | unpack [10m]))')
@@ -307,9 +315,19 @@ metric("m_label_replace_delete", f'label_replace({BY_LEVEL_ENV}, "env", "", "lev
 
 # ---- unwrap --------------------------------------------------------------------------------------
 metric("m_unwrap_min_by", f"min_over_time({PAY_DEBUG} | logfmt | unwrap bytes [10m]) by (method)")
+# Lines of several streams at one instant (the minute boundaries) in one group: Loki takes them
+# in the order of their streams' hashes.
+metric("m_last_tie_by", f"last_over_time({PROD} | json | unwrap seq [10m]) by (method)")
+metric("m_last_tie_all", 'last_over_time({service_name=~"checkout|cron|search|proxy"} | regexp "(?P<n>[0-9]+)" | unwrap n [1m]) by ()')
+metric("m_first_tie_all", 'first_over_time({service_name=~"checkout|cron|search|proxy"} | regexp "(?P<n>[0-9]+)" | unwrap n [61s]) by ()')
 metric("m_unwrap_first_by", f"first_over_time({PROD} | json | unwrap seq [10m]) by (level)")
 metric("m_unwrap_stdvar", f"stdvar_over_time({PROD} | json | unwrap bytes [15m]) by (level)")
 metric("m_unwrap_rate", f"rate({PAY_DEBUG} | logfmt | unwrap bytes [5m])")
+metric("m_mod", f"sum by (level) (count_over_time({CHECKOUT}[5m])) % 3")
+metric("m_pow", f"sum(count_over_time({PROXY}[5m])) ^ 0.5 * 2")
+metric("m_pow_right_assoc", f"2 ^ 3 ^ 2 * sum(count_over_time({PROXY}[5m])) % 7")
+metric("m_mod_on", f"sum by (level) (count_over_time({CHECKOUT}[5m])) % on (level) sum by (level) (count_over_time({CHECKOUT}[10m]))")
+metric("m_mod_zero", f"sum(count_over_time({PROXY}[5m])) % 0")
 metric("m_unwrap_sum_rate_by", f"sum by (method) (rate({PAY_DEBUG} | logfmt | unwrap bytes [5m]))")
 metric("m_unwrap_quantile_0", f"quantile_over_time(0, {PROD} | json | unwrap bytes [10m]) by (level)")
 metric("m_unwrap_quantile_1", f"quantile_over_time(1, {PROD} | json | unwrap bytes [10m]) by (level)")

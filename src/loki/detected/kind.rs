@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::loki::logql::unwrap::parse_bytes;
+
 /// A detected field's type, by its name in Loki's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,30 +103,7 @@ fn is_duration(value: &str) -> bool {
 /// A size as go-humanize's `ParseBytes` reads it: digits (with `.` and `,`), optional spaces,
 /// and a unit of 1000s (`kB`, `k`) or 1024s (`KiB`, `Ki`), in any case, or none.
 pub(crate) fn size(value: &str) -> Option<u64> {
-    let digits = value
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
-        .unwrap_or(value.len());
-    let number: f64 = value[..digits].replace(',', "").parse().ok()?;
-    let unit = value[digits..].trim().to_ascii_lowercase();
-    let scale: f64 = match unit.as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "p" | "pb" => 1e15,
-        "e" | "eb" => 1e18,
-        "ki" | "kib" => 1024f64,
-        "mi" | "mib" => 1024f64.powi(2),
-        "gi" | "gib" => 1024f64.powi(3),
-        "ti" | "tib" => 1024f64.powi(4),
-        "pi" | "pib" => 1024f64.powi(5),
-        "ei" | "eib" => 1024f64.powi(6),
-        _ => return None,
-    };
-    let bytes = number * scale;
-    // Go's conversion truncates, and refuses what a u64 cannot hold.
-    (bytes < u64::MAX as f64).then_some(bytes as u64)
+    parse_bytes(value).ok()
 }
 
 /// The units a value must end in for Loki to write it back as a size.

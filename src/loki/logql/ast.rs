@@ -415,6 +415,10 @@ pub enum BinaryOp {
     Mul,
     /// `/`
     Div,
+    /// `%`: the remainder, with the sign of the left side.
+    Mod,
+    /// `^`: the left side to the power of the right.
+    Pow,
     /// `==`
     Eq,
     /// `!=`

@@ -18,6 +18,9 @@ fn merge(op: BinaryOp, left: f64, right: f64, filter: bool) -> Option<f64> {
         // Loki answers NaN, not an infinity, for a division by zero.
         BinaryOp::Div if right == 0.0 => return Some(f64::NAN),
         BinaryOp::Div => return Some(left / right),
+        // Go's `math.Mod` and `math.Pow`, which Loki uses: the same IEEE results as Rust's.
+        BinaryOp::Mod => return Some(left % right),
+        BinaryOp::Pow => return Some(left.powf(right)),
         BinaryOp::Eq => left == right,
         BinaryOp::Ne => left != right,
         BinaryOp::Gt => left > right,

@@ -376,6 +376,8 @@ impl BinaryOp {
             BinaryOp::Sub => "-",
             BinaryOp::Mul => "*",
             BinaryOp::Div => "/",
+            BinaryOp::Mod => "%",
+            BinaryOp::Pow => "^",
             BinaryOp::Eq => "==",
             BinaryOp::Ne => "!=",
             BinaryOp::Gt => ">",

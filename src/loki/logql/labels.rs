@@ -121,6 +121,20 @@ pub(crate) fn row_stream_labels(row: &StoredRow) -> Labels {
     labels
 }
 
+/// Loki's hash of a stream's labels (Prometheus' `labels.Hash`: xxHash64 of each name and value
+/// followed by a 0xff byte, in name order). Loki orders the samples of one instant from several
+/// streams by it, so `first_over_time` and `last_over_time` pick among them by it too.
+pub(crate) fn stream_hash(labels: &Labels) -> u64 {
+    let mut hasher = xxhash_rust::xxh64::Xxh64::new(0);
+    for (name, value) in labels {
+        hasher.update(name.as_bytes());
+        hasher.update(&[0xff]);
+        hasher.update(value.as_bytes());
+        hasher.update(&[0xff]);
+    }
+    hasher.digest()
+}
+
 /// The most streams a [`StreamLabelCache`] holds before it starts over.
 const MAX_CACHED_STREAMS: usize = 4096;
 
@@ -131,18 +145,18 @@ const MAX_CACHED_STREAMS: usize = 4096;
 pub(crate) struct StreamLabelCache {
     /// By service, then by the stream's labels as stored: where in `labels` they are.
     streams: HashMap<String, HashMap<String, usize>>,
-    /// Each stream's labels, or `None` where the selector refused them.
-    labels: Vec<Option<Labels>>,
+    /// Each stream's labels and [`stream_hash`], or `None` where the selector refused them.
+    labels: Vec<Option<(Labels, u64)>>,
 }
 
 impl StreamLabelCache {
-    /// The row's stream labels when `selects` keeps them, `None` when it refuses them. `selects`
-    /// must be the same for every row of one cache.
+    /// The row's stream labels and their [`stream_hash`] when `selects` keeps them, `None` when
+    /// it refuses them. `selects` must be the same for every row of one cache.
     pub(crate) fn selected(
         &mut self,
         row: &StoredRow,
         selects: impl FnOnce(&Labels) -> bool,
-    ) -> Option<&Labels> {
+    ) -> Option<(&Labels, u64)> {
         let known = self
             .streams
             .get(&row.service)
@@ -156,7 +170,8 @@ impl StreamLabelCache {
                     self.labels.clear();
                 }
                 let labels = row_stream_labels(row);
-                self.labels.push(selects(&labels).then_some(labels));
+                let hash = stream_hash(&labels);
+                self.labels.push(selects(&labels).then_some((labels, hash)));
                 self.streams
                     .entry(row.service.clone())
                     .or_default()
@@ -164,7 +179,9 @@ impl StreamLabelCache {
                 self.labels.len() - 1
             }
         };
-        self.labels[at].as_ref()
+        self.labels[at]
+            .as_ref()
+            .map(|(labels, hash)| (labels, *hash))
     }
 }
 
@@ -319,13 +336,14 @@ mod cache_tests {
         let other = row("api", r#"{"job":"web"}"#);
         let elsewhere = row("billing", r#"{"job":"batch"}"#);
         for _ in 0..3 {
+            let stream = row_stream_labels(&batch);
             assert_eq!(
                 cache.selected(&batch, &mut selects),
-                Some(&row_stream_labels(&batch))
+                Some((&stream, stream_hash(&stream)))
             );
             assert_eq!(cache.selected(&other, &mut selects), None);
             assert_eq!(
-                cache.selected(&elsewhere, &mut selects).unwrap()["service_name"],
+                cache.selected(&elsewhere, &mut selects).unwrap().0["service_name"],
                 "billing"
             );
         }
@@ -338,11 +356,42 @@ mod cache_tests {
         for round in 0..2 {
             for n in 0..MAX_CACHED_STREAMS + 10 {
                 let row = row("api", &format!(r#"{{"pod":"p{n}"}}"#));
-                let labels = cache.selected(&row, |_| true).unwrap();
+                let (labels, _) = cache.selected(&row, |_| true).unwrap();
                 assert_eq!(labels["pod"], format!("p{n}"), "round {round}");
             }
             assert!(cache.labels.len() <= MAX_CACHED_STREAMS);
         }
+    }
+}
+
+#[cfg(test)]
+mod hash_tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_hash_is_the_one_loki_orders_streams_by() {
+        // Prometheus' `labels.FromStrings(...).Hash()` of these, as Loki 3.7.6 computes them: of
+        // samples at one instant, Loki's `last_over_time` took the stream with the larger hash.
+        let labels = |pairs: &[(&str, &str)]| -> Labels {
+            pairs
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_string()))
+                .collect()
+        };
+        let checkout = |level| {
+            labels(&[
+                ("env", "prod"),
+                ("level", level),
+                ("service_name", "checkout"),
+            ])
+        };
+        assert_eq!(stream_hash(&checkout("info")), 4360209482037265495);
+        assert_eq!(stream_hash(&checkout("error")), 1145697102962757096);
+        assert_eq!(
+            stream_hash(&labels(&[("level", "info"), ("service_name", "proxy")])),
+            11685404345680170769
+        );
+        assert_eq!(stream_hash(&Labels::new()), 0xef46db3751d8e999);
     }
 }
 

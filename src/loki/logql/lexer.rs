@@ -51,6 +51,10 @@ pub(crate) enum Token {
     Star,
     /// `/`
     Slash,
+    /// `%`
+    Percent,
+    /// `^`
+    Caret,
     /// A name: a label, a function, a keyword.
     Ident(String),
     /// A quoted string, unescaped.
@@ -96,6 +100,8 @@ impl Token {
             Token::Minus => "-",
             Token::Star => "*",
             Token::Slash => "/",
+            Token::Percent => "%",
+            Token::Caret => "^",
         };
         format!("{symbol:?}")
     }
@@ -223,7 +229,7 @@ impl Token {
         symbol.to_owned()
     }
 
-    /// True for `+ - * / == != > >= < <=`.
+    /// True for `+ - * / % ^ == != > >= < <=`.
     pub(crate) fn is_binary_operator(&self) -> bool {
         matches!(
             self,
@@ -231,6 +237,8 @@ impl Token {
                 | Token::Minus
                 | Token::Star
                 | Token::Slash
+                | Token::Percent
+                | Token::Caret
                 | Token::EqEq
                 | Token::Ne
                 | Token::Gt
@@ -321,6 +329,8 @@ fn read_tokens(text: &str, tokens: &mut Vec<(usize, Token)>) -> Result<(), Parse
             (b'-', _) => (Token::Minus, 1),
             (b'*', _) => (Token::Star, 1),
             (b'/', _) => (Token::Slash, 1),
+            (b'%', _) => (Token::Percent, 1),
+            (b'^', _) => (Token::Caret, 1),
             (b'"', _) => {
                 let (value, end) = quoted(text, at)?;
                 tokens.push((start, Token::Str(value)));
@@ -354,13 +364,6 @@ fn read_tokens(text: &str, tokens: &mut Vec<(usize, Token)>) -> Result<(), Parse
                 // A comment, to the end of the line.
                 at = text[at..].find('\n').map_or(text.len(), |end| at + end);
                 continue;
-            }
-            (b'%' | b'^', _) => {
-                let shown = char::from(byte);
-                return Err(ParseError::at(
-                    start,
-                    format!("{shown} is not supported; supported operators: + - * / == != > >= < <= and or unless"),
-                ));
             }
             _ => {
                 // Loki's lexer reads any other character as a name, which its grammar then

@@ -586,7 +586,7 @@ impl Parser {
     fn metric(&mut self, min_precedence: u8) -> Result<MetricExpr, ParseError> {
         let mut left = self.metric_operand()?;
         loop {
-            // Loki's precedence, loosest first: or; and, unless; comparisons; + -; * /.
+            // Loki's precedence, loosest first: or; and, unless; comparisons; + -; * / %; ^.
             let (op, precedence) = match self.peek() {
                 Some(Token::Ident(word)) if word == "or" => (BinaryOp::Or, 1),
                 Some(Token::Ident(word)) if word == "and" => (BinaryOp::And, 2),
@@ -601,6 +601,8 @@ impl Parser {
                 Some(Token::Minus) => (BinaryOp::Sub, 4),
                 Some(Token::Star) => (BinaryOp::Mul, 5),
                 Some(Token::Slash) => (BinaryOp::Div, 5),
+                Some(Token::Percent) => (BinaryOp::Mod, 5),
+                Some(Token::Caret) => (BinaryOp::Pow, 6),
                 _ => return Ok(left),
             };
             if precedence < min_precedence {
@@ -609,7 +611,13 @@ impl Parser {
             let at = self.position();
             self.next += 1;
             let modifier = self.binary_modifier()?;
-            let right = self.nested(|parser| parser.metric(precedence + 1))?;
+            // `^` groups from the right, as in PromQL: `2 ^ 3 ^ 2` is `2 ^ 9`.
+            let tighter = if op == BinaryOp::Pow {
+                precedence
+            } else {
+                precedence + 1
+            };
+            let right = self.nested(|parser| parser.metric(tighter))?;
             if op.is_set() {
                 // As Loki: a number has no labels to match on.
                 for (side, operand) in [("left", &left), ("right", &right)] {
@@ -1594,6 +1602,76 @@ mod tests {
         assert!(error(r#"label_replace(vector(1), "a", "b", "c", "(")"#)
             .to_string()
             .starts_with("parse error : invalid regex in label_replace:"));
+    }
+
+    #[test]
+    fn modulo_binds_as_a_product_and_a_power_tighter_and_from_the_right() {
+        let rate = r#"sum(rate({x="y"}[1m]))"#;
+        // `a + b % c` is `a + (b % c)`; `a % b * c` is `(a % b) * c`.
+        let MetricExpr::Binary { op, right, .. } = metric(&format!("{rate} + {rate} % {rate}"))
+        else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Add);
+        assert!(matches!(
+            *right,
+            MetricExpr::Binary {
+                op: BinaryOp::Mod,
+                ..
+            }
+        ));
+        let MetricExpr::Binary { op, left, .. } = metric(&format!("{rate} % {rate} * {rate}"))
+        else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Mul);
+        assert!(matches!(
+            *left,
+            MetricExpr::Binary {
+                op: BinaryOp::Mod,
+                ..
+            }
+        ));
+        // `a * b ^ c ^ d` is `a * (b ^ (c ^ d))`.
+        let MetricExpr::Binary { op, right, .. } =
+            metric(&format!("{rate} * {rate} ^ {rate} ^ {rate}"))
+        else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Mul);
+        let MetricExpr::Binary { op, right, .. } = *right else {
+            panic!()
+        };
+        assert_eq!(op, BinaryOp::Pow);
+        assert!(matches!(
+            *right,
+            MetricExpr::Binary {
+                op: BinaryOp::Pow,
+                ..
+            }
+        ));
+        // On numbers: 2 ^ (3 ^ 2), and Go's remainder, which keeps the left side's sign.
+        let MetricExpr::Binary {
+            op, left, right, ..
+        } = metric("2 ^ 3 ^ 2")
+        else {
+            panic!()
+        };
+        assert_eq!((op, *left), (BinaryOp::Pow, MetricExpr::Number(2.0)));
+        assert!(matches!(
+            *right,
+            MetricExpr::Binary {
+                op: BinaryOp::Pow,
+                ..
+            }
+        ));
+        assert_eq!(
+            BinaryOp::Pow.apply(2.0, BinaryOp::Pow.apply(3.0, 2.0)),
+            512.0
+        );
+        assert_eq!(BinaryOp::Mod.apply(-7.0, 3.0), -1.0);
+        assert_eq!(BinaryOp::Mod.apply(7.5, -2.0), 1.5);
+        assert!(BinaryOp::Mod.apply(5.0, 0.0).is_nan());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! expression compiled once (under a size limit), applied to each stored row in turn. This is the
 //! authority on what matches: the database's conditions only narrow what it sends.
 
+use std::hash::BuildHasher;
+
 use regex::{Regex, RegexBuilder};
 
 use super::ast::*;
@@ -15,6 +17,7 @@ use super::lexer;
 use super::logfmt::{Decoder, Scan};
 use super::pattern::Pattern;
 use super::template::{Context, Template};
+use super::unwrap;
 use crate::storage::StoredRow;
 
 /// The most memory one compiled regular expression may take; a pattern that needs more is
@@ -110,6 +113,62 @@ enum Step {
     Keep(Vec<NamedTest>),
 }
 
+impl Step {
+    /// True for a stage that sets labels from the line.
+    fn parses(&self) -> bool {
+        matches!(
+            self,
+            Step::Json
+                | Step::JsonFields(_)
+                | Step::Logfmt { .. }
+                | Step::LogfmtFields { .. }
+                | Step::Regexp(_)
+                | Step::Pattern(_)
+                | Step::Unpack
+        )
+    }
+}
+
+/// The names of the labels a line came with (its stream's and its structured metadata). As in
+/// Loki, a parser extracts a key of one of these names as `NAME_extracted`, and leaves a label an
+/// earlier stage or an earlier key of the line set as it is. Held as hashes: noting them costs no
+/// allocation per line.
+#[derive(Default)]
+struct OwnNames {
+    hashes: [u64; OWN_NAMES_HELD],
+    held: usize,
+    /// Those past the first [`OWN_NAMES_HELD`].
+    more: Vec<u64>,
+}
+
+/// Names an [`OwnNames`] holds without allocating.
+const OWN_NAMES_HELD: usize = 32;
+
+impl OwnNames {
+    fn of(labels: &Labels) -> Self {
+        let mut own = OwnNames::default();
+        for name in labels.keys() {
+            let hash = Self::hash(name);
+            if own.held < OWN_NAMES_HELD {
+                own.hashes[own.held] = hash;
+                own.held += 1;
+            } else {
+                own.more.push(hash);
+            }
+        }
+        own
+    }
+
+    fn hash(name: &str) -> u64 {
+        foldhash::fast::FixedState::with_seed(0).hash_one(name)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        let hash = Self::hash(name);
+        self.hashes[..self.held].contains(&hash) || self.more.contains(&hash)
+    }
+}
+
 /// A compiled line filter.
 #[derive(Clone, Debug)]
 enum LineTest {
@@ -186,46 +245,13 @@ impl NumberKind {
     /// functions Loki reads it with (its `__error_details__`).
     fn parse(self, text: &str) -> Result<f64, String> {
         match self {
-            NumberKind::Plain => go_float(text),
+            NumberKind::Plain => unwrap::parse_float(text),
             NumberKind::Duration => lexer::duration(text)
                 .map(|d| d.as_secs_f64())
                 .ok_or_else(|| go_duration_error(text)),
-            // A bare number is bytes, as `humanize.ParseBytes` reads it.
-            NumberKind::Bytes => match lexer::bytes(text) {
-                Some(bytes) => Ok(bytes as f64),
-                None => {
-                    let digits = text
-                        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                        .unwrap_or(text.len());
-                    let (number, unit) = text.split_at(digits);
-                    match go_float(number) {
-                        Ok(value) if unit.trim().is_empty() => Ok(value),
-                        Ok(_) => Err(format!("unhandled size name: {}", unit.trim())),
-                        Err(err) => Err(err),
-                    }
-                }
-            },
+            NumberKind::Bytes => unwrap::parse_bytes(text).map(|bytes| bytes as f64),
         }
     }
-}
-
-/// `strconv.ParseFloat` as Go answers it: the number, or its error text.
-fn go_float(text: &str) -> Result<f64, String> {
-    let invalid = || {
-        format!(
-            "strconv.ParseFloat: parsing {}: invalid syntax",
-            Quoted(text)
-        )
-    };
-    let value: f64 = text.parse().map_err(|_| invalid())?;
-    let spelled_infinite = text.to_ascii_lowercase().contains("inf");
-    if value.is_infinite() && !spelled_infinite {
-        return Err(format!(
-            "strconv.ParseFloat: parsing {}: value out of range",
-            Quoted(text)
-        ));
-    }
-    Ok(value)
 }
 
 /// Why `time.ParseDuration` refuses `text`, in its words.
@@ -257,6 +283,9 @@ pub(crate) struct Pipeline {
     steps: Vec<Step>,
     /// The labels `| json` and `| logfmt` extract ([`super::hints`]); `None` for all.
     hints: Option<Vec<String>>,
+    /// Whether a stage parses the line, so that the line's own labels are noted before the
+    /// stages run ([`OwnNames`]).
+    parses: bool,
 }
 
 /// A row that went through the pipeline: its line and labels as the stages left them.
@@ -266,6 +295,8 @@ pub(crate) struct Output {
     pub line: String,
     /// Its labels.
     pub labels: Labels,
+    /// Its stream's [`labels::stream_hash`], by which Loki orders the lines of one instant.
+    pub stream: u64,
 }
 
 impl Pipeline {
@@ -281,15 +312,17 @@ impl Pipeline {
                 })
             })
             .collect::<Result<_, CompileError>>()?;
-        let steps = query
+        let steps: Vec<Step> = query
             .pipeline
             .iter()
             .map(compile_stage)
             .collect::<Result<_, _>>()?;
+        let parses = steps.iter().any(Step::parses);
         Ok(Pipeline {
             matchers,
             steps,
             hints: None,
+            parses,
         })
     }
 
@@ -315,8 +348,8 @@ impl Pipeline {
         streams: &mut labels::StreamLabelCache,
     ) -> Option<Output> {
         // The selector sees the stream's labels; the stages see its structured metadata too.
-        let stream = streams.selected(row, |stream| self.selects(stream))?;
-        self.run(row, labels::with_metadata(stream.clone(), row))
+        let (stream, hash) = streams.selected(row, |stream| self.selects(stream))?;
+        self.run(row, labels::with_metadata(stream.clone(), row), hash)
     }
 
     /// [`Pipeline::process_in`] for one row alone.
@@ -336,19 +369,26 @@ impl Pipeline {
         if !self.selects(&stream) {
             return None;
         }
+        let hash = labels::stream_hash(&stream);
         let labels = labels::with_metadata(stream.clone(), row);
         let metadata = labels
             .iter()
             .filter(|(name, _)| !stream.contains_key(*name))
             .map(|(name, value)| (name.clone(), value.clone()))
             .collect();
-        Some((self.run(row, labels)?, metadata))
+        Some((self.run(row, labels, hash)?, metadata))
     }
 
-    /// The stages, on the row's line and `labels`.
-    fn run(&self, row: &StoredRow, mut labels: Labels) -> Option<Output> {
+    /// The stages, on the row's line and `labels`; `stream` is its stream's hash.
+    fn run(&self, row: &StoredRow, mut labels: Labels, stream: u64) -> Option<Output> {
         let mut line = row.message.clone();
         let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
+        let own = if self.parses {
+            OwnNames::of(&labels)
+        } else {
+            OwnNames::default()
+        };
+        let taken = &own;
         for step in &self.steps {
             match step {
                 Step::Line(test) => {
@@ -356,32 +396,32 @@ impl Pipeline {
                         return None;
                     }
                 }
-                Step::Json => parse_json(&line, self.hints.as_deref(), &mut labels),
-                Step::JsonFields(fields) => json_fields_stage(&line, fields, &mut labels),
+                Step::Json => parse_json(&line, self.hints.as_deref(), taken, &mut labels),
+                Step::JsonFields(fields) => json_fields_stage(&line, fields, taken, &mut labels),
                 Step::Logfmt { strict, keep_empty } => logfmt_stage(
                     &line,
                     (*strict, *keep_empty),
-                    self.hints.as_deref(),
+                    (self.hints.as_deref(), taken),
                     &mut labels,
                 ),
                 Step::LogfmtFields { strict, fields } => {
-                    logfmt_fields_stage(&line, *strict, fields, &mut labels)
+                    logfmt_fields_stage(&line, *strict, fields, taken, &mut labels)
                 }
                 Step::Regexp(regex) => {
                     for (name, value) in extract::captures(regex, &line) {
-                        extracted(&mut labels, name.to_owned(), value.to_owned());
+                        extracted(&mut labels, taken, name.to_owned(), value.to_owned());
                     }
                 }
                 Step::Pattern(pattern) => {
                     for (name, value) in pattern.captures(&line) {
-                        extracted(&mut labels, name.to_owned(), value.to_owned());
+                        extracted(&mut labels, taken, name.to_owned(), value.to_owned());
                     }
                 }
                 Step::Unpack => match extract::unpack(&line) {
                     extract::Unpacked::NotPacked => {}
                     extract::Unpacked::Packed(entry, pairs) => {
                         for (key, value) in pairs {
-                            extracted(&mut labels, labels::label_name(&key), value);
+                            extracted(&mut labels, taken, labels::label_name(&key), value);
                         }
                         line = entry;
                     }
@@ -439,7 +479,11 @@ impl Pipeline {
                 }),
             }
         }
-        Some(Output { line, labels })
+        Some(Output {
+            line,
+            labels,
+            stream,
+        })
     }
 }
 
@@ -721,23 +765,25 @@ impl Condition {
     }
 }
 
-/// Adds an extracted label; one whose name is taken gets `_extracted` after it, as in Loki.
-fn extracted(labels: &mut Labels, name: String, value: String) {
-    if labels.contains_key(&name) {
-        labels.insert(format!("{name}_extracted"), value);
+/// Adds an extracted label as Loki does: as `NAME_extracted` when the line came with a label of
+/// its name (`taken`), and not over a label already set.
+fn extracted(labels: &mut Labels, taken: &OwnNames, name: String, value: String) {
+    let name = if taken.has(&name) {
+        format!("{name}_extracted")
     } else {
-        labels.insert(name, value);
-    }
+        name
+    };
+    labels.entry(name).or_insert(value);
 }
 
 /// `| json`: each field of the line's object a label, nested objects joined with `_`; only
 /// those `hints` names, when it names some.
-fn parse_json(line: &str, hints: Option<&[String]>, labels: &mut Labels) {
+fn parse_json(line: &str, hints: Option<&[String]>, taken: &OwnNames, labels: &mut Labels) {
     let parsed = json_fields(line, &mut |name, value, _| {
         // Loki sets no label for a `null`; a field the query does not read is not copied.
         if hints::extracts(hints, name) {
             if let Some(value) = value.label_value() {
-                extracted(labels, name.to_owned(), value);
+                extracted(labels, taken, name.to_owned(), value);
             }
         }
     });
@@ -810,7 +856,12 @@ fn walk<'a>(
 
 /// `| json a="b.c"`: each label from its path, the empty string when the path leads nowhere,
 /// as Loki does. A line that does not start like JSON is an error, and gets no labels.
-fn json_fields_stage(line: &str, fields: &[(String, Vec<extract::Step>)], labels: &mut Labels) {
+fn json_fields_stage(
+    line: &str,
+    fields: &[(String, Vec<extract::Step>)],
+    taken: &OwnNames,
+    labels: &mut Labels,
+) {
     if line.is_empty() {
         return;
     }
@@ -821,7 +872,7 @@ fn json_fields_stage(line: &str, fields: &[(String, Vec<extract::Step>)], labels
     let document = extract::json_document(line);
     for (label, path) in fields {
         match document.and_then(|document| extract::json_value(document, path)) {
-            Some(value) => extracted(labels, label.clone(), value),
+            Some(value) => extracted(labels, taken, label.clone(), value),
             None => {
                 labels.entry(label.clone()).or_default();
             }
@@ -835,7 +886,7 @@ fn json_fields_stage(line: &str, fields: &[(String, Vec<extract::Step>)], labels
 fn logfmt_stage(
     line: &str,
     (strict, keep_empty): (bool, bool),
-    hints: Option<&[String]>,
+    (hints, taken): (Option<&[String]>, &OwnNames),
     labels: &mut Labels,
 ) {
     let mut decoder = Decoder::new(line);
@@ -847,7 +898,7 @@ fn logfmt_stage(
                 let value = value.map(|value| value.replace('\u{fffd}', " "));
                 let kept = value.as_deref().is_some_and(|v| !v.is_empty()) || keep_empty;
                 if kept && hints::extracts(hints, &name) {
-                    extracted(labels, name, value.unwrap_or_default());
+                    extracted(labels, taken, name, value.unwrap_or_default());
                 }
             }
             Scan::Skipped(why) => {
@@ -868,12 +919,15 @@ fn logfmt_stage(
 
 /// `| logfmt a, b="c"`: only these keys, each label there (empty when its key is not). As in
 /// Loki, a key named like one of the labels also sets it.
-fn logfmt_fields_stage(line: &str, strict: bool, fields: &[Extraction], labels: &mut Labels) {
+fn logfmt_fields_stage(
+    line: &str,
+    strict: bool,
+    fields: &[Extraction],
+    taken: &OwnNames,
+    labels: &mut Labels,
+) {
     // A label the line already had is set as `NAME_extracted`, as the other parsers do.
-    let taken: Vec<bool> = fields
-        .iter()
-        .map(|field| labels.contains_key(&field.label))
-        .collect();
+    let taken: Vec<bool> = fields.iter().map(|field| taken.has(&field.label)).collect();
     for field in fields {
         labels.entry(field.label.clone()).or_default();
     }
@@ -1283,6 +1337,48 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    /// Loki 3.7.6's labels when a parser meets names already set: a label the line came with
+    /// (its stream's, its structured metadata) makes it write `NAME_extracted`, even once dropped;
+    /// a label an earlier stage or an earlier key of the same line set is left as it is.
+    #[test]
+    fn a_parser_suffixes_the_lines_own_labels_and_leaves_what_was_set_before() {
+        let json = r#"{"method":"GET","service_name":"x","n":"1"}"#;
+        let found = kept(r#"{service_name="api"} | json | json"#, &[json]);
+        assert_eq!(
+            found[0].1,
+            labels_of(&[
+                ("method", "GET"),
+                ("n", "1"),
+                ("service_name_extracted", "x")
+            ])
+        );
+        let found = kept(
+            r#"{service_name="api"} | json | label_format n="{{.method}}" | json"#,
+            &[json],
+        );
+        assert_eq!(found[0].1["n"], "GET", "{found:?}");
+        assert!(!found[0].1.contains_key("n_extracted"), "{found:?}");
+        let found = kept(
+            r#"{service_name="api"} | logfmt | regexp "m=(?P<method>\\w+)""#,
+            &["method=PUT m=POST"],
+        );
+        assert_eq!(found[0].1["method"], "PUT", "{found:?}");
+        let found = kept(
+            r#"{service_name="api"} | drop service_name | logfmt"#,
+            &["method=PUT service_name=y"],
+        );
+        assert_eq!(found[0].1["service_name_extracted"], "y", "{found:?}");
+        // Of a key twice in one line, the first.
+        let found = kept(
+            r#"{service_name="api"} | logfmt"#,
+            &["a=1 a=2 service_name=y service_name=z"],
+        );
+        assert_eq!(
+            found[0].1,
+            labels_of(&[("a", "1"), ("service_name_extracted", "y")])
+        );
     }
 
     /// Loki 3.7.6's answers: `or` is any of them for `|=` and `|~`, none of them for `!=`.

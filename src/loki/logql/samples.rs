@@ -1,8 +1,12 @@
 //! The range functions of unwrapped values (`sum_over_time`, `quantile_over_time`, …), fed one
 //! sample at a time during the scan, as Loki computes them. Most fold each sample into every
 //! step whose range holds it, so a series holds one cell per step whatever the lines; a quantile
-//! and a counter's rate need the samples themselves, which are kept per series (16 bytes each,
+//! and a counter's rate need the samples themselves, which are kept per series (24 bytes each,
 //! charged) and never the lines.
+//!
+//! Samples of one instant from several streams are taken in the order Loki merges them, by their
+//! stream's hash (`labels::stream_hash`): `first_over_time` keeps the one of the smallest hash,
+//! `last_over_time` the largest, and a counter's rate reads them in that order.
 
 use super::ast::RangeFunction;
 use super::eval::{self, series_bytes, EvalError, Series, Steps};
@@ -10,6 +14,21 @@ use super::labels::{Labels, LabelsMap};
 
 /// A sample: its time (nanoseconds) and value.
 type Sample = (i64, f64);
+
+/// A sample and its stream's hash, which orders the samples of one instant.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    ts: i64,
+    stream: u64,
+    value: f64,
+}
+
+impl Placed {
+    /// Whether this sample comes before `other` in Loki's merge order.
+    fn before(&self, other: &Placed) -> bool {
+        (self.ts, self.stream) < (other.ts, other.stream)
+    }
+}
 
 /// What one step of a folded series holds so far.
 #[derive(Clone, Copy, Debug)]
@@ -25,13 +44,14 @@ enum Fold {
     /// `stddev_over_time`, `stdvar_over_time`: Welford's running variance.
     Spread { count: f64, mean: f64, aux: f64 },
     /// `first_over_time`: the earliest sample.
-    First(Sample),
+    First(Placed),
     /// `last_over_time`: the latest sample.
-    Last(Sample),
+    Last(Placed),
 }
 
 impl Fold {
-    fn new(function: RangeFunction, (ts, value): Sample) -> Fold {
+    fn new(function: RangeFunction, sample: Placed) -> Fold {
+        let value = sample.value;
         match function {
             RangeFunction::AvgOverTime => Fold::Mean {
                 count: 1.0,
@@ -44,13 +64,14 @@ impl Fold {
                 mean: value,
                 aux: 0.0,
             },
-            RangeFunction::FirstOverTime => Fold::First((ts, value)),
-            RangeFunction::LastOverTime => Fold::Last((ts, value)),
+            RangeFunction::FirstOverTime => Fold::First(sample),
+            RangeFunction::LastOverTime => Fold::Last(sample),
             _ => Fold::Sum(value),
         }
     }
 
-    fn add(&mut self, (ts, value): Sample) {
+    fn add(&mut self, sample: Placed) {
+        let value = sample.value;
         match self {
             Fold::Sum(sum) => *sum += value,
             Fold::Mean { count, mean } => {
@@ -81,13 +102,14 @@ impl Fold {
                 *aux += delta * (value - *mean);
             }
             Fold::First(first) => {
-                if ts < first.0 {
-                    *first = (ts, value);
+                if sample.before(first) {
+                    *first = sample;
                 }
             }
+            // Of two samples of one instant and stream, the later one read.
             Fold::Last(last) => {
-                if ts >= last.0 {
-                    *last = (ts, value);
+                if !sample.before(last) {
+                    *last = sample;
                 }
             }
         }
@@ -103,7 +125,7 @@ impl Fold {
                 aux / count
             }
             Fold::Spread { count, aux, .. } => (aux / count).sqrt(),
-            Fold::First((_, value)) | Fold::Last((_, value)) => value,
+            Fold::First(sample) | Fold::Last(sample) => sample.value,
         }
     }
 }
@@ -114,7 +136,7 @@ enum Cells {
     /// One fold per step.
     Folds(Vec<Option<Fold>>),
     /// Every sample in the read, for the functions of a whole window.
-    Window(Vec<Sample>),
+    Window(Vec<Placed>),
 }
 
 /// Gathers samples into a range function's series at the query's steps.
@@ -158,9 +180,16 @@ impl SampleAccumulator {
         )
     }
 
-    /// Adds the sample `value` at `ts` to the series of `labels`. Gives the memory it took for
-    /// it (a new series, or the sample itself when kept), for the caller to charge.
-    pub(crate) fn add(&mut self, labels: Labels, ts: i64, value: f64) -> Result<usize, EvalError> {
+    /// Adds the sample `value` at `ts`, of the stream whose hash is `stream`, to the series of
+    /// `labels`. Gives the memory it took for it (a new series, or the sample itself when kept),
+    /// for the caller to charge.
+    pub(crate) fn add(
+        &mut self,
+        labels: Labels,
+        ts: i64,
+        stream: u64,
+        value: f64,
+    ) -> Result<usize, EvalError> {
         let covering = self
             .steps
             .covering(ts.saturating_add(self.offset), self.range);
@@ -182,18 +211,19 @@ impl SampleAccumulator {
                 self.series.entry(labels).or_insert(cells)
             }
         };
+        let sample = Placed { ts, stream, value };
         match cells {
             Cells::Folds(folds) => {
                 for fold in &mut folds[covering] {
                     match fold {
-                        Some(fold) => fold.add((ts, value)),
-                        None => *fold = Some(Fold::new(self.function, (ts, value))),
+                        Some(fold) => fold.add(sample),
+                        None => *fold = Some(Fold::new(self.function, sample)),
                     }
                 }
             }
             Cells::Window(samples) => {
-                samples.push((ts, value));
-                made += std::mem::size_of::<Sample>();
+                samples.push(sample);
+                made += std::mem::size_of::<Placed>();
             }
         }
         self.held += made;
@@ -241,14 +271,18 @@ impl SampleAccumulator {
 
 /// `value` of the samples in each step's range, oldest first; no point where it has none.
 fn windows(
-    mut samples: Vec<Sample>,
+    mut placed: Vec<Placed>,
     steps: Steps,
     range: i64,
     offset: i64,
     value: impl Fn(&[Sample]) -> f64,
 ) -> Vec<Option<f64>> {
-    // Stable: samples of one instant keep the order the scan gave them.
-    samples.sort_by_key(|sample| sample.0);
+    // Stable: samples of one instant and stream keep the order the scan gave them.
+    placed.sort_by_key(|sample| (sample.ts, sample.stream));
+    let samples: Vec<Sample> = placed
+        .into_iter()
+        .map(|sample| (sample.ts, sample.value))
+        .collect();
     let (mut first, mut past) = (0, 0);
     (0..steps.count)
         .map(|at| {
@@ -349,7 +383,7 @@ mod tests {
         let steps = Steps::new(60 * S, 120 * S, 60 * S).unwrap();
         let mut acc = SampleAccumulator::new(function, parameter, 60 * S, 0, steps);
         for (ts, value) in samples {
-            acc.add(labels("a"), ts * S, *value).unwrap();
+            acc.add(labels("a"), ts * S, 0, *value).unwrap();
         }
         let series = acc.finish();
         series[0].points.clone()
@@ -423,7 +457,52 @@ mod tests {
         let steps = Steps::new(60 * S, 120 * S, 60 * S).unwrap();
         let mut acc =
             SampleAccumulator::new(RangeFunction::SumOverTime, None, 60 * S, 60 * S, steps);
-        acc.add(labels("a"), 30 * S, 1.0).unwrap();
+        acc.add(labels("a"), 30 * S, 0, 1.0).unwrap();
         assert_eq!(acc.finish()[0].points, [None, Some(1.0)]);
+    }
+
+    #[test]
+    fn samples_of_one_instant_go_by_their_streams_hash_in_any_order_read() {
+        // Three streams' samples at 60 s, in one series (a grouping), read in each order.
+        let tied = [(7_u64, 10.0), (3, 30.0), (9, 90.0)];
+        let orders = [[0, 1, 2], [2, 1, 0], [1, 2, 0]];
+        for order in orders {
+            let at = |function| {
+                let steps = Steps::new(60 * S, 60 * S, 60 * S).unwrap();
+                let mut acc = SampleAccumulator::new(function, None, 60 * S, 0, steps);
+                acc.add(labels("a"), 10 * S, 5, 1.0).unwrap();
+                for &n in &order {
+                    let (stream, value) = tied[n];
+                    acc.add(labels("a"), 60 * S, stream, value).unwrap();
+                }
+                acc.finish()[0].points[0]
+            };
+            assert_eq!(at(RangeFunction::LastOverTime), Some(90.0), "{order:?}");
+            let first = |order: &[usize]| {
+                let steps = Steps::new(60 * S, 60 * S, 60 * S).unwrap();
+                let mut acc =
+                    SampleAccumulator::new(RangeFunction::FirstOverTime, None, 60 * S, 0, steps);
+                for &n in order {
+                    let (stream, value) = tied[n];
+                    acc.add(labels("a"), 30 * S, stream, value).unwrap();
+                }
+                acc.finish()[0].points[0]
+            };
+            assert_eq!(first(&order), Some(30.0), "{order:?}");
+            // A counter read 1, then 30, 10, 90 at one instant: the drops after 30 and 90 are
+            // resets, whatever order the store gave them in.
+            let rate = at(RangeFunction::RateCounter);
+            let sorted = {
+                let steps = Steps::new(60 * S, 60 * S, 60 * S).unwrap();
+                let mut acc =
+                    SampleAccumulator::new(RangeFunction::RateCounter, None, 60 * S, 0, steps);
+                acc.add(labels("a"), 10 * S, 5, 1.0).unwrap();
+                for (stream, value) in [(3, 30.0), (7, 10.0), (9, 90.0)] {
+                    acc.add(labels("a"), 60 * S, stream, value).unwrap();
+                }
+                acc.finish()[0].points[0]
+            };
+            assert_eq!(rate, sorted, "{order:?}");
+        }
     }
 }

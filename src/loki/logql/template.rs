@@ -126,8 +126,8 @@ impl Value {
     }
 }
 
-/// A float as Go's `%v` prints it: the shortest digits, in exponent form below 1e-4 and from
-/// 1e21.
+/// A float as Go's `%v` and `%g` print it: the shortest digits, in exponent form when the
+/// exponent is below -4 or at least 6 (`1.5e+06`, `999999`).
 fn go_float(n: f64) -> String {
     if n.is_nan() {
         return "NaN".into();
@@ -135,11 +135,10 @@ fn go_float(n: f64) -> String {
     if n.is_infinite() {
         return if n > 0.0 { "+Inf" } else { "-Inf" }.into();
     }
-    let abs = n.abs();
-    if abs != 0.0 && !(1e-4..1e21).contains(&abs) {
-        let scientific = format!("{n:e}");
-        let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-        let exponent: i32 = exponent.parse().unwrap_or(0);
+    let scientific = format!("{n:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if n != 0.0 && !(-4..6).contains(&exponent) {
         let sign = if exponent < 0 { '-' } else { '+' };
         return format!("{mantissa}e{sign}{:02}", exponent.abs());
     }
@@ -913,12 +912,7 @@ fn call(name: &str, args: Vec<Value>, context: &Context<'_>) -> Result<Value, St
         }
         "urlencode" => text(query_escape(&s(0)?)),
         "urldecode" => query_unescape(&s(0)?).map(Value::Str),
-        "bytes" => {
-            let value = s(0)?;
-            super::lexer::bytes(&value)
-                .map(|b| Value::Float(b as f64))
-                .ok_or_else(|| format!("strconv.ParseFloat: parsing {value:?}: invalid syntax"))
-        }
+        "bytes" => super::unwrap::parse_bytes(&s(0)?).map(|bytes| Value::Float(bytes as f64)),
         "duration" | "duration_seconds" => {
             let value = s(0)?;
             super::lexer::duration(&value)
@@ -1298,6 +1292,36 @@ fn printf(format: &str, args: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Go's `%v` of these floats, as Loki 3.7.6 writes `{{ bytes "…" }}` in a line.
+    #[test]
+    fn floats_print_as_go_prints_them() {
+        for (n, go) in [
+            (1_500_000.0, "1.5e+06"),
+            (1_234_567.0, "1.234567e+06"),
+            (999_999.0, "999999"),
+            (100_000.0, "100000"),
+            (1e10, "1e+10"),
+            (1e18, "1e+18"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5e7, "-2.5e+07"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(go_float(n), go, "{n}");
+        }
+        assert_eq!(
+            render(
+                r#"{{ bytes "1,5 k" }} {{ bytes "3.7" }} {{ .s | bytes }}"#,
+                &[("s", "1.5MB")]
+            ),
+            Ok("15000 3 1.5e+06".to_string())
+        );
+        assert_eq!(
+            render(r#"{{ bytes "7 zz" }}"#, &[]).unwrap_err(),
+            r#"template: line:1:3: executing "line" at <bytes "7 zz">: error calling bytes: unhandled size name: zz"#
+        );
+    }
 
     fn render(template: &str, labels: &[(&str, &str)]) -> Result<String, String> {
         let labels: Labels = labels

@@ -75,7 +75,7 @@ fn quote(text: &str) -> String {
 }
 
 /// Go's `strconv.ParseFloat(text, 64)`.
-fn parse_float(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_float(text: &str) -> Result<f64, String> {
     let invalid = || {
         format!(
             "strconv.ParseFloat: parsing {}: invalid syntax",
@@ -215,7 +215,7 @@ fn parse_duration(original: &str) -> Result<i64, String> {
 
 /// go-humanize's `ParseBytes`, which Loki's `bytes(…)` uses: a number (commas allowed) and an
 /// optional SI or IEC unit, case-insensitive.
-fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let digits = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
         .unwrap_or(text.len());

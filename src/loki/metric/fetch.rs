@@ -128,6 +128,7 @@ impl Reads {
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
+                let stream = output.stream;
                 let Some((labels, value)) = target.sample(output) else {
                     return true;
                 };
@@ -152,7 +153,7 @@ impl Reads {
                 }
                 let labels = series_labels(labels, range, sum_by);
                 let made = target
-                    .add(labels, nanos(row.ts), value)
+                    .add(labels, nanos(row.ts), stream, value)
                     .map_err(HttpError::from)
                     .and_then(|made| Ok(charge.charge(made)?));
                 match made {
@@ -376,15 +377,22 @@ impl Target {
         }
     }
 
-    /// Adds what [`Target::sample`] gave at `ts`; gives the memory to charge.
-    fn add(&mut self, labels: Labels, ts: i64, value: f64) -> Result<usize, EvalError> {
+    /// Adds what [`Target::sample`] gave at `ts`, of the stream whose hash is `stream`; gives the
+    /// memory to charge.
+    fn add(
+        &mut self,
+        labels: Labels,
+        ts: i64,
+        stream: u64,
+        value: f64,
+    ) -> Result<usize, EvalError> {
         match self {
             Target::Lines { accumulator, held } => {
                 let made = accumulator.add(labels, ts, value as usize)?;
                 *held += made;
                 Ok(made)
             }
-            Target::Values(_, accumulator) => accumulator.add(labels, ts, value),
+            Target::Values(_, accumulator) => accumulator.add(labels, ts, stream, value),
         }
     }
 
