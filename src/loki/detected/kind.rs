@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::loki::logql::unwrap::parse_bytes;
+use crate::loki::logql::go_numbers::parse_bytes;
 
 /// A detected field's type, by its name in Loki's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -19,6 +19,8 @@
 //!   `extract` (JSON expressions, `unpack`, `regexp`, `decolorize`).
 //! - `validate`, `go_regex`: Loki's checks of a parsed query, and Go's words for a regular
 //!   expression that does not compile.
+//! - `go_numbers`: Go's parsers of numbers, durations and sizes in label values, with their
+//!   error texts.
 //! - `format`, `pretty`: a query written back as Loki writes it, on one line or laid out.
 //! - [`eval`], [`binary`], [`samples`], [`unwrap`]: metric values as Loki computes them.
 
@@ -27,6 +29,7 @@ pub(crate) mod binary;
 pub(crate) mod eval;
 mod extract;
 mod format;
+pub(crate) mod go_numbers;
 mod go_regex;
 pub(crate) mod hints;
 mod ip;

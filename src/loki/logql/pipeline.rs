@@ -9,6 +9,7 @@ use regex::{Regex, RegexBuilder};
 use super::ast::*;
 use super::extract;
 use super::format::Quoted;
+use super::go_numbers;
 use super::hints;
 use super::ip::IpPattern;
 use super::json_object::{JsonObject, JsonValue};
@@ -17,7 +18,6 @@ use super::lexer;
 use super::logfmt::{Decoder, Scan};
 use super::pattern::Pattern;
 use super::template::{Context, Template};
-use super::unwrap;
 use crate::storage::StoredRow;
 
 /// The most memory one compiled regular expression may take; a pattern that needs more is
@@ -245,11 +245,11 @@ impl NumberKind {
     /// functions Loki reads it with (its `__error_details__`).
     fn parse(self, text: &str) -> Result<f64, String> {
         match self {
-            NumberKind::Plain => unwrap::parse_float(text),
+            NumberKind::Plain => go_numbers::parse_float(text),
             NumberKind::Duration => lexer::duration(text)
                 .map(|d| d.as_secs_f64())
                 .ok_or_else(|| go_duration_error(text)),
-            NumberKind::Bytes => unwrap::parse_bytes(text).map(|bytes| bytes as f64),
+            NumberKind::Bytes => go_numbers::parse_bytes(text).map(|bytes| bytes as f64),
         }
     }
 }

@@ -912,7 +912,7 @@ fn call(name: &str, args: Vec<Value>, context: &Context<'_>) -> Result<Value, St
         }
         "urlencode" => text(query_escape(&s(0)?)),
         "urldecode" => query_unescape(&s(0)?).map(Value::Str),
-        "bytes" => super::unwrap::parse_bytes(&s(0)?).map(|bytes| Value::Float(bytes as f64)),
+        "bytes" => super::go_numbers::parse_bytes(&s(0)?).map(|bytes| Value::Float(bytes as f64)),
         "duration" | "duration_seconds" => {
             let value = s(0)?;
             super::lexer::duration(&value)
