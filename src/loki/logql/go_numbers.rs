@@ -3,7 +3,7 @@
 //! `__error_details__`.
 
 /// Go's `strconv.Quote` for the texts an error shows: printable ASCII as it is, the rest escaped.
-pub(crate) fn quote(text: &str) -> String {
+fn quote(text: &str) -> String {
     format!("{text:?}")
 }
 

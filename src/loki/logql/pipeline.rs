@@ -388,7 +388,6 @@ impl Pipeline {
         } else {
             OwnNames::default()
         };
-        let taken = &own;
         for step in &self.steps {
             match step {
                 Step::Line(test) => {
@@ -396,32 +395,32 @@ impl Pipeline {
                         return None;
                     }
                 }
-                Step::Json => parse_json(&line, self.hints.as_deref(), taken, &mut labels),
-                Step::JsonFields(fields) => json_fields_stage(&line, fields, taken, &mut labels),
+                Step::Json => parse_json(&line, self.hints.as_deref(), &own, &mut labels),
+                Step::JsonFields(fields) => json_fields_stage(&line, fields, &own, &mut labels),
                 Step::Logfmt { strict, keep_empty } => logfmt_stage(
                     &line,
                     (*strict, *keep_empty),
-                    (self.hints.as_deref(), taken),
+                    (self.hints.as_deref(), &own),
                     &mut labels,
                 ),
                 Step::LogfmtFields { strict, fields } => {
-                    logfmt_fields_stage(&line, *strict, fields, taken, &mut labels)
+                    logfmt_fields_stage(&line, *strict, fields, &own, &mut labels)
                 }
                 Step::Regexp(regex) => {
                     for (name, value) in extract::captures(regex, &line) {
-                        extracted(&mut labels, taken, name.to_owned(), value.to_owned());
+                        extracted(&mut labels, &own, name.to_owned(), value.to_owned());
                     }
                 }
                 Step::Pattern(pattern) => {
                     for (name, value) in pattern.captures(&line) {
-                        extracted(&mut labels, taken, name.to_owned(), value.to_owned());
+                        extracted(&mut labels, &own, name.to_owned(), value.to_owned());
                     }
                 }
                 Step::Unpack => match extract::unpack(&line) {
                     extract::Unpacked::NotPacked => {}
                     extract::Unpacked::Packed(entry, pairs) => {
                         for (key, value) in pairs {
-                            extracted(&mut labels, taken, labels::label_name(&key), value);
+                            extracted(&mut labels, &own, labels::label_name(&key), value);
                         }
                         line = entry;
                     }
