@@ -176,6 +176,14 @@ logs("lf_ip_not_range", PROXY + ' != ip("10.0.0.0-10.0.1.255")')
 logs("lf_ip_v6_cidr", EDGE + ' |= ip("2001:db8::/32")')
 logs("lf_ip_v6_range", EDGE + ' |= ip("2001:db8::1-2001:db8::ff")')
 logs("lf_ip_or_text", EDGE + ' |= "fe80" or ip("10.1.2.3")')
+logs("lf_pattern", PROXY + ' |> "<_> - - \\"GET <_>\\" 200 <_>"')
+logs("lf_pattern_or", PROXY + ' |> "10.0.1.<_>" or "<_> 404 <_>"')
+logs("lf_pattern_not", PROXY + ' !> "<_> \\"GET <_>" or "<_> 500 <_>"')
+logs("lf_pattern_then_json", CHECKOUT + ' |> "{<_>\\"status\\":50<_>" | json | method="GET"')
+metric("lf_pattern_count", 'sum by (level) (count_over_time({service_name=~".+"} |> "<_> took <_>ms<_>" [10m]))',
+       step="600s")
+add("lf_pattern_named_refused", "query_range", [("query", PROXY + ' |> "<ip> <_>"'), ("start", START),
+                                                ("end", END)])
 logs("label_ip", PROXY + ' | pattern "<ip> <_>" | ip = ip("10.0.2.0/23")')
 logs("label_ip_not", PROXY + ' | pattern "<ip> <_>" | ip != ip("10.0.0.0/24")')
 logs("stage_regexp_no_match", PROXY + ' | regexp "(?P<method>POST|PUT) (?P<path>\\\\S+)"')
@@ -186,6 +194,9 @@ logs("stage_line_format_default", PAY_DEBUG + ' | logfmt | line_format `{{ defau
 logs("stage_line_format_funcs", PROXY + ' | pattern `<ip> - - "<method> <path> <_>" <status> <size> <_>` '
      '| line_format `{{ .path | trimPrefix "/api" | upper }} {{ printf "%5s|%-6s|" .status .method }} '
      '{{ add .size 1 }} {{ regexReplaceAll "[.]" .ip "_" }} {{ .ip | trunc 6 }} {{ __line__ | substr 0 4 }}`')
+logs("template_date", PROXY + ' | line_format `{{ __timestamp__ | date "2006-01-02T15:04:05.000000Z07:00 Mon Jan _2 3PM .999" }} '
+     '{{ unixToTime "1700000000123" }} {{ __timestamp__ }} {{ date "15:04" (int "3600") }}`')
+logs("template_unix_to_time_error", CHECKOUT + ' | json | line_format `{{ unixToTime .status }}`')
 logs("stage_label_format_template", PAY_DEBUG + ' | logfmt | label_format route="{{.method}} {{.path}}", '
      'code=status | keep route, code')
 logs("stage_unpack_packed", EDGE + " | unpack")
@@ -198,6 +209,25 @@ logs("logfmt_keep_empty", EDGE + " | decolorize | logfmt --keep-empty")
 logs("keep_matching", PAY_DEBUG + ' | logfmt | keep method="GET", path')
 # A second parser overwrites what an earlier stage set, and suffixes only the line's own labels.
 logs("parser_twice_json", PROD + ' | json | json | trace_id!=""')
+# A parser after a parser, a drop or a keep: what a stage set once is not taken again; a parser
+# that takes some keys starts them empty and stops at a label it already took as `_extracted`.
+logs("parser_twice_logfmt_fields", PAY_DEBUG + " | logfmt | logfmt method, level")
+logs("parser_fields_renamed_twice", PAY_DEBUG + ' | logfmt m="method" | logfmt m="path", status')
+logs("parser_after_dropping_parsed", PAY_DEBUG + " | logfmt | drop method | logfmt")
+logs("parser_after_keep", PAY_DEBUG + " | logfmt | keep method, path | logfmt")
+logs("parser_after_rename", PAY_DEBUG + " | logfmt | label_format m=method | logfmt")
+logs("json_params_over_earlier", PROD + ' | json | json method="path", user_name="missing"')
+# The error's details are no label to a filter, a rename or a template of one label alone.
+logs("error_details_filtered", PAYMENTS + ' | json | __error_details__ != ""')
+logs("error_details_renamed", PAYMENTS + " | json | label_format d=__error_details__, e=__error__")
+logs("error_details_line_alone", PAYMENTS + ' | json | line_format "{{ .__error_details__ }}"')
+logs("error_details_line_with", PAYMENTS + ' | json | line_format "{{.__error__}}: {{.__error_details__}}"')
+# A key given twice: the first label of a name is kept, in the line's order.
+QUIRKS = '{service_name="quirks"}'
+logs("json_repeated_keys", QUIRKS + " | json")
+logs("json_params_repeated_keys", QUIRKS + ' | json x="a", y="a.b", z="k"')
+metric("json_repeated_keys_by", "sum by (a, a_b, k) (count_over_time(" + QUIRKS + " | json [10m]))",
+       step="600s")
 logs("parser_twice_logfmt", STAGING + " | logfmt | logfmt")
 logs("parser_after_label_format", PROD + ' | json | label_format msg="{{.method}}" | json')
 logs("parser_after_drop", STAGING + " | drop level | logfmt")

@@ -48,15 +48,16 @@ pub enum MatchOp {
 /// One stage of a log pipeline.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stage {
-    /// `|= "text"`, `!= "text"`, `|~ "re"`, `!~ "re"`, `|= ip("10.0.0.0/8")`, and
+    /// `|= "text"`, `!= "text"`, `|~ "re"`, `!~ "re"`, `|> "<_> pattern"`, `!> "…"`,
+    /// `|= ip("10.0.0.0/8")`, and
     /// `|= "a" or "b"` (a negated filter with `or` is parsed as one filter per alternative, as
     /// Loki reads it: none of them).
     LineFilter {
-        /// Which of the four.
+        /// Which of the six.
         op: LineOp,
-        /// The text, regular expression or IP pattern.
+        /// The text, regular expression, pattern or IP pattern.
         pattern: LinePattern,
-        /// The alternatives after `or`, for `|=` and `|~`.
+        /// The alternatives after `or`, for `|=`, `|~` and `|>`.
         or: Vec<LinePattern>,
     },
     /// `| json` or `| logfmt`: fields of the line become labels.
@@ -151,6 +152,10 @@ pub enum LineOp {
     Matches,
     /// `!~`: no match.
     NotMatches,
+    /// `|>`: the line has the pattern's shape (`"<_> error <_>"`).
+    PatternMatches,
+    /// `!>`: it does not.
+    NotPatternMatches,
 }
 
 /// Which parser a `|` stage names.

@@ -1,7 +1,6 @@
 //! The stages that read a line into labels or rewrite it, besides `| json` and `| logfmt`:
 //! `| json a="b.c[0]"` (Loki's JSON expressions), `| unpack`, `| regexp` and `| decolorize`.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -66,26 +65,33 @@ pub(crate) fn json_path(expression: &str) -> Result<Vec<Step>, String> {
 /// `null` as the empty string, anything else as it is written in the line. `None` when the path
 /// leads nowhere.
 pub(crate) fn json_value(document: &RawValue, path: &[Step]) -> Option<String> {
-    let mut current = document;
-    for step in path {
-        current = match step {
-            Step::Key(key) => {
-                let object: HashMap<String, &RawValue> =
-                    serde_json::from_str(current.get()).ok()?;
-                *object.get(key)?
-            }
-            Step::Index(index) => {
-                let array: Vec<&RawValue> = serde_json::from_str(current.get()).ok()?;
-                *array.get(*index)?
-            }
-        };
-    }
-    let raw = current.get();
+    let raw = json_find(document, path)?.get();
     Some(match raw.as_bytes().first() {
         Some(b'"') => serde_json::from_str::<String>(raw).unwrap_or_default(),
         Some(b'n') => String::new(),
         _ => raw.to_owned(),
     })
+}
+
+/// The first value in the document's order whose keys are `path`: a key given twice is looked
+/// into twice, the earlier first, as Loki's parser (`jsonparser`) reads a path.
+fn json_find<'a>(current: &'a RawValue, path: &[Step]) -> Option<&'a RawValue> {
+    let Some((step, rest)) = path.split_first() else {
+        return Some(current);
+    };
+    match step {
+        Step::Key(key) => {
+            let Pairs(pairs) = serde_json::from_str(current.get()).ok()?;
+            pairs
+                .into_iter()
+                .filter(|(name, _)| name == key)
+                .find_map(|(_, value)| json_find(value, rest))
+        }
+        Step::Index(index) => {
+            let array: Vec<&RawValue> = serde_json::from_str(current.get()).ok()?;
+            json_find(array.get(*index)?, rest)
+        }
+    }
 }
 
 /// The first JSON value of `line` (what follows it is ignored, as Loki's parser ignores it).
@@ -236,6 +242,35 @@ mod tests {
         assert_eq!(value("a.c[5]"), None);
         assert!(json_path("a..b").is_err());
         assert!(json_path("a[x]").is_err());
+    }
+
+    /// Loki 3.7.6's labels for `| json x="a", y="a.b", z="k"` on lines that give a key twice:
+    /// the first in the line's order that the whole path reaches.
+    #[test]
+    fn json_expressions_take_the_first_of_a_repeated_key() {
+        for (line, x, y, z) in [
+            (r#"{"a":"1","a":"2"}"#, Some("1"), None, None),
+            (
+                r#"{"a":{"b":1},"a":{"c":2}}"#,
+                Some(r#"{"b":1}"#),
+                Some("1"),
+                None,
+            ),
+            (r#"{"a":"1","a":{"b":2}}"#, Some("1"), Some("2"), None),
+            (
+                r#"{"a":{"c":1},"a":{"b":2}}"#,
+                Some(r#"{"c":1}"#),
+                Some("2"),
+                None,
+            ),
+            (r#"{"k":null,"k":"v"}"#, None, None, Some("")),
+        ] {
+            let document = json_document(line).unwrap();
+            let value = |expression: &str| json_value(document, &json_path(expression).unwrap());
+            assert_eq!(value("a").as_deref(), x, "{line}");
+            assert_eq!(value("a.b").as_deref(), y, "{line}");
+            assert_eq!(value("k").as_deref(), z, "{line}");
+        }
     }
 
     /// Loki 3.7.6's answers for packed lines.

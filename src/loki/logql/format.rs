@@ -92,6 +92,8 @@ impl Display for Stage {
                     LineOp::NotContains => "!=",
                     LineOp::Matches => "|~",
                     LineOp::NotMatches => "!~",
+                    LineOp::PatternMatches => "|>",
+                    LineOp::NotPatternMatches => "!>",
                 };
                 write!(f, "{op} {pattern}")?;
                 for alternative in or {

@@ -1,6 +1,6 @@
 //! Go's parsers of numbers in text, as Loki reads label values with them: `strconv.ParseFloat`,
-//! `time.ParseDuration` and go-humanize's `ParseBytes`, with the error texts Loki shows in
-//! `__error_details__`.
+//! `strconv.ParseInt`, `time.ParseDuration` and go-humanize's `ParseBytes`, with the error texts
+//! Loki shows in `__error_details__`.
 
 /// Go's `strconv.Quote` for the texts an error shows: printable ASCII as it is, the rest escaped.
 fn quote(text: &str) -> String {
@@ -26,6 +26,16 @@ pub(crate) fn parse_float(text: &str) -> Result<f64, String> {
         ));
     }
     Ok(value)
+}
+
+/// Go's `strconv.ParseInt(text, 10, 64)`: an optional sign and decimal digits.
+pub(crate) fn parse_int(text: &str) -> Result<i64, String> {
+    let failed = |why: &str| format!("strconv.ParseInt: parsing {}: {why}", quote(text));
+    let digits = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(failed("invalid syntax"));
+    }
+    text.parse().map_err(|_| failed("value out of range"))
 }
 
 /// Go's `time.ParseDuration`: `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, in nanoseconds.

@@ -3,9 +3,9 @@
 //! reads it drops (a metric query keeps only the labels it uses), so copying each field into a
 //! `serde_json::Map` first cost more than the parse itself.
 //!
-//! The members come out as `serde_json::Map` gives them (without `preserve_order`): in key order,
-//! the last of a repeated key kept, numbers written as `serde_json::Value` writes them. Errors are
-//! the same deserializer's, so their messages are too.
+//! The members come out in the line's order, a repeated key as often as it is given: Loki's
+//! parser walks a line so, and keeps the first label of a name. Numbers are written as
+//! `serde_json::Value` writes them; errors are that deserializer's, so their messages are too.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -42,7 +42,7 @@ impl JsonValue<'_> {
     }
 }
 
-/// An object's members in key order, one per key (the last given).
+/// An object's members in the line's order, repeated keys included.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct JsonObject<'a> {
     members: Vec<(Cow<'a, str>, JsonValue<'a>)>,
@@ -63,7 +63,7 @@ impl<'a> JsonObject<'a> {
         Ok(object)
     }
 
-    /// The members, in key order.
+    /// The members, in the line's order.
     pub(crate) fn members(&self) -> impl Iterator<Item = (&str, &JsonValue<'a>)> {
         self.members
             .iter()
@@ -173,11 +173,6 @@ impl<'de> Visitor<'de> for ObjectVisitor {
             let value = map.next_value::<JsonValue<'de>>()?;
             members.push((key, value));
         }
-        // Key order, the last of a repeated key kept: reversed, a stable sort puts the last
-        // given first among equal keys, and dedup keeps the first.
-        members.reverse();
-        members.sort_by(|(a, _), (b, _)| a.cmp(b));
-        members.dedup_by(|(later, _), (first, _)| later == first);
         Ok(JsonObject { members })
     }
 }
@@ -200,18 +195,21 @@ mod tests {
     fn written(value: &JsonValue) -> String {
         match value {
             JsonValue::Text(text) => serde_json::Value::String(text.to_string()).to_string(),
-            JsonValue::Object(object) => format!(
-                "{{{}}}",
-                object
+            JsonValue::Object(object) => {
+                // In key order, as `serde_json::Map` writes its members.
+                let mut members: Vec<String> = object
                     .members()
-                    .map(|(key, value)| format!(
-                        "{}:{}",
-                        serde_json::Value::String(key.to_owned()),
-                        written(value)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
+                    .map(|(key, value)| {
+                        format!(
+                            "{}:{}",
+                            serde_json::Value::String(key.to_owned()),
+                            written(value)
+                        )
+                    })
+                    .collect();
+                members.sort();
+                format!("{{{}}}", members.join(","))
+            }
             JsonValue::Array => "[…]".to_owned(),
             JsonValue::Null => "null".to_owned(),
             other => other.label_value().unwrap(),
@@ -233,10 +231,8 @@ mod tests {
     fn members_errors_and_numbers_are_serde_jsons() {
         for text in [
             r#"{"b":1,"a":"x","c":{"z":true,"y":null}}"#,
-            r#"{"k":1,"k":2,"j":0,"k":"three"}"#,
             r#"{"n":1.0,"m":-0,"f":1e3,"g":12345678901234567890,"h":-9223372036854775808,"i":0.1}"#,
             r#"{"esc\"aped":"a\nb\u00e9","plain":"é"}"#,
-            r#"{"inner":{"b":1,"b":{"c":2}}}"#,
             r#"{}"#,
             r#"{"a":1"#,
             r#"{"a":tru}"#,
@@ -253,6 +249,9 @@ mod tests {
             match (&ours, &theirs) {
                 // Arrays are left out here; everything else is written alike.
                 (Ok(ours), Ok(theirs)) => {
+                    // `serde_json::Map` gives its keys in order.
+                    let mut ours = ours.clone();
+                    ours.sort();
                     assert_eq!(ours.len(), theirs.len(), "{text}");
                     for ((key, value), (their_key, their_value)) in ours.iter().zip(theirs) {
                         assert_eq!(key, their_key, "{text}");
@@ -268,17 +267,33 @@ mod tests {
     }
 
     #[test]
+    fn members_keep_the_lines_order_and_repeated_keys() {
+        let members = by_us(r#"{"k":1,"k":2,"j":0,"inner":{"b":1,"b":{"c":2}},"k":"three"}"#);
+        assert_eq!(
+            members.unwrap(),
+            [
+                ("k", "1"),
+                ("k", "2"),
+                ("j", "0"),
+                ("inner", r#"{"b":1,"b":{"c":2}}"#),
+                ("k", r#""three""#),
+            ]
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+        );
+    }
+
+    #[test]
     fn unescaped_texts_are_borrowed() {
         let line = r#"{"user":"u3","note":"a\"b"}"#;
         let object = JsonObject::parse(line).unwrap();
         let members: Vec<_> = object.members.iter().collect();
         assert!(matches!(
             members[0],
-            (Cow::Borrowed("note"), JsonValue::Text(Cow::Owned(_)))
+            (Cow::Borrowed("user"), JsonValue::Text(Cow::Borrowed("u3")))
         ));
         assert!(matches!(
             members[1],
-            (Cow::Borrowed("user"), JsonValue::Text(Cow::Borrowed("u3")))
+            (Cow::Borrowed("note"), JsonValue::Text(Cow::Owned(_)))
         ));
     }
 }

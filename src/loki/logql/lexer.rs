@@ -25,6 +25,8 @@ pub(crate) enum Token {
     PipeEq,
     /// `|~`
     PipeTilde,
+    /// `|>`
+    PipeGt,
     /// `=`
     Eq,
     /// `==`
@@ -35,6 +37,8 @@ pub(crate) enum Token {
     Re,
     /// `!~`
     NotRe,
+    /// `!>`
+    NotGt,
     /// `>`
     Gt,
     /// `>=`
@@ -87,11 +91,13 @@ impl Token {
             Token::Pipe => "|",
             Token::PipeEq => "|=",
             Token::PipeTilde => "|~",
+            Token::PipeGt => "|>",
             Token::Eq => "=",
             Token::EqEq => "==",
             Token::Ne => "!=",
             Token::Re => "=~",
             Token::NotRe => "!~",
+            Token::NotGt => "!>",
             Token::Gt => ">",
             Token::Ge => ">=",
             Token::Lt => "<",
@@ -255,10 +261,12 @@ impl Token {
             self,
             Token::PipeEq
                 | Token::PipeTilde
+                | Token::PipeGt
                 | Token::EqEq
                 | Token::Re
                 | Token::Ne
                 | Token::NotRe
+                | Token::NotGt
                 | Token::Ge
                 | Token::Le
                 | Token::Range(_)
@@ -291,24 +299,14 @@ fn read_tokens(text: &str, tokens: &mut Vec<(usize, Token)>) -> Result<(), Parse
         let (token, width) = match (byte, two) {
             (b'|', Some(b'=')) => (Token::PipeEq, 2),
             (b'|', Some(b'~')) => (Token::PipeTilde, 2),
-            (b'|', Some(b'>')) => {
-                return Err(ParseError::at(
-                    start,
-                    "pattern line filters (|> and !>) are not supported; |= and |~ are",
-                ))
-            }
+            (b'|', Some(b'>')) => (Token::PipeGt, 2),
             (b'|', _) => (Token::Pipe, 1),
             (b'=', Some(b'=')) => (Token::EqEq, 2),
             (b'=', Some(b'~')) => (Token::Re, 2),
             (b'=', _) => (Token::Eq, 1),
             (b'!', Some(b'=')) => (Token::Ne, 2),
             (b'!', Some(b'~')) => (Token::NotRe, 2),
-            (b'!', Some(b'>')) => {
-                return Err(ParseError::at(
-                    start,
-                    "pattern line filters (|> and !>) are not supported; |= and |~ are",
-                ))
-            }
+            (b'!', Some(b'>')) => (Token::NotGt, 2),
             (b'>', Some(b'=')) => (Token::Ge, 2),
             (b'>', _) => (Token::Gt, 1),
             (b'<', Some(b'=')) => (Token::Le, 2),

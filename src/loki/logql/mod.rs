@@ -31,6 +31,7 @@ mod extract;
 mod format;
 pub(crate) mod go_numbers;
 mod go_regex;
+mod go_time;
 pub(crate) mod hints;
 mod ip;
 pub(crate) mod json_object;

@@ -250,6 +250,8 @@ impl Parser {
             Some(Token::Ne) => LineOp::NotContains,
             Some(Token::PipeTilde) => LineOp::Matches,
             Some(Token::NotRe) => LineOp::NotMatches,
+            Some(Token::PipeGt) => LineOp::PatternMatches,
+            Some(Token::NotGt) => LineOp::NotPatternMatches,
             Some(Token::Pipe) => {
                 self.next += 1;
                 return self.pipe_stage().map(|stage| Some(vec![stage]));
@@ -263,7 +265,10 @@ impl Parser {
             self.next += 1;
             or.push(self.line_pattern()?);
         }
-        if matches!(op, LineOp::NotContains | LineOp::NotMatches) {
+        if matches!(
+            op,
+            LineOp::NotContains | LineOp::NotMatches | LineOp::NotPatternMatches
+        ) {
             let stages = std::iter::once(pattern)
                 .chain(or)
                 .map(|pattern| Stage::LineFilter {
@@ -1290,6 +1295,24 @@ mod tests {
                     or: vec![text("y")],
                 },
             ]
+        );
+        let query = log(r#"{app="a"} |> "<_> a" or "b <_>" !> "c" or "d""#);
+        let pattern = |op, t: &str, or: &[&str]| Stage::LineFilter {
+            op,
+            pattern: text(t),
+            or: or.iter().map(|t| text(t)).collect(),
+        };
+        assert_eq!(
+            query.pipeline,
+            [
+                pattern(LineOp::PatternMatches, "<_> a", &["b <_>"]),
+                pattern(LineOp::NotPatternMatches, "c", &[]),
+                pattern(LineOp::NotPatternMatches, "d", &[]),
+            ]
+        );
+        assert_eq!(
+            query.to_string(),
+            r#"{app="a"} |> "<_> a" or "b <_>" !> "c" !> "d""#
         );
         let query = log(r#"{app="a"} | logfmt | addr != ip("10.0.0.0/8")"#);
         assert_eq!(

@@ -2,6 +2,9 @@
 //! parser matches them. A leading literal must start the line; each capture takes the text up
 //! to the next occurrence of the literal after it, and a capture whose literal is not found takes
 //! the rest of the line and ends the match.
+//!
+//! The same patterns, with `<_>` only, filter lines (`|> "<_> error <_>"`): there a line must
+//! have the pattern's whole shape, as Loki's matcher tests it.
 
 /// A piece of a pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,39 +27,20 @@ pub(crate) enum PatternError {
     #[error("at least one capture is required")]
     NoCapture,
     /// `<a><b>`: where one ends and the next starts is unknown.
-    #[error("found consecutive capture '{0}'")]
+    #[error("found consecutive capture '{0}': invalid expression")]
     Consecutive(String),
+    /// `<name>` in a line filter, which keeps nothing.
+    #[error("named captures are not allowed: found '{0}'")]
+    Named(String),
     /// The same name twice.
     #[error("duplicate capture name ({0})")]
     Duplicate(String),
 }
 
 impl Pattern {
-    /// Reads `text`: `<name>` (a letter or `_`, then letters, digits and `_`) is a capture, and
-    /// everything else, a `<` that starts no capture included, literal text.
+    /// Reads the pattern of `| pattern`: at least one named capture, each name once.
     pub(crate) fn parse(text: &str) -> Result<Self, PatternError> {
-        let mut pieces: Vec<Piece> = Vec::new();
-        let mut rest = text;
-        let mut literal = String::new();
-        while !rest.is_empty() {
-            if let Some(name) = capture_at(rest) {
-                if !literal.is_empty() {
-                    pieces.push(Piece::Literal(std::mem::take(&mut literal)));
-                }
-                if matches!(pieces.last(), Some(Piece::Capture(_))) {
-                    return Err(PatternError::Consecutive(format!("<{name}>")));
-                }
-                pieces.push(Piece::Capture((name != "_").then(|| name.to_owned())));
-                rest = &rest[name.len() + 2..];
-                continue;
-            }
-            let c = rest.chars().next().expect("rest is not empty");
-            literal.push(c);
-            rest = &rest[c.len_utf8()..];
-        }
-        if !literal.is_empty() {
-            pieces.push(Piece::Literal(literal));
-        }
+        let pieces = pieces(text)?;
         let names: Vec<&String> = pieces
             .iter()
             .filter_map(|piece| match piece {
@@ -73,6 +57,50 @@ impl Pattern {
             }
         }
         Ok(Pattern { pieces })
+    }
+
+    /// Reads the pattern of a line filter (`|> "…"`): its captures are all `<_>`.
+    pub(crate) fn parse_line_filter(text: &str) -> Result<Self, PatternError> {
+        let pieces = pieces(text)?;
+        if let Some(Piece::Capture(Some(name))) = pieces
+            .iter()
+            .find(|piece| matches!(piece, Piece::Capture(Some(_))))
+        {
+            return Err(PatternError::Named(format!("<{name}>")));
+        }
+        Ok(Pattern { pieces })
+    }
+
+    /// True when `line` has the pattern's shape, as Loki's line filter tests it: each literal
+    /// found after the one before, a `<_>` between two literals never empty, the line ending
+    /// with the last literal or, after a last `<_>`, with some text. The first literal may be
+    /// found anywhere, as in Loki. An empty line has only the empty pattern's shape.
+    pub(crate) fn shapes(&self, line: &str) -> bool {
+        if line.is_empty() || self.pieces.is_empty() {
+            return line.is_empty() && self.pieces.is_empty();
+        }
+        let mut at = 0;
+        for (index, piece) in self.pieces.iter().enumerate() {
+            let Piece::Literal(literal) = piece else {
+                continue;
+            };
+            match line[at..].find(literal.as_str()) {
+                None => return false,
+                // A `<_>` before the literal took nothing.
+                Some(0) if index != 0 => return false,
+                Some(found) => at += found + literal.len(),
+            }
+        }
+        let ends_on_capture = matches!(self.pieces.last(), Some(Piece::Capture(_)));
+        ends_on_capture == (at != line.len())
+    }
+
+    /// The literal texts, in order.
+    pub(crate) fn literals(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().filter_map(|piece| match piece {
+            Piece::Literal(literal) => Some(literal.as_str()),
+            Piece::Capture(_) => None,
+        })
     }
 
     /// The captures `line` gives, by name, in the pattern's order; none when a leading literal
@@ -113,6 +141,35 @@ impl Pattern {
         }
         found
     }
+}
+
+/// The pieces of `text`: `<name>` (a letter or `_`, then letters, digits and `_`) is a capture,
+/// and everything else, a `<` that starts no capture included, literal text.
+fn pieces(text: &str) -> Result<Vec<Piece>, PatternError> {
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut rest = text;
+    let mut literal = String::new();
+    while !rest.is_empty() {
+        if let Some(name) = capture_at(rest) {
+            if !literal.is_empty() {
+                pieces.push(Piece::Literal(std::mem::take(&mut literal)));
+            }
+            if let Some(Piece::Capture(before)) = pieces.last() {
+                let before = before.as_deref().unwrap_or("_");
+                return Err(PatternError::Consecutive(format!("<{before}><{name}>")));
+            }
+            pieces.push(Piece::Capture((name != "_").then(|| name.to_owned())));
+            rest = &rest[name.len() + 2..];
+            continue;
+        }
+        let c = rest.chars().next().expect("rest is not empty");
+        literal.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    if !literal.is_empty() {
+        pieces.push(Piece::Literal(literal));
+    }
+    Ok(pieces)
 }
 
 /// The name of the capture `text` starts with, if it starts with one.
@@ -178,6 +235,61 @@ mod tests {
         assert_eq!(
             captures("<a>a<b>", "alpha beta"),
             pairs(&[("a", ""), ("b", "lpha beta")])
+        );
+    }
+
+    /// The lines Loki 3.7.6 keeps for `|> "…"` among these.
+    #[test]
+    fn line_filters_keep_what_loki_keeps() {
+        let lines = [
+            "foo bar baz",
+            "xx foo bar",
+            " bar ",
+            "a bar b",
+            "foo",
+            "foofoo bar",
+            "bar bar",
+            "x  bar y",
+            "GET /api 200",
+            "",
+        ];
+        let kept = |pattern: &str| -> Vec<&str> {
+            let pattern = Pattern::parse_line_filter(pattern).unwrap();
+            lines
+                .into_iter()
+                .filter(|line| pattern.shapes(line))
+                .collect()
+        };
+        assert_eq!(kept("foo <_>"), ["foo bar baz", "xx foo bar", "foofoo bar"]);
+        assert_eq!(kept("<_> bar <_>"), ["foo bar baz", "a bar b", "x  bar y"]);
+        assert_eq!(
+            kept("<_>bar<_>"),
+            ["foo bar baz", " bar ", "a bar b", "x  bar y"]
+        );
+        assert_eq!(kept("<_> bar"), ["xx foo bar", "foofoo bar", "bar bar"]);
+        assert_eq!(kept("foo"), ["foo"]);
+        assert_eq!(kept("<_> /api <_>"), ["GET /api 200"]);
+        assert_eq!(kept(""), [""]);
+        assert_eq!(kept("<_>").len(), lines.len() - 1);
+    }
+
+    #[test]
+    fn line_filters_take_unnamed_separated_captures() {
+        assert_eq!(
+            Pattern::parse_line_filter("<x> bar")
+                .unwrap_err()
+                .to_string(),
+            "named captures are not allowed: found '<x>'"
+        );
+        assert_eq!(
+            Pattern::parse_line_filter("x <_><_><_> y")
+                .unwrap_err()
+                .to_string(),
+            "found consecutive capture '<_><_>': invalid expression"
+        );
+        assert_eq!(
+            Pattern::parse("x <a><_> y").unwrap_err().to_string(),
+            "found consecutive capture '<a><_>': invalid expression"
         );
     }
 

@@ -29,6 +29,16 @@ pub(crate) const ERROR_LABEL: &str = "__error__";
 /// The details of that error.
 pub(crate) const ERROR_DETAILS_LABEL: &str = "__error_details__";
 
+/// A label as Loki's stages look one up by name: the error and its details are kept beside the
+/// labels there, so a rename, a `line_format` of one label and a label filter on the details
+/// do not see them (a label filter on `__error__` does: it asks for the error itself).
+fn looked_up<'a>(labels: &'a Labels, name: &str) -> Option<&'a String> {
+    match name {
+        ERROR_LABEL | ERROR_DETAILS_LABEL => None,
+        _ => labels.get(name),
+    }
+}
+
 /// Why a parsed query cannot run: a regular expression or a template it cannot use.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -129,16 +139,21 @@ impl Step {
     }
 }
 
-/// The names of the labels a line came with (its stream's and its structured metadata). As in
-/// Loki, a parser extracts a key of one of these names as `NAME_extracted`, and leaves a label an
-/// earlier stage or an earlier key of the line set as it is. Held as hashes: noting them costs no
-/// allocation per line.
+/// The names of the labels a line came with (its stream's and its structured metadata), and of
+/// those a stage set and a later one removed. As in Loki, a parser extracts a key of one of the
+/// first as `NAME_extracted`, and leaves a label an earlier stage or an earlier key of the line
+/// set as it is, even once it is dropped. Held as hashes: noting them costs no allocation per
+/// line.
 #[derive(Default)]
 struct OwnNames {
     hashes: [u64; OWN_NAMES_HELD],
     held: usize,
     /// Those past the first [`OWN_NAMES_HELD`].
     more: Vec<u64>,
+    /// Labels a stage set and a later one removed (`drop`, `keep`, a rename).
+    removed: Vec<u64>,
+    /// False where no stage parses the line, and what was removed matters to none.
+    tracking: bool,
 }
 
 /// Names an [`OwnNames`] holds without allocating.
@@ -146,7 +161,10 @@ const OWN_NAMES_HELD: usize = 32;
 
 impl OwnNames {
     fn of(labels: &Labels) -> Self {
-        let mut own = OwnNames::default();
+        let mut own = OwnNames {
+            tracking: true,
+            ..OwnNames::default()
+        };
         for name in labels.keys() {
             let hash = Self::hash(name);
             if own.held < OWN_NAMES_HELD {
@@ -167,6 +185,19 @@ impl OwnNames {
         let hash = Self::hash(name);
         self.hashes[..self.held].contains(&hash) || self.more.contains(&hash)
     }
+
+    /// Notes that a stage removed `name`, where an earlier one had set it.
+    fn removed(&mut self, name: &str) {
+        if self.tracking && !self.has(name) {
+            self.removed.push(Self::hash(name));
+        }
+    }
+
+    /// True when a stage set `name` on this line, whether it is still there or not.
+    fn set_by_stage(&self, labels: &Labels, name: &str) -> bool {
+        (labels.contains_key(name) && !self.has(name))
+            || (!self.removed.is_empty() && self.removed.contains(&Self::hash(name)))
+    }
 }
 
 /// A compiled line filter.
@@ -178,6 +209,9 @@ enum LineTest {
     /// Any of the expressions matches.
     Matches(Vec<Regex>),
     NotMatches(Regex),
+    /// Any of the patterns gives the line's shape.
+    Shapes(Vec<Pattern>),
+    NotShapes(Pattern),
     Ip {
         pattern: IpPattern,
         negated: bool,
@@ -191,6 +225,8 @@ impl LineTest {
             LineTest::NotContains(text) => !line.contains(text.as_str()),
             LineTest::Matches(res) => res.iter().any(|re| re.is_match(line)),
             LineTest::NotMatches(re) => !re.is_match(line),
+            LineTest::Shapes(patterns) => patterns.iter().any(|pattern| pattern.shapes(line)),
+            LineTest::NotShapes(pattern) => !pattern.shapes(line),
             LineTest::Ip { pattern, negated } => pattern.found_in(line) != *negated,
         }
     }
@@ -383,7 +419,7 @@ impl Pipeline {
     fn run(&self, row: &StoredRow, mut labels: Labels, stream: u64) -> Option<Output> {
         let mut line = row.message.clone();
         let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
-        let own = if self.parses {
+        let mut own = if self.parses {
             OwnNames::of(&labels)
         } else {
             OwnNames::default()
@@ -440,7 +476,7 @@ impl Pipeline {
                 }
                 Step::Format(template) => {
                     if let Some(name) = template.single_label() {
-                        line = labels.get(name).cloned().unwrap_or_default();
+                        line = looked_up(&labels, name).cloned().unwrap_or_default();
                         continue;
                     }
                     let context = Context {
@@ -453,7 +489,9 @@ impl Pipeline {
                         Err(details) => template_error(&mut labels, details),
                     }
                 }
-                Step::LabelFormat(formats) => label_format(formats, &line, timestamp, &mut labels),
+                Step::LabelFormat(formats) => {
+                    label_format(formats, &line, timestamp, &mut labels, &mut own)
+                }
                 Step::Drop(named) => {
                     for label in named {
                         let drops = match &label.test {
@@ -462,19 +500,23 @@ impl Pipeline {
                                 test.holds(labels.get(&label.name).map_or("", String::as_str))
                             }
                         };
-                        if drops {
-                            labels.remove(&label.name);
+                        if drops && labels.remove(&label.name).is_some() {
+                            own.removed(&label.name);
                         }
                     }
                 }
                 // Loki keeps the error labels whatever `keep` names.
                 Step::Keep(named) => labels.retain(|name, value| {
-                    name == ERROR_LABEL
+                    let kept = name == ERROR_LABEL
                         || name == ERROR_DETAILS_LABEL
                         || named.iter().any(|label| {
                             label.name == *name
                                 && label.test.as_ref().is_none_or(|test| test.holds(value))
-                        })
+                        });
+                    if !kept {
+                        own.removed(name);
+                    }
+                    kept
                 }),
             }
         }
@@ -600,7 +642,10 @@ fn compile_line_filter(
         let negated = match op {
             LineOp::Contains => false,
             LineOp::NotContains => true,
-            LineOp::Matches | LineOp::NotMatches => {
+            LineOp::Matches
+            | LineOp::NotMatches
+            | LineOp::PatternMatches
+            | LineOp::NotPatternMatches => {
                 return Err(CompileError(format!(
                     "ip(\"{ip}\"): ip: invalid operation; ip() filters with |= and != only"
                 )))
@@ -618,7 +663,17 @@ fn compile_line_filter(
                 .collect::<Result<_, _>>()?,
         ),
         LineOp::NotMatches => LineTest::NotMatches(regex(&text(pattern), false)?),
+        LineOp::PatternMatches => LineTest::Shapes(
+            all.map(|pattern| line_pattern(&text(pattern)))
+                .collect::<Result<_, _>>()?,
+        ),
+        LineOp::NotPatternMatches => LineTest::NotShapes(line_pattern(&text(pattern))?),
     })
+}
+
+/// The pattern of a `|>` or `!>` filter.
+fn line_pattern(text: &str) -> Result<Pattern, CompileError> {
+    Pattern::parse_line_filter(text).map_err(|err| CompileError(err.to_string()))
 }
 
 fn compile_named(named: &[NamedLabel]) -> Result<Vec<NamedTest>, CompileError> {
@@ -717,7 +772,11 @@ impl Condition {
             Condition::And(left, right) => left.holds(labels) && right.holds(labels),
             Condition::Or(left, right) => left.holds(labels) || right.holds(labels),
             Condition::Text { label, test } => {
-                test.holds(labels.get(label).map_or("", String::as_str))
+                let value = match label.as_str() {
+                    ERROR_LABEL => labels.get(label),
+                    _ => looked_up(labels, label),
+                };
+                test.holds(value.map_or("", String::as_str))
             }
             // As in Loki, a line with an error passes, and one without the label does not.
             Condition::Ip {
@@ -765,13 +824,16 @@ impl Condition {
 }
 
 /// Adds an extracted label as Loki does: as `NAME_extracted` when the line came with a label of
-/// its name (`taken`), and not over a label already set.
+/// its name (`taken`), and not over a label already set, nor one a stage set and removed.
 fn extracted(labels: &mut Labels, taken: &OwnNames, name: String, value: String) {
     let name = if taken.has(&name) {
         format!("{name}_extracted")
     } else {
         name
     };
+    if !taken.removed.is_empty() && taken.set_by_stage(labels, &name) {
+        return;
+    }
     labels.entry(name).or_insert(value);
 }
 
@@ -853,8 +915,9 @@ fn walk<'a>(
     name.truncate(prefix);
 }
 
-/// `| json a="b.c"`: each label from its path, the empty string when the path leads nowhere,
-/// as Loki does. A line that does not start like JSON is an error, and gets no labels.
+/// `| json a="b.c"`: each label from its path, over what an earlier stage set, and the empty
+/// string when the path leads nowhere and the label is not there yet, as Loki does. A line
+/// that does not start like JSON is an error, and gets no labels.
 fn json_fields_stage(
     line: &str,
     fields: &[(String, Vec<extract::Step>)],
@@ -871,7 +934,14 @@ fn json_fields_stage(
     let document = extract::json_document(line);
     for (label, path) in fields {
         match document.and_then(|document| extract::json_value(document, path)) {
-            Some(value) => extracted(labels, taken, label.clone(), value),
+            Some(value) => {
+                let name = if taken.has(label) {
+                    format!("{label}_extracted")
+                } else {
+                    label.clone()
+                };
+                labels.insert(name, value);
+            }
             None => {
                 labels.entry(label.clone()).or_default();
             }
@@ -922,13 +992,15 @@ fn logfmt_fields_stage(
     line: &str,
     strict: bool,
     fields: &[Extraction],
-    taken: &OwnNames,
+    own: &OwnNames,
     labels: &mut Labels,
 ) {
-    // A label the line already had is set as `NAME_extracted`, as the other parsers do.
-    let taken: Vec<bool> = fields.iter().map(|field| taken.has(&field.label)).collect();
+    // As Loki's expression parser: each label starts empty, over what an earlier stage set; a
+    // label the line came with is set as `NAME_extracted`, as the other parsers do.
     for field in fields {
-        labels.entry(field.label.clone()).or_default();
+        if !own.has(&field.label) {
+            labels.insert(field.label.clone(), String::new());
+        }
     }
     let mut decoder = Decoder::new(line);
     let mut error = None;
@@ -936,20 +1008,30 @@ fn logfmt_fields_stage(
         match decoder.next_pair() {
             Scan::Pair(key, value) => {
                 let key = labels::label_name(key);
-                let at = fields
-                    .iter()
-                    .position(|field| field.path == key)
-                    .or_else(|| fields.iter().position(|field| field.label == key));
-                if let Some(at) = at {
-                    let value = value.map(|v| v.into_owned()).unwrap_or_default();
-                    let label = &fields[at].label;
-                    let name = if taken[at] {
-                        format!("{label}_extracted")
-                    } else {
-                        label.clone()
-                    };
-                    labels.insert(name, value);
+                // A key that is no label's name is read only where no stage set a label of its
+                // name, as Loki's parser hints have it.
+                let named = fields.iter().any(|field| field.label == key);
+                if !named && own.set_by_stage(labels, &key) {
+                    continue;
                 }
+                let Some(field) = fields
+                    .iter()
+                    .find(|field| field.path == key)
+                    .or_else(|| fields.iter().find(|field| field.label == key))
+                else {
+                    continue;
+                };
+                let name = if own.has(&field.label) {
+                    let name = format!("{}_extracted", field.label);
+                    // Loki stops reading the line at a label it already set this way.
+                    if own.set_by_stage(labels, &name) {
+                        break;
+                    }
+                    name
+                } else {
+                    field.label.clone()
+                };
+                labels.insert(name, value.map(|v| v.into_owned()).unwrap_or_default());
             }
             Scan::Skipped(why) => {
                 if why.is_some() {
@@ -980,14 +1062,16 @@ fn label_format(
     line: &str,
     timestamp: i64,
     labels: &mut Labels,
+    own: &mut OwnNames,
 ) {
     let mut seen: Option<Labels> = None;
     for (label, source) in formats {
         match source {
             LabelSource::Rename(from) => {
-                if let Some(value) = labels.get(from).cloned() {
+                if let Some(value) = looked_up(labels, from).cloned() {
                     labels.insert(label.clone(), value);
                     labels.remove(from);
+                    own.removed(from);
                 }
             }
             LabelSource::Template(template) => {
@@ -1378,6 +1462,59 @@ mod tests {
             found[0].1,
             labels_of(&[("a", "1"), ("service_name_extracted", "y")])
         );
+    }
+
+    /// Loki 3.7.6's labels where a parser meets a label a stage set and another removed, and
+    /// where a parser that takes some keys follows one that took them all: its labels start
+    /// empty, a key no stage took yet is read, and a label the line came with, already taken
+    /// as `NAME_extracted`, ends the reading of the line.
+    #[test]
+    fn parsers_after_parsers_and_drops() {
+        let line = "service_name=w method=GET path=/x status=200";
+        let q = |query: &str| {
+            kept(&format!(r#"{{service_name="api"}} {query}"#), &[line])
+                .remove(0)
+                .1
+        };
+        assert_eq!(
+            q("| logfmt | drop method | logfmt"),
+            labels_of(&[
+                ("service_name_extracted", "w"),
+                ("path", "/x"),
+                ("status", "200")
+            ])
+        );
+        assert_eq!(
+            q("| logfmt | keep method | logfmt"),
+            labels_of(&[("method", "GET")])
+        );
+        assert_eq!(
+            q("| logfmt | label_format m=method | logfmt")["m"],
+            "GET",
+            "a rename removes the label it moves"
+        );
+        assert!(!q("| logfmt | label_format m=method | logfmt").contains_key("method"));
+        let after = |fields: &str| q(&format!("| logfmt | logfmt {fields}"));
+        assert_eq!(after("service_name, method")["method"], "");
+        assert_eq!(after("path, service_name")["path"], "");
+        assert_eq!(after("status, method")["status"], "200");
+        let taken = after(r#"service_name_extracted="method", status"#);
+        assert_eq!(
+            (
+                taken["service_name_extracted"].as_str(),
+                taken["status"].as_str()
+            ),
+            ("", "200")
+        );
+        assert_eq!(q(r#"| logfmt m="method" | logfmt m="nope""#)["m"], "");
+        assert_eq!(
+            q(r#"| logfmt method | logfmt method, service_name"#)["service_name_extracted"],
+            "w"
+        );
+        // `| json a="b"` sets its label over what an earlier stage set.
+        let json = r#"{"a":"1","a":{"b":2}}"#;
+        let found = kept(r#"{service_name="api"} | json | json a_b="a""#, &[json]);
+        assert_eq!(found[0].1["a_b"], "1");
     }
 
     /// Loki 3.7.6's answers: `or` is any of them for `|=` and `|~`, none of them for `!=`.

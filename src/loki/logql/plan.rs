@@ -35,23 +35,76 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
         }
     }
     for stage in &query.pipeline {
-        match stage {
-            // An `ip()` filter or one with alternatives is left to the engine.
-            Stage::LineFilter {
-                op,
-                pattern: LinePattern::Text(text),
-                or,
-            } if or.is_empty() => selection.lines.push(match op {
-                LineOp::Contains => LineCondition::Contains(text.clone()),
-                LineOp::NotContains => LineCondition::NotContains(text.clone()),
-                LineOp::Matches => LineCondition::Matches(pattern(text, false, false)),
-                LineOp::NotMatches => LineCondition::NotMatches(pattern(text, false, true)),
-            }),
-            stage if rewrites_line(stage) => break,
-            _ => {}
+        if rewrites_line(stage) {
+            break;
         }
+        selection.lines.extend(line_condition(stage));
+        selection.lines.extend(pattern_literals(stage));
     }
     selection
+}
+
+/// What a line that a `|>` filter keeps contains: each of its pattern's literals. The engine
+/// still tests the pattern; the database only reads fewer rows.
+fn pattern_literals(stage: &Stage) -> Vec<LineCondition> {
+    let Stage::LineFilter {
+        op: LineOp::PatternMatches,
+        pattern: LinePattern::Text(text),
+        or,
+    } = stage
+    else {
+        return Vec::new();
+    };
+    match (
+        or.is_empty(),
+        super::pattern::Pattern::parse_line_filter(text),
+    ) {
+        (true, Ok(pattern)) => pattern
+            .literals()
+            .map(|literal| LineCondition::Contains(literal.to_owned()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The condition on the stored line a line filter is, where the database can check it: text, a
+/// regular expression, or alternatives of either (as one expression). An `ip()` filter alone and
+/// a pattern (`|>`) are left to the engine.
+fn line_condition(stage: &Stage) -> Option<LineCondition> {
+    let Stage::LineFilter {
+        op,
+        pattern: first,
+        or,
+    } = stage
+    else {
+        return None;
+    };
+    if !or.is_empty() {
+        // With `or`, an `ip("…")` alternative is matched as its text, as in Loki.
+        let texts = std::iter::once(first)
+            .chain(or)
+            .map(|alternative| match alternative {
+                LinePattern::Text(text) | LinePattern::Ip(text) => text.as_str(),
+            });
+        let alternatives: Vec<String> = match op {
+            LineOp::Contains => texts.map(regex::escape).collect(),
+            LineOp::Matches => texts.map(|text| format!("(?:{text})")).collect(),
+            // The parser makes a negated filter with `or` one filter per alternative.
+            _ => return None,
+        };
+        let any = alternatives.join("|");
+        return Some(LineCondition::Matches(pattern(&any, false, false)));
+    }
+    let LinePattern::Text(text) = first else {
+        return None;
+    };
+    Some(match op {
+        LineOp::Contains => LineCondition::Contains(text.clone()),
+        LineOp::NotContains => LineCondition::NotContains(text.clone()),
+        LineOp::Matches => LineCondition::Matches(pattern(text, false, false)),
+        LineOp::NotMatches => LineCondition::NotMatches(pattern(text, false, true)),
+        LineOp::PatternMatches | LineOp::NotPatternMatches => return None,
+    })
 }
 
 /// True for a stage after which the line is no longer the stored one.
@@ -116,19 +169,14 @@ pub(crate) fn is_exact(query: &LogQuery) -> bool {
 }
 
 /// True when every stage of `query` is a line filter the selection holds (text or a regular
-/// expression, without `or` or `ip()`): then the rows the selection gives, selected by their
-/// stream labels, are the query's lines, and the database may count them without sending them.
+/// expression, with or without `or`; not `ip()` alone or a pattern): then the rows the selection
+/// gives, selected by their stream labels, are the query's lines, and the database may count
+/// them without sending them.
 pub(crate) fn filters_lines_only(query: &LogQuery) -> bool {
-    query.pipeline.iter().all(|stage| {
-        matches!(
-            stage,
-            Stage::LineFilter {
-                pattern: LinePattern::Text(_),
-                or,
-                ..
-            } if or.is_empty()
-        )
-    })
+    query
+        .pipeline
+        .iter()
+        .all(|stage| line_condition(stage).is_some())
 }
 
 /// True for a `drop` of nothing but the labels a parser's error sets.
@@ -352,6 +400,46 @@ mod tests {
             panic!("{:?}", selection.lines[1]);
         };
         assert_eq!(pattern.postgres.as_ref().unwrap().expression, "t.me");
+    }
+
+    #[test]
+    fn alternatives_are_one_expression_for_sql() {
+        let now = Utc::now();
+        let query = log(r#"{service_name="api"} |= "a.b" or ip("10.0.0.0/24") |~ "x+" or "(?i)y""#);
+        let lines = selection(&query, now, now).lines;
+        let [LineCondition::Matches(texts), LineCondition::Matches(expressions)] = &lines[..]
+        else {
+            panic!("{lines:?}");
+        };
+        assert_eq!(texts.rust, r"a\.b|10\.0\.0\.0/24");
+        assert_eq!(texts.postgres.as_ref().unwrap().expression, texts.rust);
+        assert_eq!(expressions.rust, "(?:x+)|(?:(?i)y)");
+        assert!(expressions.postgres.is_none(), "(?i) only in front");
+        assert!(filters_lines_only(&query));
+        let re = regex::Regex::new(&texts.rust).unwrap();
+        assert!(re.is_match("from 10.0.0.0/24") && re.is_match("a.b") && !re.is_match("axb"));
+    }
+
+    #[test]
+    fn a_pattern_filter_narrows_by_its_literals_but_is_never_counted_by_sql() {
+        let now = Utc::now();
+        let query = log(r#"{service_name="api"} |> "<_> GET <_> 500""#);
+        assert_eq!(
+            selection(&query, now, now).lines,
+            [
+                LineCondition::Contains(" GET ".into()),
+                LineCondition::Contains(" 500".into())
+            ]
+        );
+        assert!(!filters_lines_only(&query));
+        for other in [
+            r#"{service_name="api"} |> "<_> GET <_>" or "<_> PUT <_>""#,
+            r#"{service_name="api"} !> "<_> GET <_>""#,
+        ] {
+            let query = log(other);
+            assert!(selection(&query, now, now).lines.is_empty(), "{other}");
+            assert!(!filters_lines_only(&query), "{other}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 
+use super::go_time;
 use super::labels::Labels;
 
 /// Why a template cannot be used: it does not parse, or names what is not supported.
@@ -112,10 +113,7 @@ impl Value {
             Value::Bool(b) => {
                 let _ = write!(out, "{b}");
             }
-            Value::Time(ns) => {
-                let time = chrono::DateTime::from_timestamp_nanos(*ns);
-                let _ = write!(out, "{}", time.format("%Y-%m-%d %H:%M:%S%.f +0000 UTC"));
-            }
+            Value::Time(ns) => out.push_str(&go_time::format(*ns, go_time::PRINTED)),
         }
     }
 
@@ -168,6 +166,9 @@ const FUNCTIONS: &[(&str, usize, Option<usize>)] = &[
     ("unixEpochMillis", 1, Some(1)),
     ("unixEpochNanos", 1, Some(1)),
     ("unixEpoch", 1, Some(1)),
+    ("unixToTime", 1, Some(1)),
+    ("date", 2, Some(2)),
+    ("now", 0, Some(0)),
     ("alignLeft", 2, Some(2)),
     ("alignRight", 2, Some(2)),
     ("__line__", 0, Some(0)),
@@ -811,6 +812,28 @@ fn to_float(value: &Value) -> f64 {
     }
 }
 
+/// The time now, in nanoseconds since the epoch.
+fn now() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// Loki's `unixToTime`: days, seconds, milliseconds, microseconds or nanoseconds since the epoch,
+/// told apart by the number of digits (5, 10, 13, 16 or 19), in Loki's words where it fails.
+fn unix_to_time(epoch: &str) -> Result<i64, String> {
+    let unable = |why: String| format!("unable to parse time '{epoch}': {why}");
+    let number = super::go_numbers::parse_int(epoch).map_err(unable)?;
+    let nanos = match epoch.len() {
+        5 => number.saturating_mul(86_400_000_000_000),
+        10 => number.saturating_mul(1_000_000_000),
+        13 => number.saturating_mul(1_000_000),
+        16 => number.saturating_mul(1_000),
+        19 => number,
+        // Loki wraps an error it does not have here, and Go writes the missing one so.
+        _ => return Err(unable("%!w(<nil>)".into())),
+    };
+    Ok(nanos)
+}
+
 fn time_arg(value: &Value) -> Result<i64, String> {
     match value {
         Value::Time(ns) => Ok(*ns),
@@ -926,6 +949,17 @@ fn call(name: &str, args: Vec<Value>, context: &Context<'_>) -> Result<Value, St
             (time_arg(&args[0])?.div_euclid(1_000_000)).to_string(),
         )),
         "unixEpochNanos" => Ok(Value::Str(time_arg(&args[0])?.to_string())),
+        "unixToTime" => unix_to_time(&s(0)?).map(Value::Time),
+        // sprig's `date`: a number is seconds since the epoch, and what is no time is now.
+        "date" => {
+            let nanos = match &args[1] {
+                Value::Time(nanos) => *nanos,
+                Value::Int(seconds) => seconds.saturating_mul(1_000_000_000),
+                _ => now(),
+            };
+            text(go_time::format(nanos, &s(0)?))
+        }
+        "now" => Ok(Value::Time(now())),
         "alignLeft" | "alignRight" => {
             let (count, src) = (n(0)?, s(1)?);
             let chars: Vec<char> = src.chars().collect();
@@ -1419,6 +1453,25 @@ mod tests {
             ("{{ title .msg }}", "Hello World"),
             ("{{/* a comment */}}x", "x"),
             ("{{ __timestamp__ | unixEpochMillis }}", "1700000000123"),
+            // Loki 3.7.6's answers.
+            (
+                "{{ __timestamp__ }}",
+                "2023-11-14 22:13:20.123456789 +0000 UTC",
+            ),
+            (
+                "{{ __timestamp__ | date \"2006-01-02T15:04:05.000Z07:00\" }}",
+                "2023-11-14T22:13:20.123Z",
+            ),
+            (
+                "{{ unixToTime \"1700000000\" | date \"2006-01-02 15:04:05\" }}",
+                "2023-11-14 22:13:20",
+            ),
+            (
+                "{{ unixToTime \"1700000000123\" }}",
+                "2023-11-14 22:13:20.123 +0000 UTC",
+            ),
+            ("{{ unixToTime \"19675\" | date \"Jan 2\" }}", "Nov 14"),
+            ("{{ date \"15:04\" (int \"60\") }}", "00:01"),
         ];
         for (template, want) in cases {
             assert_eq!(render(template, LABELS).as_deref(), Ok(want), "{template}");
@@ -1427,6 +1480,16 @@ mod tests {
 
     #[test]
     fn a_call_that_fails_says_so_as_go_does() {
+        let err = render("{{ unixToTime \"abc\" }}", &[]).unwrap_err();
+        assert!(
+            err.ends_with("error calling unixToTime: unable to parse time 'abc': strconv.ParseInt: parsing \"abc\": invalid syntax"),
+            "{err}"
+        );
+        let err = render("{{ unixToTime \"123\" }}", &[]).unwrap_err();
+        assert!(
+            err.ends_with("error calling unixToTime: unable to parse time '123': %!w(<nil>)"),
+            "{err}"
+        );
         let err = render("{{ substr 1 4 .msg }}", &[]).unwrap_err();
         assert!(
             err.ends_with("error calling substr: runtime error: slice bounds out of range [1:0]"),
@@ -1441,7 +1504,7 @@ mod tests {
     fn what_is_not_supported_is_refused_by_name() {
         let refused = |template: &str| Template::parse("line", template).unwrap_err().to_string();
         assert!(refused("{{ fromJson .a }}").contains("\"fromJson\""));
-        assert!(refused("{{ date \"2006\" __timestamp__ }}").contains("\"date\""));
+        assert!(refused("{{ toDate \"2006\" \"2024\" }}").contains("\"toDate\""));
         assert!(refused("{{ range .a }}{{ end }}").contains("range"));
         assert!(refused("{{ if .a }}x").contains("without {{end}}"));
         assert!(refused("{{ .a ").contains("unclosed"));

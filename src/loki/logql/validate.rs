@@ -1,5 +1,6 @@
 //! What Loki checks once a query has parsed, before it runs: that each selector narrows the
-//! streams, and that each group of line filters compiles, in its words.
+//! streams, and that each group of line filters (regular expressions and patterns) compiles,
+//! in its words.
 
 use super::ast::*;
 use super::ParseError;
@@ -66,26 +67,34 @@ fn line_filters(pipeline: &[Stage]) -> Result<(), ParseError> {
             Some(Stage::LabelFilter(_) | Stage::LineFormat(_)) | None => {}
             Some(_) => continue,
         }
-        for filter in &group {
-            let Stage::LineFilter { op, pattern, or } = filter else {
-                continue;
-            };
-            if !matches!(op, LineOp::Matches | LineOp::NotMatches) {
-                continue;
-            }
-            let texts = std::iter::once(pattern)
-                .chain(or)
-                .filter_map(|pattern| match pattern {
-                    LinePattern::Text(text) => Some(text),
-                    LinePattern::Ip(_) => None,
-                });
-            if let Some(err) = texts.filter_map(|text| super::go_regex::error(text)).next() {
-                let written: Vec<String> = group.iter().map(|stage| stage.to_string()).collect();
-                return Err(ParseError::unplaced(
-                    0,
-                    format!("stage '{}' : {err}", written.join(" ")),
-                ));
-            }
+        // Loki names a regular expression's error before a pattern's.
+        let texts = |ops: [LineOp; 2]| {
+            group.iter().flat_map(move |filter| match filter {
+                Stage::LineFilter { op, pattern, or } if ops.contains(op) => {
+                    std::iter::once(pattern).chain(or.iter()).collect()
+                }
+                _ => Vec::new(),
+            })
+        };
+        let text = |pattern: &LinePattern| match pattern {
+            LinePattern::Text(text) => Some(text.clone()),
+            LinePattern::Ip(_) => None,
+        };
+        let regex_error = texts([LineOp::Matches, LineOp::NotMatches])
+            .filter_map(text)
+            .find_map(|text| super::go_regex::error(&text));
+        let pattern_error = || {
+            texts([LineOp::PatternMatches, LineOp::NotPatternMatches])
+                .filter_map(text)
+                .find_map(|text| super::pattern::Pattern::parse_line_filter(&text).err())
+                .map(|err| err.to_string())
+        };
+        if let Some(err) = regex_error.or_else(pattern_error) {
+            let written: Vec<String> = group.iter().map(|stage| stage.to_string()).collect();
+            return Err(ParseError::unplaced(
+                0,
+                format!("stage '{}' : {err}", written.join(" ")),
+            ));
         }
         group.clear();
     }
