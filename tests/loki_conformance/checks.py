@@ -72,6 +72,7 @@ PAYMENTS = '{service_name="payments"}'
 PAY_DEBUG = '{service_name="payments", level="debug"}'
 PROXY = '{service_name="proxy"}'
 SEARCH = '{service_name="search"}'
+QUIRKS = '{service_name="quirks"}'
 
 # ---- stream selectors --------------------------------------------------------------------------
 logs("sel_service", CHECKOUT)
@@ -217,13 +218,17 @@ logs("parser_after_dropping_parsed", PAY_DEBUG + " | logfmt | drop method | logf
 logs("parser_after_keep", PAY_DEBUG + " | logfmt | keep method, path | logfmt")
 logs("parser_after_rename", PAY_DEBUG + " | logfmt | label_format m=method | logfmt")
 logs("json_params_over_earlier", PROD + ' | json | json method="path", user_name="missing"')
+# A number filter: a line without the label fails it, a line a stage already failed on passes as
+# it is, and an empty label is text that is no number.
+logs("number_filter_empty_label", QUIRKS + " | json | e > 1 or n > 1")
+logs("number_filter_after_error", PAYMENTS + ' | json | label_format amt="{{.amount}}" | amt > 100')
+logs("number_filter_text_label", PAYMENTS + " | json | msg > 1s")
 # The error's details are no label to a filter, a rename or a template of one label alone.
 logs("error_details_filtered", PAYMENTS + ' | json | __error_details__ != ""')
 logs("error_details_renamed", PAYMENTS + " | json | label_format d=__error_details__, e=__error__")
 logs("error_details_line_alone", PAYMENTS + ' | json | line_format "{{ .__error_details__ }}"')
 logs("error_details_line_with", PAYMENTS + ' | json | line_format "{{.__error__}}: {{.__error_details__}}"')
 # A key given twice: the first label of a name is kept, in the line's order.
-QUIRKS = '{service_name="quirks"}'
 logs("json_repeated_keys", QUIRKS + " | json")
 logs("json_params_repeated_keys", QUIRKS + ' | json x="a", y="a.b", z="k"')
 metric("json_repeated_keys_by", "sum by (a, a_b, k) (count_over_time(" + QUIRKS + " | json [10m]))",

@@ -797,10 +797,14 @@ impl Condition {
                 value,
                 kind,
             } => {
-                // An empty label is no label, as in Loki: it matches no comparison.
-                let Some(text) = labels.get(label).filter(|text| !text.is_empty()) else {
+                // As in Loki: a line without the label does not pass, one a stage already
+                // failed on passes as it is, and an empty label is a text that is no number.
+                let Some(text) = labels.get(label) else {
                     return false;
                 };
+                if labels.contains_key(ERROR_LABEL) {
+                    return true;
+                }
                 let actual = match kind.parse(text) {
                     Ok(actual) => actual,
                     Err(details) => {
@@ -1332,6 +1336,19 @@ mod tests {
         for filter in ["e > 1", "e > 1s", "e > 1KB", "missing > 1"] {
             assert_eq!(details(filter), None, "{filter}");
         }
+        // An empty label is there, and no number (Loki 3.7.6).
+        let empty = pipeline(r#"{service_name="api"} | logfmt --keep-empty | e > 1"#)
+            .process(&row("api", 9, line, "{}"))
+            .unwrap();
+        assert_eq!(
+            empty.labels[ERROR_DETAILS_LABEL],
+            r#"strconv.ParseFloat: parsing "": invalid syntax"#
+        );
+        // A line a stage already failed on passes with its own error.
+        let failed = pipeline(r#"{service_name="api"} | json | label_format x="y" | x > 1"#)
+            .process(&row("api", 9, line, "{}"))
+            .unwrap();
+        assert_eq!(failed.labels[ERROR_LABEL], "JSONParserErr");
     }
 
     /// Loki 3.7.6's labels for these lines, asked of the binary itself.
