@@ -152,7 +152,8 @@ struct OwnNames {
     more: Vec<u64>,
     /// Labels a stage set and a later one removed (`drop`, `keep`, a rename).
     removed: Vec<u64>,
-    /// False where no stage parses the line, and what was removed matters to none.
+    /// Whether a parser follows a stage that removes labels: only then is what was removed
+    /// noted, so that other pipelines pay nothing per line for it.
     tracking: bool,
 }
 
@@ -160,9 +161,9 @@ struct OwnNames {
 const OWN_NAMES_HELD: usize = 32;
 
 impl OwnNames {
-    fn of(labels: &Labels) -> Self {
+    fn of(labels: &Labels, tracking: bool) -> Self {
         let mut own = OwnNames {
-            tracking: true,
+            tracking,
             ..OwnNames::default()
         };
         for name in labels.keys() {
@@ -322,6 +323,9 @@ pub(crate) struct Pipeline {
     /// Whether a stage parses the line, so that the line's own labels are noted before the
     /// stages run ([`OwnNames`]).
     parses: bool,
+    /// Whether a parser follows a `drop`, a `keep` or a `label_format`, so that the labels they
+    /// remove are noted ([`OwnNames::removed`]).
+    reparses: bool,
 }
 
 /// A row that went through the pipeline: its line and labels as the stages left them.
@@ -354,11 +358,18 @@ impl Pipeline {
             .map(compile_stage)
             .collect::<Result<_, _>>()?;
         let parses = steps.iter().any(Step::parses);
+        let removes =
+            |step: &Step| matches!(step, Step::Drop(_) | Step::Keep(_) | Step::LabelFormat(_));
+        let reparses = steps
+            .iter()
+            .position(removes)
+            .is_some_and(|at| steps[at..].iter().any(Step::parses));
         Ok(Pipeline {
             matchers,
             steps,
             hints: None,
             parses,
+            reparses,
         })
     }
 
@@ -420,7 +431,7 @@ impl Pipeline {
         let mut line = row.message.clone();
         let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
         let mut own = if self.parses {
-            OwnNames::of(&labels)
+            OwnNames::of(&labels, self.reparses)
         } else {
             OwnNames::default()
         };
@@ -1528,6 +1539,10 @@ mod tests {
             q(r#"| logfmt method | logfmt method, service_name"#)["service_name_extracted"],
             "w"
         );
+        // Only a parser after a removal makes the pipeline note what was removed, line by line.
+        assert!(pipeline(r#"{service_name="api"} | logfmt | keep a | json"#).reparses);
+        assert!(!pipeline(r#"{service_name="api"} | logfmt | keep a | drop b"#).reparses);
+        assert!(pipeline(r#"{service_name="api"} | label_format a=b | json"#).reparses);
         // `| json a="b"` sets its label over what an earlier stage set.
         let json = r#"{"a":"1","a":{"b":2}}"#;
         let found = kept(r#"{service_name="api"} | json | json a_b="a""#, &[json]);

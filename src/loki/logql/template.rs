@@ -1472,6 +1472,15 @@ mod tests {
             ),
             ("{{ unixToTime \"19675\" | date \"Jan 2\" }}", "Nov 14"),
             ("{{ date \"15:04\" (int \"60\") }}", "00:01"),
+            (
+                "{{ unixToTime \"1700000000123456\" }}",
+                "2023-11-14 22:13:20.123456 +0000 UTC",
+            ),
+            (
+                "{{ unixToTime \"+170000000\" }}",
+                "1975-05-22 14:13:20 +0000 UTC",
+            ),
+            ("{{ date \"15:04\" \"no time\" | len }}", "5"),
         ];
         for (template, want) in cases {
             assert_eq!(render(template, LABELS).as_deref(), Ok(want), "{template}");

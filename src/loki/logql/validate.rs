@@ -67,26 +67,27 @@ fn line_filters(pipeline: &[Stage]) -> Result<(), ParseError> {
             Some(Stage::LabelFilter(_) | Stage::LineFormat(_)) | None => {}
             Some(_) => continue,
         }
-        // Loki names a regular expression's error before a pattern's.
+        // The texts of the group's filters of these kinds (an `ip()` has none to compile).
         let texts = |ops: [LineOp; 2]| {
-            group.iter().flat_map(move |filter| match filter {
-                Stage::LineFilter { op, pattern, or } if ops.contains(op) => {
-                    std::iter::once(pattern).chain(or.iter()).collect()
-                }
-                _ => Vec::new(),
-            })
+            group
+                .iter()
+                .flat_map(move |filter| match filter {
+                    Stage::LineFilter { op, pattern, or } if ops.contains(op) => {
+                        std::iter::once(pattern).chain(or).collect()
+                    }
+                    _ => Vec::new(),
+                })
+                .filter_map(|pattern| match pattern {
+                    LinePattern::Text(text) => Some(text.as_str()),
+                    LinePattern::Ip(_) => None,
+                })
         };
-        let text = |pattern: &LinePattern| match pattern {
-            LinePattern::Text(text) => Some(text.clone()),
-            LinePattern::Ip(_) => None,
-        };
-        let regex_error = texts([LineOp::Matches, LineOp::NotMatches])
-            .filter_map(text)
-            .find_map(|text| super::go_regex::error(&text));
+        // Loki names a regular expression's error before a pattern's.
+        let regex_error =
+            texts([LineOp::Matches, LineOp::NotMatches]).find_map(super::go_regex::error);
         let pattern_error = || {
             texts([LineOp::PatternMatches, LineOp::NotPatternMatches])
-                .filter_map(text)
-                .find_map(|text| super::pattern::Pattern::parse_line_filter(&text).err())
+                .find_map(|text| super::pattern::Pattern::parse_line_filter(text).err())
                 .map(|err| err.to_string())
         };
         if let Some(err) = regex_error.or_else(pattern_error) {
