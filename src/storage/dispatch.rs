@@ -167,7 +167,9 @@ impl Reader {
 
     /// Streams the tenant's rows of `selection` in `order` to `sink` until it returns false, at
     /// most `limit` (given only when the selection holds every condition of the query). A row
-    /// the selection lets through may still fail the query: its engine checks each one.
+    /// the selection lets through may still fail the query: its engine checks each one. A row's
+    /// id and receive time are not read on every store (0 and its `ts` there): a LogQL read,
+    /// the only one made this way, uses neither.
     pub async fn select(
         &self,
         tenant: &str,

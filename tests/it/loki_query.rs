@@ -191,7 +191,7 @@ async fn get(
 }
 
 /// The JSON of a 200 answer.
-async fn ok(
+pub(crate) async fn ok(
     addr: SocketAddr,
     path: &str,
     params: &[(&str, &str)],

@@ -193,6 +193,15 @@ async fn ids_stored_as_hex_before_the_upgrade_still_answer_sealed_or_not() {
         .execute(&mut conn)
         .await
         .unwrap();
+        // Where LogQL reads look for rows, as ingest writes it.
+        sqlx::query(
+            "INSERT INTO log_volume (tenant, minute, service, severity, writer, records, bytes) \
+             VALUES ('default', date_trunc('minute', $1), 'api', 9, 1, 1, 10)",
+        )
+        .bind(at)
+        .execute(&mut conn)
+        .await
+        .unwrap();
     }
     let leaf = crate::sealing::leaf_of(&mut conn, past).await;
     let pace = Pace {
@@ -238,6 +247,45 @@ async fn ids_stored_as_hex_before_the_upgrade_still_answer_sealed_or_not() {
         .map(|message| (message.to_owned(), trace.to_owned(), span.to_owned()))
         .into();
     assert_eq!(found, expected);
+
+    // A LogQL read selects the ids on its own (as bytes where it can): the same four lines,
+    // each with its ids as labels.
+    let nanos = |at: chrono::DateTime<Utc>| at.timestamp_nanos_opt().unwrap().to_string();
+    let (start, end) = (
+        nanos(past - chrono::TimeDelta::minutes(1)),
+        nanos(Utc::now() + chrono::TimeDelta::minutes(1)),
+    );
+    let answer = crate::loki_query::ok(
+        server.http_ingest,
+        "/loki/api/v1/query_range",
+        &[
+            ("query", r#"{service_name=~"api|checkout"}"#),
+            ("start", &start),
+            ("end", &end),
+            ("limit", "100"),
+        ],
+        &[],
+    )
+    .await;
+    let mut found: Vec<_> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|stream| {
+            let label = |name: &str| stream["stream"][name].as_str().unwrap_or("").to_owned();
+            let ids = (label("trace_id"), label("span_id"));
+            stream["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |value| {
+                    let line = value[1].as_str().unwrap().to_owned();
+                    (line, ids.0.clone(), ids.1.clone())
+                })
+        })
+        .collect();
+    found.sort();
+    assert_eq!(found, expected, "{answer}");
 
     // The new rows hold bytes, the old ones hex, each in its own columns: the upgraded database
     // keeps the text ones, where a new one has none.

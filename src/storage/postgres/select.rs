@@ -10,7 +10,8 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::Instrument;
 
-use super::read::{decode, IdColumns, PgReader, ReadConnection};
+use super::logql_row;
+use super::read::{IdColumns, PgReader, ReadConnection};
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -196,7 +197,7 @@ impl PgReader {
         };
         let mut window = FIRST_WINDOW;
         loop {
-            let mut builder = QueryBuilder::new(ids.select());
+            let mut builder = QueryBuilder::new(ids.logql_select());
             builder.push_bind(tenant.to_owned());
             builder.push(" AND ts >= ").push_bind(low);
             builder.push(" AND ts < ").push_bind(high);
@@ -222,7 +223,10 @@ impl PgReader {
                 let Some(row) = next else { break };
                 left = left.map(|n| n - 1);
                 // Stopped with rows still coming: the connection is closed, not drained.
-                if !sender.push(decode(row).map_err(unavailable)?).await {
+                if !sender
+                    .push(logql_row::decode(row, ids).map_err(unavailable)?)
+                    .await
+                {
                     return Ok(());
                 }
             }
