@@ -56,6 +56,8 @@ pub enum LineCondition {
     Contains(String),
     /// Does not contain it.
     NotContains(String),
+    /// Contains at least one of the texts.
+    ContainsAny(Vec<String>),
     /// A match of the regular expression somewhere.
     Matches(Pattern),
     /// No match anywhere.

@@ -225,7 +225,9 @@ impl Reader {
                 LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
                     pattern.postgres.is_some()
                 }
-                LineCondition::Contains(_) | LineCondition::NotContains(_) => true,
+                LineCondition::Contains(_)
+                | LineCondition::NotContains(_)
+                | LineCondition::ContainsAny(_) => true,
             }),
         }
     }

@@ -86,14 +86,22 @@ fn line_condition(stage: &Stage) -> Option<LineCondition> {
             .map(|alternative| match alternative {
                 LinePattern::Text(text) | LinePattern::Ip(text) => text.as_str(),
             });
-        let alternatives: Vec<String> = match op {
-            LineOp::Contains => texts.map(regex::escape).collect(),
-            LineOp::Matches => texts.map(|text| format!("(?:{text})")).collect(),
+        return match op {
+            // Texts stay texts: PostgreSQL's regular expressions are several times slower than
+            // a search for each.
+            LineOp::Contains => Some(LineCondition::ContainsAny(
+                texts.map(str::to_owned).collect(),
+            )),
+            LineOp::Matches => {
+                let any = texts
+                    .map(|text| format!("(?:{text})"))
+                    .collect::<Vec<_>>()
+                    .join("|");
+                Some(LineCondition::Matches(pattern(&any, false, false)))
+            }
             // The parser makes a negated filter with `or` one filter per alternative.
-            _ => return None,
+            _ => None,
         };
-        let any = alternatives.join("|");
-        return Some(LineCondition::Matches(pattern(&any, false, false)));
     }
     let LinePattern::Text(text) = first else {
         return None;
@@ -407,17 +415,14 @@ mod tests {
         let now = Utc::now();
         let query = log(r#"{service_name="api"} |= "a.b" or ip("10.0.0.0/24") |~ "x+" or "(?i)y""#);
         let lines = selection(&query, now, now).lines;
-        let [LineCondition::Matches(texts), LineCondition::Matches(expressions)] = &lines[..]
+        let [LineCondition::ContainsAny(texts), LineCondition::Matches(expressions)] = &lines[..]
         else {
             panic!("{lines:?}");
         };
-        assert_eq!(texts.rust, r"a\.b|10\.0\.0\.0/24");
-        assert_eq!(texts.postgres.as_ref().unwrap().expression, texts.rust);
+        assert_eq!(texts, &["a.b", "10.0.0.0/24"]);
         assert_eq!(expressions.rust, "(?:x+)|(?:(?i)y)");
         assert!(expressions.postgres.is_none(), "(?i) only in front");
         assert!(filters_lines_only(&query));
-        let re = regex::Regex::new(&texts.rust).unwrap();
-        assert!(re.is_match("from 10.0.0.0/24") && re.is_match("a.b") && !re.is_match("axb"));
     }
 
     #[test]

@@ -71,6 +71,7 @@ fn push_conditions(
         match condition {
             LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
             LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
             LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
         }
@@ -127,6 +128,21 @@ fn push_contains(builder: &mut QueryBuilder<'_, Postgres>, text: &str, test: &st
         .push_bind(text.to_owned())
         .push(") ")
         .push(test);
+}
+
+/// ` AND (strpos(message, a) > 0 OR …)`: whether the message holds one of `texts`.
+fn push_contains_any(builder: &mut QueryBuilder<'_, Postgres>, texts: &[String]) {
+    builder.push(" AND (");
+    for (at, text) in texts.iter().enumerate() {
+        if at > 0 {
+            builder.push(" OR ");
+        }
+        builder
+            .push("strpos(message, ")
+            .push_bind(text.clone())
+            .push(") > 0");
+    }
+    builder.push(")");
 }
 
 impl PgReader {

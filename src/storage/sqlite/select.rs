@@ -62,6 +62,7 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
         match condition {
             LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
             LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
             LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
         }
@@ -123,6 +124,21 @@ fn push_contains(builder: &mut Statement, text: &str, test: &str) {
         .push_bind(text)
         .push(") ")
         .push(test);
+}
+
+/// ` AND (instr(message, a) > 0 OR …)`: whether the message holds one of `texts`.
+fn push_contains_any(builder: &mut Statement, texts: &[String]) {
+    builder.push(" AND (");
+    for (at, text) in texts.iter().enumerate() {
+        if at > 0 {
+            builder.push(" OR ");
+        }
+        builder
+            .push("instr(message, ")
+            .push_bind(text.as_str())
+            .push(") > 0");
+    }
+    builder.push(")");
 }
 
 impl SqliteReader {
