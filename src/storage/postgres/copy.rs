@@ -20,7 +20,7 @@ const TRAILER: [u8; 2] = (-1i16).to_be_bytes();
 /// jsonb's binary input is a version byte, then the JSON text.
 const JSONB_VERSION: u8 = 1;
 /// Microseconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00:00 UTC.
-const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
+pub(super) const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// The COPY body of `rows`.
 pub(super) fn encode<'a>(rows: impl ExactSizeIterator<Item = &'a Row<'a>>) -> Vec<u8> {

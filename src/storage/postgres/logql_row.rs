@@ -6,16 +6,11 @@
 //! their bytes, and attributes only where a record has some (`jsonb` turned into text costs as
 //! much as the scan that finds the row).
 
-use chrono::{DateTime, Utc};
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef};
-use sqlx::{Decode, Postgres, Row, Type};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
 
-use super::read::IdColumns;
-use crate::storage::stored::{from_micros, StoredRow};
-
-/// Microseconds from the Unix epoch to PostgreSQL's, 2000-01-01.
-const POSTGRES_EPOCH_MICROS: i64 = 946_684_800_000_000;
+use super::read::{IdColumns, PgTime};
+use crate::storage::stored::StoredRow;
 
 impl IdColumns {
     /// A LogQL read's select list and table, decoded by [`decode`]; the tenant's bind follows.
@@ -66,26 +61,4 @@ pub(super) fn decode(row: PgRow, ids: IdColumns) -> Result<StoredRow, sqlx::Erro
         trace_id: ids.hex_id(&row, 6)?,
         span_id: ids.hex_id(&row, 7)?,
     })
-}
-
-/// A `timestamptz` read from its microseconds: the driver's own decoding goes through a
-/// calendar date, which was a measurable share of a long scan.
-struct PgTime(DateTime<Utc>);
-
-impl Type<Postgres> for PgTime {
-    fn type_info() -> PgTypeInfo {
-        <DateTime<Utc> as Type<Postgres>>::type_info()
-    }
-}
-
-impl<'r> Decode<'r, Postgres> for PgTime {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        if value.format() == PgValueFormat::Text {
-            return <DateTime<Utc> as Decode<Postgres>>::decode(value).map(PgTime);
-        }
-        let micros = i64::from_be_bytes(value.as_bytes()?.try_into()?);
-        Ok(PgTime(from_micros(
-            micros.saturating_add(POSTGRES_EPOCH_MICROS),
-        )))
-    }
 }

@@ -17,12 +17,17 @@ use std::ops::{Deref, DerefMut};
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::TryStreamExt;
+use sqlx::error::BoxDynError;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::postgres::{
+    PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow, PgTypeInfo, PgValueFormat,
+    PgValueRef,
+};
+use sqlx::{Decode, Postgres, QueryBuilder, Row, Type};
 
+use super::copy::POSTGRES_EPOCH_MICROS;
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::connect::redact_url;
@@ -168,10 +173,12 @@ pub(super) fn push_filter(builder: &mut QueryBuilder<'_, Postgres>, tenant: &str
 /// measurable share of a long scan, and so is checking each value's type against the Rust one,
 /// which the select list fixes (a NULL where none may be is still an error).
 pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
+    let PgTime(ts) = row.try_get_unchecked(1)?;
+    let PgTime(received_at) = row.try_get_unchecked(2)?;
     Ok(StoredRow {
         id: row.try_get_unchecked(0)?,
-        ts: row.try_get_unchecked(1)?,
-        received_at: row.try_get_unchecked(2)?,
+        ts,
+        received_at,
         severity: row.try_get_unchecked(3)?,
         service: row.try_get_unchecked(4)?,
         message: row.try_get_unchecked(5)?,
@@ -180,6 +187,28 @@ pub(super) fn decode(row: PgRow) -> Result<StoredRow, sqlx::Error> {
         trace_id: row.try_get_unchecked(8)?,
         span_id: row.try_get_unchecked(9)?,
     })
+}
+
+/// A `timestamptz` read from its microseconds: the driver's own decoding goes through a
+/// calendar date, which was a measurable share of a long scan.
+pub(super) struct PgTime(pub(super) DateTime<Utc>);
+
+impl Type<Postgres> for PgTime {
+    fn type_info() -> PgTypeInfo {
+        <DateTime<Utc> as Type<Postgres>>::type_info()
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for PgTime {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        if value.format() == PgValueFormat::Text {
+            return <DateTime<Utc> as Decode<Postgres>>::decode(value).map(PgTime);
+        }
+        let micros = i64::from_be_bytes(value.as_bytes()?.try_into()?);
+        Ok(PgTime(from_micros(
+            micros.saturating_add(POSTGRES_EPOCH_MICROS),
+        )))
+    }
 }
 
 /// A read's connection. Dropped before [`ReadConnection::finish`], it is closed rather than

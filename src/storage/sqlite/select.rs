@@ -9,7 +9,7 @@ use sqlx::Row;
 
 use super::batched_rows::each_row;
 use super::read::{SqliteReader, COLUMNS};
-use super::statement::Statement;
+use super::statement::{Bind, Statement};
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -44,10 +44,24 @@ fn push_text(builder: &mut Statement, column: &str, condition: &TextCondition) {
 /// has no label or line condition).
 fn push_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
     push_stream_conditions(builder, selection, level_column);
-    // A label name in a selector is an identifier (the LogQL lexer's), so it needs no escaping
-    // in a JSON path. A substring test first passes over most other rows without reading their
-    // JSON; the lookup then confirms what it found.
-    for (key, value) in &selection.labels {
+    push_label_matches(builder, &selection.labels);
+    for condition in &selection.lines {
+        match condition {
+            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
+            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
+            LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
+            LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
+        }
+    }
+}
+
+/// ` AND …` for each label of `labels` the `labels` column (of `logs` or `streams`) must hold with
+/// its value. A label name in a selector is an identifier (the LogQL lexer's), so it needs no
+/// escaping in a JSON path. A substring test first passes over most other rows without reading
+/// their JSON; the lookup then confirms what it found.
+pub(super) fn push_label_matches(builder: &mut Statement, labels: &[(String, String)]) {
+    for (key, value) in labels {
         builder
             .push(" AND instr(labels, ")
             .push_bind(label_text(key, value))
@@ -57,15 +71,6 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
             .push_bind(format!("$.\"{key}\""))
             .push(") = ")
             .push_bind(value.as_str());
-    }
-    for condition in &selection.lines {
-        match condition {
-            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
-            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
-            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
-            LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
-            LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
-        }
     }
 }
 
@@ -129,16 +134,27 @@ fn push_contains(builder: &mut Statement, text: &str, test: &str) {
 /// ` AND (instr(message, a) > 0 OR …)`: whether the message holds one of `texts`.
 fn push_contains_any(builder: &mut Statement, texts: &[String]) {
     builder.push(" AND (");
-    for (at, text) in texts.iter().enumerate() {
+    push_holds_any(builder, "message", texts.iter().map(String::as_str));
+    builder.push(")");
+}
+
+/// `instr(column, a) > 0 OR …`: whether `column` holds one of `texts`.
+fn push_holds_any<T: Into<Bind>>(
+    builder: &mut Statement,
+    column: &str,
+    texts: impl IntoIterator<Item = T>,
+) {
+    for (at, text) in texts.into_iter().enumerate() {
         if at > 0 {
             builder.push(" OR ");
         }
         builder
-            .push("instr(message, ")
-            .push_bind(text.as_str())
+            .push("instr(")
+            .push(column)
+            .push(", ")
+            .push_bind(text)
             .push(") > 0");
     }
-    builder.push(")");
 }
 
 impl SqliteReader {
@@ -195,15 +211,10 @@ impl SqliteReader {
                 // A substring test passes over the rows without any of the keys before their
                 // JSON is read; `json_patch` leaves out the keys a row lacks.
                 builder.push(", CASE WHEN ");
-                for (n, key) in keys.iter().enumerate() {
-                    if n > 0 {
-                        builder.push(" OR ");
-                    }
-                    builder
-                        .push("instr(attributes, ")
-                        .push_bind(format!("{}:", serde_json::Value::from(key.as_str())))
-                        .push(") > 0");
-                }
+                let quoted = keys
+                    .iter()
+                    .map(|key| format!("{}:", serde_json::Value::from(key.as_str())));
+                push_holds_any(&mut builder, "attributes", quoted);
                 builder.push(" THEN json_patch('{}', json_object(");
                 for (n, key) in keys.iter().enumerate() {
                     if n > 0 {
