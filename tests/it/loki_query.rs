@@ -22,8 +22,10 @@ use crate::common::{
 };
 use crate::http_ingest::{post, JSON, LOKI};
 
-const NANOS: i64 = 1_000_000_000;
-const RANGE: &str = "/loki/api/v1/query_range";
+/// Nanoseconds in a second: Loki's timestamps.
+pub(crate) const NANOS: i64 = 1_000_000_000;
+/// Loki's range query endpoint.
+pub(crate) const RANGE: &str = "/loki/api/v1/query_range";
 const INSTANT: &str = "/loki/api/v1/query";
 
 /// One record of the known set.
@@ -108,7 +110,7 @@ const KNOWN: [Known; 8] = [
 
 /// The base minute: a whole minute 8 to 9 minutes ago, in seconds. Every known record lies in
 /// the four minutes after it, the last more than four minutes before now.
-fn base_minute() -> i64 {
+pub(crate) fn base_minute() -> i64 {
     let now = chrono::Utc::now().timestamp();
     (now - 8 * 60).div_euclid(60) * 60
 }
@@ -161,7 +163,8 @@ async fn push_known(
     assert_eq!(db.count().await, expect_rows);
 }
 
-async fn push_json(addr: SocketAddr, headers: &[(&str, &str)], body: Json) {
+/// Pushes `body` as Loki's JSON push with `headers`; the push must be accepted.
+pub(crate) async fn push_json(addr: SocketAddr, headers: &[(&str, &str)], body: Json) {
     let mut all = vec![JSON];
     all.extend_from_slice(headers);
     let answer = post(addr, LOKI, &all, body.to_string().as_bytes()).await;
@@ -413,7 +416,8 @@ fn basic(user: &str, password: &str) -> String {
     format!("Basic {encoded}")
 }
 
-const KEYS: &str = "key-a=team-a,key-b=team-b";
+/// API keys of two tenants.
+pub(crate) const KEYS: &str = "key-a=team-a,key-b=team-b";
 
 // ---------------------------------------------------------------------------------------------
 // 1. Log queries.

@@ -41,5 +41,6 @@ mod secrets;
 mod send_follow;
 mod slow_tails;
 mod startup;
+mod stream_catalog;
 mod tenants;
 mod tls;

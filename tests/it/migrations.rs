@@ -3,6 +3,7 @@
 //! every label of an old row is structured metadata (`labels` is empty) and its rollup rows have
 //! no `level` label, with their counts intact. And one written while trace and span ids were hex
 //! text (migrations 0001 to 0006) keeps answering them, heap and sealed, on PostgreSQL and Citus.
+//! On SQLite, the stream catalog lists the streams of the rows stored before it.
 
 use std::path::Path;
 
@@ -324,5 +325,61 @@ async fn a_new_database_has_no_hex_id_columns() {
     .await
     .unwrap();
     assert_eq!(columns, ["span_id_bytes", "trace_id_bytes"]);
+    conn.close().await.unwrap();
+}
+
+/// The last version of SQLite's schema without the stream catalog.
+const BEFORE_STREAM_CATALOG: i64 = 5;
+
+/// The upgrade to the stream catalog lists every label set a service of a tenant had, with the
+/// hour of its newest row, so that label selectors still find the rows written before it.
+#[tokio::test]
+async fn sqlite_catalogs_the_streams_stored_before_the_upgrade() {
+    let Some(db) = TestDb::create(Backend::Sqlite, "catalog_upgrade").await else {
+        return;
+    };
+    let old = migrations_up_to(Backend::Sqlite, BEFORE_STREAM_CATALOG).await;
+    let options: sqlx::sqlite::SqliteConnectOptions = db.url.parse().unwrap();
+    let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+        .await
+        .unwrap();
+    old.run(&mut conn).await.unwrap();
+    const HOUR: i64 = 3_600_000_000;
+    for (tenant, ts, service, labels) in [
+        ("a", 5 * HOUR + 7, "cron", r#"{"job":"cron"}"#),
+        ("a", 9 * HOUR, "cron", r#"{"job":"cron"}"#),
+        ("a", 2 * HOUR, "cron", r#"{"job":"cron","env":"prod"}"#),
+        ("b", 3 * HOUR, "cron", r#"{"job":"cron"}"#),
+    ] {
+        sqlx::query(
+            "INSERT INTO logs (tenant, ts, received_at, severity, service, message, labels) \
+             VALUES (?, ?, ?, 9, ?, 'old line', ?)",
+        )
+        .bind(tenant)
+        .bind(ts)
+        .bind(ts)
+        .bind(service)
+        .bind(labels)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    crate::common::migrated(&db).await.close().await;
+    let mut conn = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+    let streams: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT tenant, service, labels, last_hour FROM streams ORDER BY tenant, labels",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let expected = [
+        ("a", r#"{"job":"cron","env":"prod"}"#, 2),
+        ("a", r#"{"job":"cron"}"#, 9),
+        ("b", r#"{"job":"cron"}"#, 3),
+    ]
+    .map(|(tenant, labels, hour)| (tenant.into(), "cron".into(), labels.into(), hour));
+    assert_eq!(streams, expected);
     conn.close().await.unwrap();
 }

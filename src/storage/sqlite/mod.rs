@@ -1,15 +1,18 @@
 //! SQLite, the embedded default: one writer connection in WAL mode (SQLite allows one writer at a
 //! time; more would only wait on its lock), whose batches are one statement each (`write.rs`);
 //! the WAL is checkpointed beside it (`checkpoint.rs`), reads run on read-only connections of
-//! their own (`read.rs`, and `tail.rs` for live follows), and retention deletes old rows in
-//! chunks (`retention.rs`).
+//! their own (`read.rs`, and `tail.rs` for live follows), label selectors consult the stream
+//! catalog the writes keep (`streams.rs`), and retention deletes old rows in chunks
+//! (`retention.rs`).
 
 mod batched_rows;
 mod checkpoint;
+mod label_match;
 mod read;
 mod retention;
 mod select;
 mod statement;
+mod streams;
 mod tail;
 mod write;
 

@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
+use super::streams::FORGET_SQL;
 use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
@@ -65,17 +66,26 @@ impl SqliteRetention {
         Ok(0)
     }
 
-    /// Deletes every row older than `horizon`; returns how many. Runs on the writer pool (SQLite
-    /// has one writer), each chunk its own short transaction, pausing between chunks so ingest
-    /// batches interleave with the delete instead of waiting for all of it. Each chunk takes a
-    /// writer's turn, as ingest does, so the WAL checkpointer never finds a delete holding the
-    /// write lock.
+    /// Deletes every row older than `horizon`, then the catalog's streams with none newer;
+    /// returns how many rows. Runs on the writer pool (SQLite has one writer), each chunk its
+    /// own short transaction, pausing between chunks so ingest batches interleave with the
+    /// delete instead of waiting for all of it. Each chunk takes a writer's turn, as ingest
+    /// does, so the WAL checkpointer never finds a delete holding the write lock.
     pub(in crate::storage) async fn delete_before(
         &mut self,
         horizon: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
-        self.delete_per_tenant(TENANTS_SQL, DELETE_SQL, horizon.timestamp_micros())
+        let horizon = horizon.timestamp_micros();
+        let deleted = self
+            .delete_per_tenant(TENANTS_SQL, DELETE_SQL, horizon)
+            .await?;
+        let _turn = self.store.turn().await;
+        sqlx::query(FORGET_SQL)
+            .bind(horizon)
+            .execute(self.store.pool())
             .await
+            .map_err(unavailable)?;
+        Ok(deleted)
     }
 
     /// Deletes the rollup's minutes that ended before `horizon`, a tenant at a time through the

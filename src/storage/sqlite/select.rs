@@ -8,8 +8,10 @@ use futures::TryStreamExt;
 use sqlx::Row;
 
 use super::batched_rows::each_row;
+use super::label_match::push_label_matches;
 use super::read::{SqliteReader, COLUMNS};
 use super::statement::{Bind, Statement};
+use super::streams::push_cataloged_services;
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -56,24 +58,6 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
     }
 }
 
-/// ` AND …` for each label of `labels` the `labels` column (of `logs` or `streams`) must hold with
-/// its value. A label name in a selector is an identifier (the LogQL lexer's), so it needs no
-/// escaping in a JSON path. A substring test first passes over most other rows without reading
-/// their JSON; the lookup then confirms what it found.
-pub(super) fn push_label_matches(builder: &mut Statement, labels: &[(String, String)]) {
-    for (key, value) in labels {
-        builder
-            .push(" AND instr(labels, ")
-            .push_bind(label_text(key, value))
-            .push(") > 0");
-        builder
-            .push(" AND json_extract(labels, ")
-            .push_bind(format!("$.\"{key}\""))
-            .push(") = ")
-            .push_bind(value.as_str());
-    }
-}
-
 /// The conditions of `selection` on what the volume rollup also has columns for: its services,
 /// and its levels in `level_column`.
 fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
@@ -101,15 +85,12 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
     builder
         .push(" AND ts < ")
         .push_bind(selection.to.timestamp_micros());
+    // With one service named, the read index already skips every other.
+    let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
+    if !selection.labels.is_empty() && !one_service {
+        push_cataloged_services(builder, tenant, selection.from, &selection.labels);
+    }
     push_conditions(builder, selection, LOGS_LEVEL);
-}
-
-/// How a stored label set writes the label `key` with `value`: the service writes every set
-/// compactly with `serde_json` (`ingest::validate::StreamLabels`), so a set that has the label holds
-/// this text.
-fn label_text(key: &str, value: &str) -> String {
-    let quoted = |text: &str| serde_json::Value::from(text).to_string();
-    format!("{}:{}", quoted(key), quoted(value))
 }
 
 /// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
@@ -327,35 +308,5 @@ impl SqliteReader {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-    use crate::ingest::validate::StreamLabels;
-
-    #[test]
-    fn a_stored_label_set_holds_the_text_of_each_of_its_labels() {
-        let labels: BTreeMap<String, String> = [
-            ("job", "cron"),
-            ("quote\"d", "a\"b\\c"),
-            ("unicode", "é ☃ \u{7f}"),
-            ("control", "line\nbreak\ttab\u{1}"),
-            ("empty", ""),
-        ]
-        .into_iter()
-        .map(|(key, value)| (key.to_owned(), value.to_owned()))
-        .collect();
-        let stored = StreamLabels::new(labels.clone()).json().to_owned();
-        for (key, value) in &labels {
-            assert!(
-                stored.contains(&label_text(key, value)),
-                "{key} in {stored}"
-            );
-        }
-        assert!(!stored.contains(&label_text("job", "cro")));
     }
 }

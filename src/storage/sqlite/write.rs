@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
+use super::streams::add_streams;
 use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{classify, StoreError};
@@ -94,6 +95,18 @@ async fn add_volume(conn: &mut SqliteConnection, rows: &[Row<'_>]) -> Result<(),
     let groups = serde_json::to_string(&groups).expect("groups serialize");
     sqlx::query(VOLUME_SQL).bind(groups).execute(conn).await?;
     Ok(())
+}
+
+/// Writes `rows` on `conn` with their counts in the volume rollup and their streams in the
+/// catalog, which must never miss a stored row's stream.
+async fn write_batch(
+    conn: &mut SqliteConnection,
+    rows: &[Row<'_>],
+    received_at: i64,
+) -> Result<(), sqlx::Error> {
+    write_rows(conn, rows, received_at).await?;
+    add_volume(conn, rows).await?;
+    add_streams(conn, rows).await
 }
 
 /// Claims chunk keys bound as one JSON array `[[tenant, producer_id_hex, sequence], …]`;
@@ -192,8 +205,7 @@ impl SqliteStore {
         let mut conn = self.pool.acquire().await.map_err(fail)?;
         // A batch of several statements is still stored whole or not at all.
         in_transaction(&mut conn, true, async |conn| {
-            write_rows(conn, rows, received_at).await?;
-            add_volume(conn, rows).await
+            write_batch(conn, rows, received_at).await
         })
         .await
         .map_err(fail)
@@ -216,9 +228,8 @@ impl SqliteStore {
                 .await?;
             let claimed = claimed_in_order(claims, inserted);
             let kept = kept_rows(rows, claims, &claimed);
-            write_rows(conn, &kept, received_at).await?;
             if !kept.is_empty() {
-                add_volume(conn, &kept).await?;
+                write_batch(conn, &kept, received_at).await?;
             }
             Ok(claimed)
         })

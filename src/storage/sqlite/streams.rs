@@ -1,0 +1,88 @@
+//! The stream catalog (`streams`): each label set a tenant's service has stored records with, and
+//! the newest hour it had one in. Kept as batches are written (in the batch's transaction), read
+//! by stream selectors on labels other than the service: the read index holds the service, so
+//! the scan fetches from the table only the rows of the services the catalog names, instead of
+//! every row of the tenant's range.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
+
+use super::label_match::push_label_matches;
+use super::statement::Statement;
+use crate::storage::row::Row;
+
+/// Microseconds in an hour: the catalog's unit of time.
+const HOUR_MICROS: i64 = 3_600_000_000;
+
+/// Adds a batch's streams, bound as one JSON array `[[tenant, service, labels, hour], …]`; an
+/// existing stream's hour only moves forward, so a late row leaves it alone.
+const ADD_SQL: &str = "INSERT INTO streams (tenant, service, labels, last_hour) \
+     SELECT value->>0, value->>1, value->>2, value->>3 FROM json_each(?1) WHERE true \
+     ON CONFLICT (tenant, service, labels) DO UPDATE SET last_hour = excluded.last_hour \
+     WHERE excluded.last_hour > streams.last_hour";
+
+/// Forgets the streams whose newest hour ended by the bound horizon (microseconds): retention
+/// has deleted or is deleting all of their rows.
+pub(super) const FORGET_SQL: &str = "DELETE FROM streams WHERE (last_hour + 1) * 3600000000 <= ?";
+
+/// The hour (since the Unix epoch) of a time in microseconds.
+fn hour_of(micros: i64) -> i64 {
+    micros.div_euclid(HOUR_MICROS)
+}
+
+/// Adds the streams of `rows` to the catalog on `conn`.
+pub(super) async fn add_streams(
+    conn: &mut SqliteConnection,
+    rows: &[Row<'_>],
+) -> Result<(), sqlx::Error> {
+    let mut newest: HashMap<(&str, &str, &str), i64> = HashMap::new();
+    for row in rows {
+        let record = row.record;
+        let hour = hour_of(record.ts.timestamp_micros());
+        let key = (row.tenant, record.service.as_str(), &*record.labels);
+        let last = newest.entry(key).or_insert(hour);
+        *last = (*last).max(hour);
+    }
+    // Sorted, as the volume rollup's groups are, so that writes take their keys in one order.
+    let mut streams: Vec<(&str, &str, &str, i64)> = newest
+        .into_iter()
+        .map(|((tenant, service, labels), hour)| (tenant, service, labels, hour))
+        .collect();
+    streams.sort_unstable();
+    let streams = serde_json::to_string(&streams).expect("streams serialize");
+    sqlx::query(ADD_SQL).bind(streams).execute(conn).await?;
+    Ok(())
+}
+
+/// ` AND service IN (…)`: the services of `tenant` with a stream in the catalog, since `from`,
+/// whose labels hold every one of `labels`. Each row is still tested against its own labels
+/// after this.
+pub(super) fn push_cataloged_services(
+    builder: &mut Statement,
+    tenant: &str,
+    from: DateTime<Utc>,
+    labels: &[(String, String)],
+) {
+    builder
+        .push(" AND service IN (SELECT service FROM streams WHERE tenant = ")
+        .push_bind(tenant)
+        .push(" AND last_hour >= ")
+        .push_bind(hour_of(from.timestamp_micros()));
+    push_label_matches(builder, labels);
+    builder.push(")");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_hour_holds_the_times_from_its_start_to_before_the_next() {
+        assert_eq!(hour_of(0), 0);
+        assert_eq!(hour_of(HOUR_MICROS - 1), 0);
+        assert_eq!(hour_of(HOUR_MICROS), 1);
+        assert_eq!(hour_of(-1), -1);
+    }
+}

@@ -1,0 +1,164 @@
+//! Stream selectors on labels other than the service: each finds the lines of every service whose
+//! streams carry the label, in the asking tenant only, late lines among them. On SQLite such a
+//! selector reads the stream catalog first; retention forgets the streams it has emptied, and an
+//! upgrade fills the catalog from the rows already stored.
+
+use chrono::{TimeDelta, Utc};
+use serde_json::{json, Value as Json};
+
+use crate::common::{config, migrated, wait_until, TestDb, TestServer, DEADLINE};
+use crate::loki_query::{base_minute, ok, push_json, KEYS, NANOS, RANGE};
+use loghaul::retention::{run_once, RetentionConfig};
+
+/// The lines `query` selects over the last `hours` hours, sorted.
+async fn lines(addr: std::net::SocketAddr, key: &str, query: &str, hours: i64) -> Vec<String> {
+    let now = Utc::now().timestamp();
+    let start = ((now - hours * 3600) * NANOS).to_string();
+    let end = ((now + 60) * NANOS).to_string();
+    let answer: Json = ok(
+        addr,
+        RANGE,
+        &[("query", query), ("start", &start), ("end", &end)],
+        &[("x-api-key", key)],
+    )
+    .await;
+    let mut lines: Vec<String> = answer["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|stream| stream["values"].as_array().unwrap().iter())
+        .map(|value| value[1].as_str().unwrap().to_owned())
+        .collect();
+    lines.sort();
+    lines
+}
+
+async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb) {
+    let mut settings = config(db);
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    let server = TestServer::start(settings).await;
+    let addr = server.http_ingest;
+    let a = [("x-api-key", "key-a")];
+    let recent = ((base_minute() + 10) * NANOS).to_string();
+    // `job` names the service of the first stream only; the second has its own service and
+    // the third shares it without the label.
+    push_json(
+        addr,
+        &a,
+        json!({"streams": [
+            {"stream": {"job": "cron"}, "values": [[recent, "cron run"]]},
+            {"stream": {"job": "cron", "service_name": "billing"}, "values": [[recent, "billing cron"]]},
+            {"stream": {"service_name": "billing"}, "values": [[recent, "billing plain"]]},
+            {"stream": {"job": "cron", "env": "prod"}, "values": [[recent, "cron prod"]]},
+            {"stream": {"job": "batch"}, "values": [[recent, "batch run"]]},
+        ]}),
+    )
+    .await;
+    push_json(
+        addr,
+        &[("x-api-key", "key-b")],
+        json!({"streams": [{"stream": {"job": "cron"}, "values": [[recent, "team-b cron"]]}]}),
+    )
+    .await;
+    // Late lines, after the streams' recent ones: one of a stream already known (its service
+    // has no other stream with the label), one of a new stream seen only in the past.
+    let late = ((Utc::now() - TimeDelta::hours(3)).timestamp() * NANOS).to_string();
+    push_json(
+        addr,
+        &a,
+        json!({"streams": [
+            {"stream": {"job": "cron", "service_name": "billing"}, "values": [[late, "billing cron late"]]},
+            {"stream": {"job": "archive"}, "values": [[late, "archive late"]]},
+        ]}),
+    )
+    .await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await == 8
+    })
+    .await;
+
+    assert_eq!(
+        lines(addr, "key-a", r#"{job="cron"}"#, 1).await,
+        ["billing cron", "cron prod", "cron run"],
+        "every service with the label, and only team-a's"
+    );
+    assert_eq!(
+        lines(addr, "key-a", r#"{job="cron"}"#, 4).await,
+        ["billing cron", "billing cron late", "cron prod", "cron run"],
+        "a late line of a known stream"
+    );
+    assert_eq!(
+        lines(addr, "key-a", r#"{job="archive"}"#, 4).await,
+        ["archive late"]
+    );
+    assert!(lines(addr, "key-a", r#"{job="archive"}"#, 1)
+        .await
+        .is_empty());
+    assert_eq!(
+        lines(addr, "key-a", r#"{job="cron", env="prod"}"#, 1).await,
+        ["cron prod"]
+    );
+    assert_eq!(
+        lines(addr, "key-a", r#"{service_name="billing", job="cron"}"#, 1).await,
+        ["billing cron"]
+    );
+    assert!(lines(addr, "key-a", r#"{job="nightly"}"#, 4)
+        .await
+        .is_empty());
+    assert_eq!(
+        lines(addr, "key-b", r#"{job="cron"}"#, 1).await,
+        ["team-b cron"]
+    );
+    let counted = ok(
+        addr,
+        "/loki/api/v1/query",
+        &[
+            ("query", r#"sum(count_over_time({job="cron"}[1h]))"#),
+            ("time", &Utc::now().timestamp().to_string()),
+        ],
+        &a,
+    )
+    .await;
+    assert_eq!(counted["data"]["result"][0]["value"][1], "3", "{counted}");
+    server.stop().await;
+}
+on_both_backends!(
+    label_selectors,
+    a_label_selector_finds_every_service_that_carries_the_label
+);
+
+/// Retention keeping two days forgets the streams whose newest line is older, and keeps one with
+/// a line since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_retention_forgets_the_streams_it_emptied() {
+    let Some(db) = TestDb::create(crate::common::Backend::Sqlite, "catalog_retention").await else {
+        return;
+    };
+    let store = migrated(&db).await;
+    let hour = |age: TimeDelta| (Utc::now() - age).timestamp() / 3600;
+    let streams = [
+        ("gone", hour(TimeDelta::days(3))),
+        ("kept", hour(TimeDelta::hours(47))),
+        ("new", hour(TimeDelta::zero())),
+    ];
+    for (service, last_hour) in streams {
+        db.execute(&format!(
+            "INSERT INTO streams (tenant, service, labels, last_hour) \
+             VALUES ('t', '{service}', '{{\"job\":\"{service}\"}}', {last_hour})"
+        ))
+        .await;
+    }
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: std::time::Duration::from_secs(60),
+        dedup_window: std::time::Duration::from_secs(86400),
+    };
+    assert!(run_once(&store, &config).await.unwrap().ran);
+    assert_eq!(
+        db.query_scalar("SELECT count(*) FROM streams WHERE service = 'gone'")
+            .await,
+        0
+    );
+    assert_eq!(db.query_scalar("SELECT count(*) FROM streams").await, 2);
+    store.close().await;
+}
