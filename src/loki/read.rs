@@ -147,11 +147,11 @@ impl Reads {
         let limit = limit.filter(|_| plan::is_exact(query));
         let (mut lines, mut bytes) = (0u64, 0u64);
         let mut streams = StreamLabelCache::default();
-        let mut sink = |row: StoredRow| {
+        let mut sink = |row: &StoredRow| {
             lines += 1;
             bytes += row.message.len() as u64;
-            match pipeline.process_in(&row, &mut streams) {
-                Some(output) => each(&row, output),
+            match pipeline.process_in(row, &mut streams) {
+                Some(output) => each(row, output),
                 None => true,
             }
         };

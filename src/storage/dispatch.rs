@@ -176,7 +176,7 @@ impl Reader {
         selection: &Selection,
         order: Order,
         limit: Option<usize>,
-        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+        sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         dispatch!(self, reader => reader.select(tenant, selection, order, limit, sink).await)
     }

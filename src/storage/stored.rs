@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crate::model::cursor::Cursor;
 
 /// A stored record as read back.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredRow {
     /// Unique id (not commit-ordered on PostgreSQL; see `postgres::tail`).
     pub id: i64,
@@ -166,6 +166,36 @@ impl Collector {
     }
 }
 
+/// Writes `text` over `field`, in its buffer: a read reuses its rows' buffers
+/// (`row_batches.rs`).
+pub(in crate::storage) fn overwrite(field: &mut String, text: &str) {
+    field.clear();
+    field.push_str(text);
+}
+
+/// [`overwrite`] for a text that may be missing.
+pub(in crate::storage) fn overwrite_option(field: &mut Option<String>, text: Option<&str>) {
+    match (field.as_mut(), text) {
+        (Some(kept), Some(text)) => overwrite(kept, text),
+        (_, text) => *field = text.map(str::to_owned),
+    }
+}
+
+/// [`overwrite_option`] with `bytes` written as lowercase hex.
+pub(in crate::storage) fn overwrite_hex(field: &mut Option<String>, bytes: Option<&[u8]>) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let Some(bytes) = bytes else {
+        *field = None;
+        return;
+    };
+    let text = field.get_or_insert_with(String::new);
+    text.clear();
+    for byte in bytes {
+        text.push(DIGITS[usize::from(byte >> 4)] as char);
+        text.push(DIGITS[usize::from(byte & 0xf)] as char);
+    }
+}
+
 /// A microsecond count as a time (saturating at the representable range).
 pub(in crate::storage) fn from_micros(micros: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(micros).unwrap_or(DateTime::<Utc>::MIN_UTC)
@@ -188,6 +218,27 @@ mod tests {
             trace_id: None,
             span_id: None,
         }
+    }
+
+    #[test]
+    fn an_overwritten_field_holds_the_new_text_alone() {
+        let mut text = "a longer text".to_owned();
+        overwrite(&mut text, "ab");
+        assert_eq!(text, "ab");
+        let mut missing = Some("x".to_owned());
+        overwrite_option(&mut missing, None);
+        assert_eq!(missing, None);
+        overwrite_option(&mut missing, Some("y"));
+        assert_eq!(missing.as_deref(), Some("y"));
+        let mut id = Some("ffffffffffffffffffff".to_owned());
+        overwrite_hex(&mut id, Some(&[0x0a, 0xf7, 0x65, 0x19]));
+        assert_eq!(id.as_deref(), Some("0af76519"));
+        assert_eq!(
+            id.as_deref().map(str::len),
+            Some(hex::encode([0x0a, 0xf7, 0x65, 0x19]).len())
+        );
+        overwrite_hex(&mut id, None);
+        assert_eq!(id, None);
     }
 
     #[test]

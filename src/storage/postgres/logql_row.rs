@@ -10,7 +10,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use super::read::{IdColumns, PgTime};
-use crate::storage::stored::StoredRow;
+use crate::storage::stored::{overwrite, overwrite_hex, overwrite_option, StoredRow};
 
 impl IdColumns {
     /// A LogQL read's select list and table, decoded by [`decode`]; the tenant's bind follows.
@@ -32,33 +32,42 @@ impl IdColumns {
         }
     }
 
-    /// The id in column `index` of a row of [`IdColumns::logql_select`], as lowercase hex.
-    fn hex_id(self, row: &PgRow, index: usize) -> Result<Option<String>, sqlx::Error> {
+    /// Writes the id in column `index` of a row of [`IdColumns::logql_select`] over `id`, as
+    /// lowercase hex.
+    fn overwrite_id(
+        self,
+        id: &mut Option<String>,
+        row: &PgRow,
+        index: usize,
+    ) -> Result<(), sqlx::Error> {
         match self {
-            IdColumns::Bytes => Ok(row
-                .try_get_unchecked::<Option<&[u8]>, _>(index)?
-                .map(hex::encode)),
-            IdColumns::BytesAndText => row.try_get_unchecked(index),
+            IdColumns::Bytes => overwrite_hex(id, row.try_get_unchecked(index)?),
+            IdColumns::BytesAndText => overwrite_option(id, row.try_get_unchecked(index)?),
         }
+        Ok(())
     }
 }
 
-/// A row of [`IdColumns::logql_select`], by position (see `read::decode`). Its `id` is 0 and its
-/// `received_at` its `ts`; a record without attributes has them empty.
-pub(super) fn decode(row: PgRow, ids: IdColumns) -> Result<StoredRow, sqlx::Error> {
+/// Writes a row of [`IdColumns::logql_select`], by position (see `read::decode`), over `out`.
+/// Its `id` is 0 and its `received_at` its `ts`; a record without attributes has them empty.
+pub(super) fn decode_into(
+    row: &PgRow,
+    ids: IdColumns,
+    out: &mut StoredRow,
+) -> Result<(), sqlx::Error> {
     let PgTime(ts) = row.try_get_unchecked(0)?;
-    Ok(StoredRow {
-        id: 0,
-        ts,
-        received_at: ts,
-        severity: row.try_get_unchecked(1)?,
-        service: row.try_get_unchecked(2)?,
-        message: row.try_get_unchecked(3)?,
-        labels: row.try_get_unchecked(4)?,
-        attributes: row
-            .try_get_unchecked::<Option<String>, _>(5)?
+    out.id = 0;
+    out.ts = ts;
+    out.received_at = ts;
+    out.severity = row.try_get_unchecked(1)?;
+    overwrite(&mut out.service, row.try_get_unchecked(2)?);
+    overwrite(&mut out.message, row.try_get_unchecked(3)?);
+    overwrite(&mut out.labels, row.try_get_unchecked(4)?);
+    overwrite(
+        &mut out.attributes,
+        row.try_get_unchecked::<Option<&str>, _>(5)?
             .unwrap_or_default(),
-        trace_id: ids.hex_id(&row, 6)?,
-        span_id: ids.hex_id(&row, 7)?,
-    })
+    );
+    ids.overwrite_id(&mut out.trace_id, row, 6)?;
+    ids.overwrite_id(&mut out.span_id, row, 7)
 }

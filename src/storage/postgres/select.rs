@@ -155,7 +155,7 @@ impl PgReader {
         selection: &Selection,
         order: Order,
         limit: Option<usize>,
-        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+        sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         let conn = self.acquire().await?;
         let (sender, mut batches) = row_batches::channel();
@@ -239,10 +239,9 @@ impl PgReader {
                 let Some(row) = next else { break };
                 left = left.map(|n| n - 1);
                 // Stopped with rows still coming: the connection is closed, not drained.
-                if !sender
-                    .push(logql_row::decode(row, ids).map_err(unavailable)?)
-                    .await
-                {
+                let mut stored = sender.spare();
+                logql_row::decode_into(&row, ids, &mut stored).map_err(unavailable)?;
+                if !sender.push(stored).await {
                     return Ok(());
                 }
             }

@@ -27,7 +27,7 @@ use super::read::ReadConnection;
 use super::statement::{Bind, Statement};
 use crate::storage::error::StoreError;
 use crate::storage::row_batches::{self, RowSender};
-use crate::storage::stored::{from_micros, StoredRow};
+use crate::storage::stored::{from_micros, overwrite, overwrite_option, StoredRow};
 
 /// Sets the read's stop flag when dropped.
 struct StopOnDrop(Arc<AtomicBool>);
@@ -43,7 +43,7 @@ impl Drop for StopOnDrop {
 pub(super) async fn each_row(
     conn: ReadConnection,
     statement: Statement,
-    sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+    sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
 ) -> Result<(), StoreError> {
     let stop = StopOnDrop(conn.stop_flag());
     let (sender, mut batches) = row_batches::channel();
@@ -76,7 +76,9 @@ fn step_rows(
     loop {
         match prepared.step() {
             Ok(true) => {
-                if !sender.push_blocking(prepared.stored_row()?) {
+                let mut row = sender.spare();
+                prepared.fill(&mut row)?;
+                if !sender.push_blocking(row) {
                     return Ok(());
                 }
             }
@@ -161,8 +163,8 @@ impl Prepared {
         unsafe { ffi::sqlite3_column_int64(self.statement.as_ptr(), column) }
     }
 
-    /// The column's text; None for NULL.
-    fn text(&self, column: c_int) -> Result<Option<String>, StoreError> {
+    /// The column's text; None for NULL. It lasts until the next step.
+    fn text(&self, column: c_int) -> Result<Option<&str>, StoreError> {
         let statement = self.statement.as_ptr();
         // SAFETY: the statement is on a row and `column` is one of its columns; the text
         // pointer, asked for before the length as SQLite requires, stays valid until the next
@@ -179,37 +181,36 @@ impl Prepared {
             }
             let length = ffi::sqlite3_column_bytes(statement, column);
             if length <= 0 {
-                return Ok(Some(String::new()));
+                return Ok(Some(""));
             }
             let bytes = std::slice::from_raw_parts(text, length as usize);
-            String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
+            std::str::from_utf8(bytes).map(Some).map_err(|_| {
                 StoreError::Unavailable(format!("column {column} of a row is not UTF-8"))
             })
         }
     }
 
-    fn required_text(&self, column: c_int) -> Result<String, StoreError> {
+    fn required_text(&self, column: c_int) -> Result<&str, StoreError> {
         self.text(column)?
             .ok_or_else(|| StoreError::Unavailable(format!("column {column} of a row is NULL")))
     }
 
-    /// The current row, whose columns are `read::COLUMNS`.
-    fn stored_row(&self) -> Result<StoredRow, StoreError> {
+    /// Writes the current row, whose columns are `read::COLUMNS`, over `row`.
+    fn fill(&self, row: &mut StoredRow) -> Result<(), StoreError> {
         let severity = self.int(3);
-        Ok(StoredRow {
-            id: self.int(0),
-            ts: from_micros(self.int(1)),
-            received_at: from_micros(self.int(2)),
-            severity: i16::try_from(severity).map_err(|_| {
-                StoreError::Unavailable(format!("a row's severity {severity} is out of range"))
-            })?,
-            service: self.required_text(4)?,
-            message: self.required_text(5)?,
-            labels: self.required_text(6)?,
-            attributes: self.required_text(7)?,
-            trace_id: self.text(8)?,
-            span_id: self.text(9)?,
-        })
+        row.id = self.int(0);
+        row.ts = from_micros(self.int(1));
+        row.received_at = from_micros(self.int(2));
+        row.severity = i16::try_from(severity).map_err(|_| {
+            StoreError::Unavailable(format!("a row's severity {severity} is out of range"))
+        })?;
+        overwrite(&mut row.service, self.required_text(4)?);
+        overwrite(&mut row.message, self.required_text(5)?);
+        overwrite(&mut row.labels, self.required_text(6)?);
+        overwrite(&mut row.attributes, self.required_text(7)?);
+        overwrite_option(&mut row.trace_id, self.text(8)?);
+        overwrite_option(&mut row.span_id, self.text(9)?);
+        Ok(())
     }
 }
 
@@ -244,11 +245,14 @@ mod tests {
     use crate::storage::sqlite::read::one_connection_reader;
     use crate::storage::sqlite::SqliteReader;
 
-    /// Rows of `read::COLUMNS`' shape numbered from 1, without end, kept where `condition` holds.
+    /// Rows of `read::COLUMNS`' shape numbered from 1, without end, kept where `condition` holds;
+    /// their lines differ in length, and some have ids where others have none.
     fn endless(condition: &str) -> Statement {
         Statement::new(&format!(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
-             SELECT i, i, i, 9, 'svc', 'line ' || i, '{{}}', '{{}}', NULL, 'span' FROM n WHERE {condition}"
+             SELECT i, i, i, 9, 'svc', 'line ' || i || substr('xxxxxx', 1, i % 7), '{{}}', '{{}}', \
+             CASE WHEN i % 3 = 0 THEN NULL ELSE 'trace ' || i END, \
+             CASE WHEN i % 5 = 0 THEN 'span' END FROM n WHERE {condition}"
         ))
     }
 
@@ -262,10 +266,11 @@ mod tests {
 
     #[tokio::test]
     async fn rows_arrive_whole_and_in_order_until_the_sink_has_enough() {
+        // Past the first batches, rows are written into the buffers of spent ones.
         let (_dir, reader) = one_connection_reader().await;
         let mut seen = Vec::new();
-        let mut sink = |row: StoredRow| {
-            seen.push(row);
+        let mut sink = |row: &StoredRow| {
+            seen.push(row.clone());
             seen.len() < 1000
         };
         each_row(
@@ -280,10 +285,12 @@ mod tests {
             let i = 2 * n as i64 + 1;
             assert_eq!((row.id, row.ts.timestamp_micros()), (i, i));
             assert_eq!(row.severity, 9);
-            assert_eq!(row.message, format!("line {i}"));
+            let tail = "x".repeat((i % 7).min(6) as usize);
+            assert_eq!(row.message, format!("line {i}{tail}"));
             assert_eq!((row.service.as_str(), row.labels.as_str()), ("svc", "{}"));
-            assert_eq!(row.trace_id, None);
-            assert_eq!(row.span_id.as_deref(), Some("span"));
+            let trace = (i % 3 != 0).then(|| format!("trace {i}"));
+            assert_eq!(row.trace_id, trace);
+            assert_eq!(row.span_id.as_deref(), (i % 5 == 0).then_some("span"));
         }
         assert_connection_free(&reader).await;
     }
@@ -291,7 +298,7 @@ mod tests {
     #[tokio::test]
     async fn an_abandoned_scan_that_finds_nothing_stops() {
         let (_dir, reader) = one_connection_reader().await;
-        let mut sink = |_: StoredRow| true;
+        let mut sink = |_: &StoredRow| true;
         let scan = each_row(reader.acquire().await.unwrap(), endless("i < 0"), &mut sink);
         let abandoned = tokio::time::timeout(Duration::from_millis(50), scan).await;
         assert!(abandoned.is_err(), "the endless scan was abandoned");
@@ -301,7 +308,7 @@ mod tests {
     #[tokio::test]
     async fn errors_are_the_databases_own() {
         let (_dir, reader) = one_connection_reader().await;
-        let mut sink = |_: StoredRow| true;
+        let mut sink = |_: &StoredRow| true;
         let missing = Statement::new("SELECT * FROM no_such_table");
         let err = each_row(reader.acquire().await.unwrap(), missing, &mut sink)
             .await

@@ -147,7 +147,7 @@ impl SqliteReader {
         selection: &Selection,
         order: Order,
         limit: Option<usize>,
-        sink: &mut (dyn FnMut(StoredRow) -> bool + Send),
+        sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
         let mut builder = Statement::new(COLUMNS);
         push_selection(&mut builder, tenant, selection);
