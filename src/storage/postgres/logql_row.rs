@@ -13,7 +13,7 @@ use super::read::{IdColumns, PgTime};
 use crate::storage::stored::{overwrite, overwrite_hex, overwrite_option, StoredRow};
 
 impl IdColumns {
-    /// A LogQL read's select list and table, decoded by [`decode`]; the tenant's bind follows.
+    /// A LogQL read's select list and table, decoded by [`decode_into`]; the tenant's bind follows.
     pub(super) fn logql_select(self) -> &'static str {
         match self {
             IdColumns::Bytes => concat!(
