@@ -187,6 +187,34 @@ pub(crate) fn filters_lines_only(query: &LogQuery) -> bool {
         .all(|stage| line_condition(stage).is_some())
 }
 
+/// True for a stage that makes or removes labels and does nothing else: every line passes it as
+/// it came (`unpack` replaces the line, a label filter drops lines, a template may fail).
+fn makes_labels_only(stage: &Stage) -> bool {
+    matches!(
+        stage,
+        Stage::Parser(_)
+            | Stage::JsonFields(_)
+            | Stage::LogfmtWith { .. }
+            | Stage::Regexp(_)
+            | Stage::Pattern(_)
+            | Stage::Drop(_)
+            | Stage::Keep(_)
+    )
+}
+
+/// `query` without its stages that make or remove labels only, when all the others are line
+/// filters (no stage reads a label): the lines a `sum` of everything counts, whose one series
+/// keeps no label and refuses no pipeline error (`metric::fetch`). `query` itself otherwise.
+pub(crate) fn lines_counted_by_a_sum(query: &LogQuery) -> LogQuery {
+    let mut lines = query.clone();
+    if (query.pipeline.iter())
+        .all(|stage| makes_labels_only(stage) || matches!(stage, Stage::LineFilter { .. }))
+    {
+        lines.pipeline.retain(|stage| !makes_labels_only(stage));
+    }
+    lines
+}
+
 /// True for a `drop` of nothing but the labels a parser's error sets.
 fn drops_errors_only(stage: &Stage) -> bool {
     match stage {
@@ -330,6 +358,14 @@ pub(crate) fn volume_plan(
         range,
         ..
     } = range_expr;
+    let lines_only;
+    let query = match grouping {
+        None => {
+            lines_only = lines_counted_by_a_sum(query);
+            &lines_only
+        }
+        Some(_) => query,
+    };
     let by = match grouping {
         None => Vec::new(),
         Some(Grouping {
@@ -495,9 +531,38 @@ mod tests {
             r#"count_over_time({service_name="api"}[1m])"#,
             r#"sum(count_over_time({user="x"}[1m]))"#,
             r#"count(count_over_time({service_name="api"}[1m]))"#,
+            r#"sum by (level) (count_over_time({service_name="api"} | json [1m]))"#,
+            r#"sum by () (count_over_time({service_name="api"} | json [1m]))"#,
+            r#"sum(count_over_time({service_name="api"} | json | status="500" [1m]))"#,
         ] {
             let plan = volume_plan(&metric(scanned), minutes, Placement::Minute);
             assert_eq!(plan, None, "{scanned}");
+        }
+        // A sum of everything counts the lines whatever its parsers make of them.
+        let parsed = r#"sum(rate({service_name="api"} | json | logfmt | keep a [1m]))"#;
+        let plan = volume_plan(&metric(parsed), minutes, Placement::Minute).unwrap();
+        assert!(plan.query.pipeline.is_empty(), "{plan:?}");
+    }
+
+    #[test]
+    fn a_sum_of_everything_reads_lines_without_the_stages_that_only_make_labels() {
+        let lines = |text: &str| lines_counted_by_a_sum(&log(text));
+        assert_eq!(
+            lines(r#"{job="a"} |= "x" | json | regexp "(?P<n>\\d+)" | pattern "<_> <m>" | drop m"#),
+            log(r#"{job="a"} |= "x""#)
+        );
+        assert_eq!(
+            lines(r#"{job="a"} | logfmt --strict a | json b="c.d" | keep b != "x""#),
+            log(r#"{job="a"}"#)
+        );
+        for kept in [
+            r#"{job="a"} | json | status >= 500"#,
+            r#"{job="a"} | json | line_format "{{.msg}}""#,
+            r#"{job="a"} | json | label_format a="{{.b}}""#,
+            r#"{job="a"} | unpack"#,
+            r#"{job="a"} | json | decolorize"#,
+        ] {
+            assert_eq!(lines(kept), log(kept), "{kept}");
         }
     }
 }

@@ -59,6 +59,19 @@ impl Reads {
         sum_by: Option<&Option<Grouping>>,
         fetch: &mut Fetch<'_>,
     ) -> Result<Vec<Series>, HttpError> {
+        // A `sum` of everything counts each line its stages keep in its one series, which keeps
+        // no label and refuses no pipeline error: the stages that only make labels change
+        // nothing of it, and without them the database may count the lines itself.
+        let lines_only;
+        let range = if matches!(sum_by, Some(None)) && range.unwrap.is_none() {
+            lines_only = RangeExpr {
+                query: plan::lines_counted_by_a_sum(&range.query),
+                ..range.clone()
+            };
+            &lines_only
+        } else {
+            range
+        };
         let steps = fetch.steps;
         let width = range.range.as_nanos() as i64;
         let offset = range.offset.as_nanos() as i64;
