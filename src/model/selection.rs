@@ -18,6 +18,10 @@ pub struct Selection {
     pub levels: Vec<TextCondition>,
     /// Stream labels whose value equals the given one.
     pub labels: Vec<(String, String)>,
+    /// Stream labels whose value matches the pattern, which an empty value does not (a stream
+    /// without the label does not match): the store may narrow its read by them, the engine
+    /// checks them on each row.
+    pub label_patterns: Vec<(String, Pattern)>,
     /// Conditions on the message, all of which hold.
     pub lines: Vec<LineCondition>,
 }
@@ -31,6 +35,7 @@ impl Selection {
             services: Vec::new(),
             levels: Vec::new(),
             labels: Vec::new(),
+            label_patterns: Vec::new(),
             lines: Vec::new(),
         }
     }

@@ -1,7 +1,7 @@
-//! Stream selectors on labels other than the service: each finds the lines of every service whose
-//! streams carry the label, in the asking tenant only, late lines among them. On SQLite such a
-//! selector reads the stream catalog first; retention forgets the streams it has emptied, and an
-//! upgrade fills the catalog from the rows already stored.
+//! Stream selectors on labels other than the service, by value or by pattern: each finds the lines
+//! of every service whose streams carry the label, in the asking tenant only, late lines among
+//! them. On SQLite such a selector reads the stream catalog first; retention forgets the streams
+//! it has emptied, and an upgrade fills the catalog from the rows already stored.
 
 use chrono::{TimeDelta, Utc};
 use serde_json::{json, Value as Json};
@@ -105,6 +105,31 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
     assert!(lines(addr, "key-a", r#"{job="nightly"}"#, 4)
         .await
         .is_empty());
+    // A pattern only the label's streams can match, as Grafana's multi-value variables write.
+    assert_eq!(
+        lines(addr, "key-a", r#"{job=~"cron|nightly"}"#, 1).await,
+        ["billing cron", "cron prod", "cron run"]
+    );
+    assert_eq!(
+        lines(addr, "key-a", r#"{job=~"(?i)CRON|archive"}"#, 4).await,
+        [
+            "archive late",
+            "billing cron",
+            "billing cron late",
+            "cron prod",
+            "cron run"
+        ]
+    );
+    assert!(
+        lines(addr, "key-a", r#"{job=~"b.*", service_name="billing"}"#, 1)
+            .await
+            .is_empty(),
+        "billing's streams have no job starting with b"
+    );
+    assert_eq!(
+        lines(addr, "key-a", r#"{job=~"c.+", env=~"pr.d"}"#, 1).await,
+        ["cron prod"]
+    );
     assert_eq!(
         lines(addr, "key-b", r#"{job="cron"}"#, 1).await,
         ["team-b cron"]

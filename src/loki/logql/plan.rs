@@ -32,6 +32,10 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
             selection
                 .labels
                 .push((matcher.label.clone(), value.clone()));
+        } else if let Some(pattern) = label_key_pattern(matcher) {
+            selection
+                .label_patterns
+                .push((matcher.label.clone(), pattern));
         }
     }
     for stage in &query.pipeline {
@@ -162,6 +166,17 @@ fn is_label_key(matcher: &Matcher) -> bool {
     matcher.op == MatchOp::Eq
         && !matcher.value.is_empty()
         && matcher.label.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// The pattern of an `=~` matcher on a label key (as [`is_label_key`] reads names) that no empty
+/// value matches: only streams that have the label can match it.
+fn label_key_pattern(matcher: &Matcher) -> Option<Pattern> {
+    if matcher.op != MatchOp::Re || !matcher.label.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let pattern = pattern(&matcher.value, true, false);
+    let matches_empty = regex::Regex::new(&pattern.rust).map_or(true, |re| re.is_match(""));
+    (!matches_empty).then_some(pattern)
 }
 
 /// True when the selection of `query` holds every condition of it, so the database can count a
@@ -444,6 +459,33 @@ mod tests {
             panic!("{:?}", selection.lines[1]);
         };
         assert_eq!(pattern.postgres.as_ref().unwrap().expression, "t.me");
+        assert!(selection.label_patterns.is_empty());
+    }
+
+    #[test]
+    fn a_label_pattern_no_empty_value_matches_narrows_the_selection() {
+        let now = Utc::now();
+        let patterns = |text: &str| -> Vec<(String, String)> {
+            (selection(&log(text), now, now).label_patterns.into_iter())
+                .map(|(key, pattern)| (key, pattern.rust))
+                .collect()
+        };
+        assert_eq!(
+            patterns(r#"{job=~"cron|batch", env=~"prod.*", service_name=~"a.+"}"#),
+            [
+                ("job".into(), "^(?:cron|batch)$".into()),
+                ("env".into(), "^(?:prod.*)$".into()),
+            ]
+        );
+        for unnarrowed in [
+            r#"{service_name="a", job=~"cron|"}"#,
+            r#"{service_name="a", job=~".*"}"#,
+            r#"{service_name="a", k8s_pod=~"web-.+"}"#,
+            r#"{service_name="a", job!~"cron"}"#,
+            r#"{service_name="a", level=~"error|warn"}"#,
+        ] {
+            assert!(patterns(unnarrowed).is_empty(), "{unnarrowed}");
+        }
     }
 
     #[test]

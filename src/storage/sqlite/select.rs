@@ -87,8 +87,9 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
         .push_bind(selection.to.timestamp_micros());
     // With one service named, the read index already skips every other.
     let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
-    if !selection.labels.is_empty() && !one_service {
-        push_cataloged_services(builder, tenant, selection.from, &selection.labels);
+    let by_labels = !(selection.labels.is_empty() && selection.label_patterns.is_empty());
+    if by_labels && !one_service {
+        push_cataloged_services(builder, tenant, selection);
     }
     push_conditions(builder, selection, LOGS_LEVEL);
 }

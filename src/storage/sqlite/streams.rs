@@ -6,11 +6,11 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
 
 use super::label_match::push_label_matches;
 use super::statement::Statement;
+use crate::model::selection::Selection;
 use crate::storage::row::Row;
 
 /// Microseconds in an hour: the catalog's unit of time.
@@ -56,21 +56,29 @@ pub(super) async fn add_streams(
     Ok(())
 }
 
-/// ` AND service IN (…)`: the services of `tenant` with a stream in the catalog, since `from`,
-/// whose labels hold every one of `labels`. Each row is still tested against its own labels
-/// after this.
+/// ` AND service IN (…)`: the services of `tenant` with a stream in the catalog, since the
+/// selection's start, whose labels hold every one of its `labels` and match its
+/// `label_patterns`. Each row is still tested against its own labels after this.
 pub(super) fn push_cataloged_services(
     builder: &mut Statement,
     tenant: &str,
-    from: DateTime<Utc>,
-    labels: &[(String, String)],
+    selection: &Selection,
 ) {
     builder
         .push(" AND service IN (SELECT service FROM streams WHERE tenant = ")
         .push_bind(tenant)
         .push(" AND last_hour >= ")
-        .push_bind(hour_of(from.timestamp_micros()));
-    push_label_matches(builder, labels);
+        .push_bind(hour_of(selection.from.timestamp_micros()));
+    push_label_matches(builder, &selection.labels);
+    // A stream without the label has NULL here, which no pattern matches, as none matches the
+    // empty value either.
+    for (key, pattern) in &selection.label_patterns {
+        builder
+            .push(" AND json_extract(labels, ")
+            .push_bind(format!("$.\"{key}\""))
+            .push(") REGEXP ")
+            .push_bind(pattern.rust.as_str());
+    }
     builder.push(")");
 }
 
