@@ -45,12 +45,10 @@ pub(super) async fn add_streams(
         let last = newest.entry(key).or_insert(hour);
         *last = (*last).max(hour);
     }
-    // Sorted, as the volume rollup's groups are, so that writes take their keys in one order.
-    let mut streams: Vec<(&str, &str, &str, i64)> = newest
+    let streams: Vec<(&str, &str, &str, i64)> = newest
         .into_iter()
         .map(|((tenant, service, labels), hour)| (tenant, service, labels, hour))
         .collect();
-    streams.sort_unstable();
     let streams = serde_json::to_string(&streams).expect("streams serialize");
     sqlx::query(ADD_SQL).bind(streams).execute(conn).await?;
     Ok(())
