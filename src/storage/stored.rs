@@ -183,16 +183,18 @@ pub(in crate::storage) fn overwrite_option(field: &mut Option<String>, text: Opt
 
 /// [`overwrite_option`] with `bytes` written as lowercase hex.
 pub(in crate::storage) fn overwrite_hex(field: &mut Option<String>, bytes: Option<&[u8]>) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let Some(bytes) = bytes else {
         *field = None;
         return;
     };
     let text = field.get_or_insert_with(String::new);
     text.clear();
-    for byte in bytes {
-        text.push(DIGITS[usize::from(byte >> 4)] as char);
-        text.push(DIGITS[usize::from(byte & 0xf)] as char);
+    // Through a buffer on the stack, a trace id's worth at a time.
+    let mut digits = [0; 32];
+    for chunk in bytes.chunks(digits.len() / 2) {
+        let digits = &mut digits[..chunk.len() * 2];
+        hex::encode_to_slice(chunk, digits).expect("the buffer holds two digits a byte");
+        text.push_str(std::str::from_utf8(digits).expect("hex digits are ASCII"));
     }
 }
 
@@ -233,10 +235,10 @@ mod tests {
         let mut id = Some("ffffffffffffffffffff".to_owned());
         overwrite_hex(&mut id, Some(&[0x0a, 0xf7, 0x65, 0x19]));
         assert_eq!(id.as_deref(), Some("0af76519"));
-        assert_eq!(
-            id.as_deref().map(str::len),
-            Some(hex::encode([0x0a, 0xf7, 0x65, 0x19]).len())
-        );
+        // Longer than the buffer: written in pieces.
+        let long: Vec<u8> = (0..=40).collect();
+        overwrite_hex(&mut id, Some(&long));
+        assert_eq!(id.as_deref(), Some(hex::encode(&long).as_str()));
         overwrite_hex(&mut id, None);
         assert_eq!(id, None);
     }

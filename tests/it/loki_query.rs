@@ -26,7 +26,8 @@ use crate::http_ingest::{post, JSON, LOKI};
 pub(crate) const NANOS: i64 = 1_000_000_000;
 /// Loki's range query endpoint.
 pub(crate) const RANGE: &str = "/loki/api/v1/query_range";
-const INSTANT: &str = "/loki/api/v1/query";
+/// Loki's instant query endpoint.
+pub(crate) const INSTANT: &str = "/loki/api/v1/query";
 
 /// One record of the known set.
 struct Known {
@@ -278,7 +279,8 @@ fn volume_pairs(answer: &Json) -> Vec<(BTreeMap<String, String>, String)> {
     pairs
 }
 
-fn lines(answer: &Json) -> Vec<String> {
+/// The lines of a log query's answer, oldest first.
+pub(crate) fn lines(answer: &Json) -> Vec<String> {
     let mut all = entries(answer);
     all.sort();
     all.into_iter().map(|(_, line)| line).collect()

@@ -7,7 +7,7 @@ use chrono::{TimeDelta, Utc};
 use serde_json::{json, Value as Json};
 
 use crate::common::{config, migrated, wait_until, TestDb, TestServer, DEADLINE};
-use crate::loki_query::{base_minute, ok, push_json, KEYS, NANOS, RANGE};
+use crate::loki_query::{base_minute, ok, push_json, INSTANT, KEYS, NANOS, RANGE};
 use loghaul::retention::{run_once, RetentionConfig};
 
 /// The lines `query` selects over the last `hours` hours, sorted.
@@ -22,13 +22,7 @@ async fn lines(addr: std::net::SocketAddr, key: &str, query: &str, hours: i64) -
         &[("x-api-key", key)],
     )
     .await;
-    let mut lines: Vec<String> = answer["data"]["result"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|stream| stream["values"].as_array().unwrap().iter())
-        .map(|value| value[1].as_str().unwrap().to_owned())
-        .collect();
+    let mut lines = crate::loki_query::lines(&answer);
     lines.sort();
     lines
 }
@@ -61,7 +55,8 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
     )
     .await;
     // Late lines, after the streams' recent ones: one of a stream already known (its service
-    // has no other stream with the label), one of a new stream seen only in the past.
+    // has no other stream with the label), one of a new stream seen only in the past, and a
+    // stream whose recent line lies between two late ones.
     let late = ((Utc::now() - TimeDelta::hours(3)).timestamp() * NANOS).to_string();
     push_json(
         addr,
@@ -69,13 +64,18 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
         json!({"streams": [
             {"stream": {"job": "cron", "service_name": "billing"}, "values": [[late, "billing cron late"]]},
             {"stream": {"job": "archive"}, "values": [[late, "archive late"]]},
+            {"stream": {"job": "mixed"}, "values": [[late, "mixed 1"], [recent, "mixed 2"], [late, "mixed 3"]]},
         ]}),
     )
     .await;
     wait_until("the lines to be stored", DEADLINE, async || {
-        db.count().await == 8
+        db.count().await == 11
     })
     .await;
+    assert_eq!(
+        lines(addr, "key-a", r#"{job="mixed"}"#, 1).await,
+        ["mixed 2"]
+    );
 
     assert_eq!(
         lines(addr, "key-a", r#"{job="cron"}"#, 1).await,
@@ -136,7 +136,7 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
     );
     let counted = ok(
         addr,
-        "/loki/api/v1/query",
+        INSTANT,
         &[
             ("query", r#"sum(count_over_time({job="cron"}[1h]))"#),
             ("time", &Utc::now().timestamp().to_string()),

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use super::streams::FORGET_SQL;
+use super::streams::{hour_of, FORGET_SQL};
 use super::SqliteStore;
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
@@ -81,7 +81,7 @@ impl SqliteRetention {
             .await?;
         let _turn = self.store.turn().await;
         sqlx::query(FORGET_SQL)
-            .bind(horizon)
+            .bind(hour_of(horizon))
             .execute(self.store.pool())
             .await
             .map_err(unavailable)?;

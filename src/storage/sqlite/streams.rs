@@ -5,6 +5,7 @@
 //! every row of the tenant's range.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::SqliteConnection;
 
@@ -23,12 +24,12 @@ const ADD_SQL: &str = "INSERT INTO streams (tenant, service, labels, last_hour) 
      ON CONFLICT (tenant, service, labels) DO UPDATE SET last_hour = excluded.last_hour \
      WHERE excluded.last_hour > streams.last_hour";
 
-/// Forgets the streams whose newest hour ended by the bound horizon (microseconds): retention
-/// has deleted or is deleting all of their rows.
-pub(super) const FORGET_SQL: &str = "DELETE FROM streams WHERE (last_hour + 1) * 3600000000 <= ?";
+/// Forgets the streams whose newest hour is before the bound one, the hour of retention's
+/// horizon: every row of theirs is older than the horizon, and retention deletes them.
+pub(super) const FORGET_SQL: &str = "DELETE FROM streams WHERE last_hour < ?";
 
 /// The hour (since the Unix epoch) of a time in microseconds.
-fn hour_of(micros: i64) -> i64 {
+pub(super) fn hour_of(micros: i64) -> i64 {
     micros.div_euclid(HOUR_MICROS)
 }
 
@@ -37,11 +38,19 @@ pub(super) async fn add_streams(
     conn: &mut SqliteConnection,
     rows: &[Row<'_>],
 ) -> Result<(), sqlx::Error> {
+    // A stream's records come one after another and share their labels' allocation: one
+    // lookup per run of them, not per record.
+    let same_stream = |a: &Row<'_>, b: &Row<'_>| {
+        Arc::ptr_eq(&a.record.labels, &b.record.labels)
+            && a.tenant == b.tenant
+            && a.record.service == b.record.service
+    };
     let mut newest: HashMap<(&str, &str, &str), i64> = HashMap::new();
-    for row in rows {
-        let record = row.record;
-        let hour = hour_of(record.ts.timestamp_micros());
-        let key = (row.tenant, record.service.as_str(), &*record.labels);
+    for run in rows.chunk_by(same_stream) {
+        let record = run[0].record;
+        let newest_ts = run.iter().map(|row| row.record.ts.timestamp_micros());
+        let hour = hour_of(newest_ts.fold(i64::MIN, i64::max));
+        let key = (run[0].tenant, record.service.as_str(), &*record.labels);
         let last = newest.entry(key).or_insert(hour);
         *last = (*last).max(hour);
     }
