@@ -93,7 +93,7 @@ impl Line {
             stream,
             labels,
             added,
-            text: output.line,
+            text: output.line.into_owned(),
         }
     }
 

@@ -251,7 +251,7 @@ impl Reads {
                 taken += 1;
                 let entry = Entry {
                     ts: nanos(row.ts),
-                    line: output.line,
+                    line: output.line.into_owned(),
                 };
                 streams
                     .streams

@@ -111,7 +111,7 @@ impl LokiTail {
                 };
                 let entry = Entry {
                     ts: nanos(row.ts),
-                    line: output.line,
+                    line: output.line.into_owned(),
                 };
                 if !self.already_sent(&output.labels, &entry) {
                     // Loki's ingesters send a live line with its stream's labels and what the
@@ -178,7 +178,7 @@ mod tests {
             .or_default()
             .push(Entry {
                 ts: nanos(both.ts),
-                line: output.line,
+                line: output.line.into_owned(),
             });
         let metrics = QueryMetrics::register(&Registry::new());
         let (sender, receiver) = queue(1 << 20, metrics.tail_queued_bytes.clone());

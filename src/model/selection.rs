@@ -3,7 +3,7 @@
 //! a store may leave a condition out (PostgreSQL does, for regular expressions its engine would
 //! read differently) but never add one: a selection is a superset of the answer.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 
 /// A time range and the conditions on a row's columns.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +38,29 @@ impl Selection {
             label_patterns: Vec::new(),
             lines: Vec::new(),
         }
+    }
+
+    /// The selection cut in two at a whole second near the middle of its range, for two reads
+    /// side by side; `None` when the range is shorter than `least`. Rows of one instant fall in
+    /// one half, so each half gives them in the order one read would.
+    pub fn halves(&self, least: TimeDelta) -> Option<(Selection, Selection)> {
+        let span = self.to.signed_duration_since(self.from);
+        if span < least {
+            return None;
+        }
+        let middle = DateTime::from_timestamp((self.from + span / 2).timestamp(), 0)?;
+        if middle <= self.from || middle >= self.to {
+            return None;
+        }
+        let early = Selection {
+            to: middle,
+            ..self.clone()
+        };
+        let late = Selection {
+            from: middle,
+            ..self.clone()
+        };
+        Some((early, late))
     }
 }
 
@@ -146,4 +169,35 @@ pub(crate) struct Counting {
     pub attributes: CountedAttributes,
     /// Group by the trace and span ids too (else they read as absent).
     pub trace: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64, nanos: u32) -> DateTime<Utc> {
+        DateTime::from_timestamp(seconds, nanos).unwrap()
+    }
+
+    #[test]
+    fn halves_meet_at_a_whole_second_and_cover_the_range() {
+        let whole = Selection {
+            lines: vec![LineCondition::Contains("x".into())],
+            ..Selection::range(at(100, 250_000_000), at(401, 0))
+        };
+        let (early, late) = whole.halves(TimeDelta::minutes(2)).unwrap();
+        assert_eq!((early.from, early.to), (at(100, 250_000_000), at(250, 0)));
+        assert_eq!((late.from, late.to), (at(250, 0), at(401, 0)));
+        assert_eq!(early.lines, whole.lines);
+        assert_eq!(late.lines, whole.lines);
+    }
+
+    #[test]
+    fn a_short_range_is_read_whole() {
+        let short = Selection::range(at(100, 0), at(219, 0));
+        assert_eq!(short.halves(TimeDelta::minutes(2)), None);
+        // No whole second strictly inside.
+        let within = Selection::range(at(100, 100), at(100, 900));
+        assert_eq!(within.halves(TimeDelta::zero()), None);
+    }
 }

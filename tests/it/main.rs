@@ -25,6 +25,7 @@ mod http_ingest;
 mod ingest;
 mod loki_query;
 mod loki_tail;
+mod metric_scans;
 mod migrations;
 mod otlp;
 mod overload;

@@ -2,10 +2,11 @@
 //! from the lines it is given, and the aggregations and arithmetic over them, as Loki computes
 //! them. A step with no line in its range has no point (Loki leaves it out).
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
 use super::ast::*;
-use super::labels::{self, Labels, LabelsMap};
+use super::labels::{self, HashedLabels, Labels, SeriesMap};
 
 /// The most points one series may have, as in Loki.
 pub(crate) const MAX_POINTS: i64 = 11_000;
@@ -183,7 +184,7 @@ pub(crate) struct RangeAccumulator {
     /// `offset`: each step counts the range that ends this long before it.
     offset: i64,
     steps: Steps,
-    series: LabelsMap<Vec<Option<f64>>>,
+    series: SeriesMap<Vec<Option<f64>>>,
 }
 
 impl RangeAccumulator {
@@ -194,7 +195,7 @@ impl RangeAccumulator {
             range,
             offset: 0,
             steps,
-            series: LabelsMap::default(),
+            series: SeriesMap::default(),
         }
     }
 
@@ -237,13 +238,11 @@ impl RangeAccumulator {
             return Ok(0);
         }
         let mut made = 0;
-        let points = match self.series.get_mut(&labels) {
-            Some(points) => points,
-            None => {
-                made = series_bytes(&labels, self.steps.count);
-                self.series
-                    .entry(labels)
-                    .or_insert_with(|| vec![None; self.steps.count])
+        let points = match self.series.entry(HashedLabels::new(labels)) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => {
+                made = series_bytes(&new.key().labels, self.steps.count);
+                new.insert(vec![None; self.steps.count])
             }
         };
         let amount = match self.function {
@@ -267,7 +266,8 @@ impl RangeAccumulator {
         let mut series: Vec<Series> = self
             .series
             .into_iter()
-            .map(|(labels, mut points)| {
+            .map(|(key, mut points)| {
+                let labels = key.labels;
                 if per_second {
                     for value in points.iter_mut().flatten() {
                         *value /= seconds;

@@ -20,6 +20,43 @@ pub(crate) type Labels = BTreeMap<String, String>;
 /// fast hash of their text, where the default (SipHash) was a tenth of such a query's time.
 pub(crate) type LabelsMap<V> = HashMap<Labels, V, foldhash::fast::RandomState>;
 
+/// A map of series keyed by their label sets, each hashed once ([`HashedLabels`]).
+pub(crate) type SeriesMap<V> = HashMap<HashedLabels, V, foldhash::fast::RandomState>;
+
+/// A label set and its hash, computed once when the set is made a key. A map of tens of
+/// thousands of series (a pipeline's every label kept, one series per line) hashes each of its
+/// keys again every time it grows, walking label sets scattered over memory: that was a tenth
+/// of such a query's time.
+#[derive(Debug)]
+pub(crate) struct HashedLabels {
+    hash: u64,
+    /// The label set.
+    pub labels: Labels,
+}
+
+impl HashedLabels {
+    /// `labels`, hashed.
+    pub(crate) fn new(labels: Labels) -> Self {
+        use std::hash::BuildHasher;
+        let hash = foldhash::fast::FixedState::default().hash_one(&labels);
+        HashedLabels { hash, labels }
+    }
+}
+
+impl std::hash::Hash for HashedLabels {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for HashedLabels {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.labels == other.labels
+    }
+}
+
+impl Eq for HashedLabels {}
+
 /// Bytes that sort as `labels` do: comparing two label sets pair by pair (name, then value) was
 /// a third of the time of a query that answers tens of thousands of series, and each comparison
 /// of these is one `memcmp`. Each text is written with its NUL bytes as `0 1` and ends in `0 0`,

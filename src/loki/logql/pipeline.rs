@@ -2,6 +2,7 @@
 //! expression compiled once (under a size limit), applied to each stored row in turn. This is the
 //! authority on what matches: the database's conditions only narrow what it sends.
 
+use std::borrow::Cow;
 use std::hash::BuildHasher;
 
 use regex::{Regex, RegexBuilder};
@@ -328,11 +329,13 @@ pub(crate) struct Pipeline {
     reparses: bool,
 }
 
-/// A row that went through the pipeline: its line and labels as the stages left them.
+/// A row that went through the pipeline: its line and labels as the stages left them. The line
+/// is the row's own until a stage rewrites it: a metric query reads most lines only to count
+/// them.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Output {
+pub(crate) struct Output<'a> {
     /// The line.
-    pub line: String,
+    pub line: Cow<'a, str>,
     /// Its labels.
     pub labels: Labels,
     /// Its stream's [`labels::stream_hash`], by which Loki orders the lines of one instant.
@@ -389,11 +392,11 @@ impl Pipeline {
 
     /// The row's line and labels after the stages; `None` when the row does not match. The
     /// stream labels of a read's rows are kept in `streams` from one row to the next.
-    pub(crate) fn process_in(
+    pub(crate) fn process_in<'a>(
         &self,
-        row: &StoredRow,
+        row: &'a StoredRow,
         streams: &mut labels::StreamLabelCache,
-    ) -> Option<Output> {
+    ) -> Option<Output<'a>> {
         // The selector sees the stream's labels; the stages see its structured metadata too.
         let (stream, hash) = streams.selected(row, |stream| self.selects(stream))?;
         self.run(row, labels::with_metadata(stream.clone(), row), hash)
@@ -401,17 +404,22 @@ impl Pipeline {
 
     /// [`Pipeline::process_in`] for one row alone.
     #[cfg(test)]
-    pub(crate) fn process(&self, row: &StoredRow) -> Option<Output> {
-        self.process_in(row, &mut labels::StreamLabelCache::default())
+    pub(crate) fn process(&self, row: &StoredRow) -> Option<Output<'static>> {
+        let output = self.process_in(row, &mut labels::StreamLabelCache::default())?;
+        Some(Output {
+            line: Cow::Owned(output.line.into_owned()),
+            labels: output.labels,
+            stream: output.stream,
+        })
     }
 
     /// [`Pipeline::process_in`] for one row alone, and the structured metadata the row's labels
     /// started with (the labels that were not its stream's), for a reader that sends lines
     /// without it.
-    pub(crate) fn process_with_metadata(
+    pub(crate) fn process_with_metadata<'a>(
         &self,
-        row: &StoredRow,
-    ) -> Option<(Output, Vec<(String, String)>)> {
+        row: &'a StoredRow,
+    ) -> Option<(Output<'a>, Vec<(String, String)>)> {
         let stream = labels::row_stream_labels(row);
         if !self.selects(&stream) {
             return None;
@@ -427,8 +435,8 @@ impl Pipeline {
     }
 
     /// The stages, on the row's line and `labels`; `stream` is its stream's hash.
-    fn run(&self, row: &StoredRow, mut labels: Labels, stream: u64) -> Option<Output> {
-        let mut line = row.message.clone();
+    fn run<'a>(&self, row: &'a StoredRow, mut labels: Labels, stream: u64) -> Option<Output<'a>> {
+        let mut line = Cow::Borrowed(row.message.as_str());
         let timestamp = row.ts.timestamp_micros().saturating_mul(1000);
         let mut own = if self.parses {
             OwnNames::of(&labels, self.reparses)
@@ -469,14 +477,14 @@ impl Pipeline {
                         for (key, value) in pairs {
                             extracted(&mut labels, &own, labels::label_name(&key), value);
                         }
-                        line = entry;
+                        line = Cow::Owned(entry);
                     }
                     extract::Unpacked::Error(details) => {
                         labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
                         labels.insert(ERROR_DETAILS_LABEL.into(), details.into());
                     }
                 },
-                Step::Decolorize => line = extract::decolorize(&line).into_owned(),
+                Step::Decolorize => line = Cow::Owned(extract::decolorize(&line).into_owned()),
                 // A line a parser failed on is filtered like any other, as Loki does: a label it
                 // lacks matches only as the empty string, and `__error__` is a label like the rest,
                 // so `| json | __error__=""` drops it.
@@ -487,7 +495,7 @@ impl Pipeline {
                 }
                 Step::Format(template) => {
                     if let Some(name) = template.single_label() {
-                        line = looked_up(&labels, name).cloned().unwrap_or_default();
+                        line = Cow::Owned(looked_up(&labels, name).cloned().unwrap_or_default());
                         continue;
                     }
                     let context = Context {
@@ -496,7 +504,7 @@ impl Pipeline {
                         timestamp,
                     };
                     match template.render(&context) {
-                        Ok(text) => line = text,
+                        Ok(text) => line = Cow::Owned(text),
                         Err(details) => template_error(&mut labels, details),
                     }
                 }
@@ -1434,7 +1442,7 @@ mod tests {
                 out.labels.retain(|name, _| {
                     !matches!(name.as_str(), "service_name" | "level" | "detected_level")
                 });
-                (out.line, out.labels)
+                (out.line.into_owned(), out.labels)
             })
             .collect()
     }

@@ -8,9 +8,11 @@
 //! stream's hash (`labels::stream_hash`): `first_over_time` keeps the one of the smallest hash,
 //! `last_over_time` the largest, and a counter's rate reads them in that order.
 
+use std::collections::hash_map::Entry;
+
 use super::ast::RangeFunction;
 use super::eval::{self, series_bytes, EvalError, Series, Steps};
-use super::labels::{Labels, LabelsMap};
+use super::labels::{HashedLabels, Labels, SeriesMap};
 
 /// A sample: its time (nanoseconds) and value.
 type Sample = (i64, f64);
@@ -147,7 +149,7 @@ pub(crate) struct SampleAccumulator {
     range: i64,
     offset: i64,
     steps: Steps,
-    series: LabelsMap<Cells>,
+    series: SeriesMap<Cells>,
     /// The bytes it reported making, all told.
     held: usize,
 }
@@ -168,7 +170,7 @@ impl SampleAccumulator {
             range,
             offset,
             steps,
-            series: LabelsMap::default(),
+            series: SeriesMap::default(),
             held: 0,
         }
     }
@@ -198,17 +200,17 @@ impl SampleAccumulator {
         }
         let windowed = self.windowed();
         let mut made = 0;
-        let cells = match self.series.get_mut(&labels) {
-            Some(cells) => cells,
-            None => {
-                made = series_bytes(&labels, self.steps.count);
+        let cells = match self.series.entry(HashedLabels::new(labels)) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => {
+                made = series_bytes(&new.key().labels, self.steps.count);
                 let cells = if windowed {
                     Cells::Window(Vec::new())
                 } else {
                     made += self.steps.count * std::mem::size_of::<Option<Fold>>();
                     Cells::Folds(vec![None; self.steps.count])
                 };
-                self.series.entry(labels).or_insert(cells)
+                new.insert(cells)
             }
         };
         let sample = Placed { ts, stream, value };
@@ -248,7 +250,8 @@ impl SampleAccumulator {
         let mut series: Vec<Series> = self
             .series
             .into_iter()
-            .map(|(labels, cells)| {
+            .map(|(key, cells)| {
+                let labels = key.labels;
                 let points = match cells {
                     Cells::Folds(folds) => folds
                         .into_iter()

@@ -38,26 +38,35 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Runs `statement`, which selects `read::COLUMNS`, on `conn`, and gives its rows to `sink` in
-/// order until it returns false.
+/// Runs each statement, which selects `read::COLUMNS`, on its connection, all side by side, and
+/// gives their rows to `sink` until it returns false: each statement's in order.
 pub(super) async fn each_row(
-    conn: ReadConnection,
-    statement: Statement,
+    parts: Vec<(ReadConnection, Statement)>,
     sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
 ) -> Result<(), StoreError> {
-    let stop = StopOnDrop(conn.stop_flag());
-    let (sender, mut batches) = row_batches::channel();
-    let stepping = tokio::task::spawn_blocking(move || step_rows(conn, &statement, sender));
-    row_batches::deliver(&mut batches, sink).await;
-    // The statement may still be stepping if the sink had enough.
-    drop(stop);
-    drop(batches);
-    match stepping.await {
-        Ok(result) => result,
-        Err(join) => Err(StoreError::Unavailable(format!(
-            "the read's thread failed: {join}"
-        ))),
+    let (senders, mut batches) = row_batches::channels(parts.len());
+    let mut stops = Vec::with_capacity(parts.len());
+    let mut steppings = Vec::with_capacity(parts.len());
+    for ((conn, statement), sender) in parts.into_iter().zip(senders) {
+        stops.push(StopOnDrop(conn.stop_flag()));
+        steppings.push(tokio::task::spawn_blocking(move || {
+            step_rows(conn, &statement, sender)
+        }));
     }
+    row_batches::deliver(&mut batches, sink).await;
+    // The statements may still be stepping if the sink had enough.
+    drop(stops);
+    drop(batches);
+    let mut result = Ok(());
+    for stepping in steppings {
+        let stepped = stepping.await.unwrap_or_else(|join| {
+            Err(StoreError::Unavailable(format!(
+                "the read's thread failed: {join}"
+            )))
+        });
+        result = result.and(stepped);
+    }
+    result
 }
 
 /// Steps `statement` on `conn`'s handle, sending its rows in batches until the statement ends,
@@ -242,14 +251,23 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::storage::sqlite::read::one_connection_reader;
+    use crate::storage::sqlite::read::{one_connection_reader, reader_of};
     use crate::storage::sqlite::SqliteReader;
 
     /// Rows of `read::COLUMNS`' shape numbered from 1, without end, kept where `condition` holds;
     /// their lines differ in length, and some have ids where others have none.
     fn endless(condition: &str) -> Statement {
+        numbered("", condition)
+    }
+
+    /// The same, numbered up to `last`.
+    fn up_to(last: i64, condition: &str) -> Statement {
+        numbered(&format!(" WHERE i < {last}"), condition)
+    }
+
+    fn numbered(bound: &str, condition: &str) -> Statement {
         Statement::new(&format!(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n{bound}) \
              SELECT i, i, i, 9, 'svc', 'line ' || i || substr('xxxxxx', 1, i % 7), '{{}}', '{{}}', \
              CASE WHEN i % 3 = 0 THEN NULL ELSE 'trace ' || i END, \
              CASE WHEN i % 5 = 0 THEN 'span' END FROM n WHERE {condition}"
@@ -274,8 +292,7 @@ mod tests {
             seen.len() < 1000
         };
         each_row(
-            reader.acquire().await.unwrap(),
-            endless("i % 2 = 1"),
+            vec![(reader.acquire().await.unwrap(), endless("i % 2 = 1"))],
             &mut sink,
         )
         .await
@@ -296,10 +313,57 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn statements_side_by_side_give_every_row_once_each_in_its_order() {
+        let (_dir, reader) = reader_of(2).await;
+        let first = reader.acquire().await.unwrap();
+        let second = reader
+            .spare()
+            .await
+            .expect("the pool has room for a second");
+        let parts = vec![
+            (first, up_to(4000, "i % 2 = 1")),
+            (second, up_to(4000, "i % 2 = 0")),
+        ];
+        let mut seen = Vec::new();
+        each_row(parts, &mut |row| {
+            seen.push(row.id);
+            true
+        })
+        .await
+        .unwrap();
+        let (odd, even): (Vec<i64>, Vec<i64>) = seen.iter().partition(|id| *id % 2 == 1);
+        assert_eq!(odd, (0..2000).map(|n| 2 * n + 1).collect::<Vec<_>>());
+        assert_eq!(even, (1..=2000).map(|n| 2 * n).collect::<Vec<_>>());
+
+        // A sink that has enough stops both; with both connections taken, none is spared.
+        let parts = vec![
+            (reader.acquire().await.unwrap(), endless("i % 2 = 1")),
+            (reader.spare().await.unwrap(), endless("i % 2 = 0")),
+        ];
+        let mut left = 1000;
+        each_row(parts, &mut |_| {
+            left -= 1;
+            left > 0
+        })
+        .await
+        .unwrap();
+        let held = reader.acquire().await.unwrap();
+        let other = tokio::time::timeout(Duration::from_secs(4), reader.acquire())
+            .await
+            .expect("the second connection is free within 4 s")
+            .unwrap();
+        assert!(reader.spare().await.is_none());
+        drop((held, other));
+    }
+
+    #[tokio::test]
     async fn an_abandoned_scan_that_finds_nothing_stops() {
         let (_dir, reader) = one_connection_reader().await;
         let mut sink = |_: &StoredRow| true;
-        let scan = each_row(reader.acquire().await.unwrap(), endless("i < 0"), &mut sink);
+        let scan = each_row(
+            vec![(reader.acquire().await.unwrap(), endless("i < 0"))],
+            &mut sink,
+        );
         let abandoned = tokio::time::timeout(Duration::from_millis(50), scan).await;
         assert!(abandoned.is_err(), "the endless scan was abandoned");
         assert_connection_free(&reader).await;
@@ -310,18 +374,18 @@ mod tests {
         let (_dir, reader) = one_connection_reader().await;
         let mut sink = |_: &StoredRow| true;
         let missing = Statement::new("SELECT * FROM no_such_table");
-        let err = each_row(reader.acquire().await.unwrap(), missing, &mut sink)
+        let err = each_row(vec![(reader.acquire().await.unwrap(), missing)], &mut sink)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("no such table"), "{err}");
         // A row that does not fit StoredRow is refused, not misread.
         let severity = Statement::new("SELECT 1, 1, 1, 99999, 's', 'm', '{}', '{}', NULL, NULL");
-        let err = each_row(reader.acquire().await.unwrap(), severity, &mut sink)
+        let err = each_row(vec![(reader.acquire().await.unwrap(), severity)], &mut sink)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("severity 99999"), "{err}");
         let text = Statement::new("SELECT 1, 1, 1, 1, NULL, 'm', '{}', '{}', NULL, NULL");
-        let err = each_row(reader.acquire().await.unwrap(), text, &mut sink)
+        let err = each_row(vec![(reader.acquire().await.unwrap(), text)], &mut sink)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("NULL"), "{err}");

@@ -26,6 +26,7 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::row_batches;
 use crate::storage::stored::{from_micros, Collector, Page, PageSize, StoredRow};
 
 /// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
@@ -158,7 +159,26 @@ impl SqliteReader {
     /// A connection whose statements stop when it is dropped. The handler is installed on every
     /// acquisition, with a flag of its own, so a connection never carries an earlier read's.
     pub(super) async fn acquire(&self) -> Result<ReadConnection, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(unavailable)?;
+        let conn = self.pool.acquire().await.map_err(unavailable)?;
+        Self::guarded(conn).await
+    }
+
+    /// A connection for a read's second reader, which the read can do without: one when the
+    /// pool has one idle or room for a new one, and none when other reads hold them all.
+    pub(super) async fn spare(&self) -> Option<ReadConnection> {
+        let room = self.pool.size() < self.pool.options().get_max_connections();
+        if self.pool.num_idle() == 0 && !room {
+            return None;
+        }
+        let conn = tokio::time::timeout(row_batches::SPARE_WAIT, self.pool.acquire())
+            .await
+            .ok()?
+            .ok()?;
+        Self::guarded(conn).await.ok()
+    }
+
+    /// `conn`, its statements stopped by its read's flag.
+    async fn guarded(mut conn: PoolConnection<Sqlite>) -> Result<ReadConnection, StoreError> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         conn.lock_handle()
@@ -226,6 +246,12 @@ impl SqliteReader {
 /// directory returned with it.
 #[cfg(test)]
 pub(super) async fn one_connection_reader() -> (tempfile::TempDir, SqliteReader) {
+    reader_of(1).await
+}
+
+/// The same, of `connections` connections.
+#[cfg(test)]
+pub(super) async fn reader_of(connections: u32) -> (tempfile::TempDir, SqliteReader) {
     use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("reads.db").display());
@@ -236,7 +262,7 @@ pub(super) async fn one_connection_reader() -> (tempfile::TempDir, SqliteReader)
         .execute(&mut writer)
         .await
         .unwrap();
-    let reader = SqliteReader::connect(&url, 1, Duration::from_secs(5))
+    let reader = SqliteReader::connect(&url, connections, Duration::from_secs(5))
         .await
         .unwrap();
     (dir, reader)

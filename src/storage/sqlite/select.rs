@@ -9,13 +9,14 @@ use sqlx::Row;
 
 use super::batched_rows::each_row;
 use super::label_match::push_label_matches;
-use super::read::{SqliteReader, COLUMNS};
+use super::read::{ReadConnection, SqliteReader, COLUMNS};
 use super::statement::{Bind, Statement};
 use super::streams::push_cataloged_services;
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
+use crate::storage::row_batches;
 use crate::storage::stored::{decode_counted, from_micros};
 use crate::storage::volume::{decode_volume, minute_of};
 use crate::storage::{CountedRow, StoredRow};
@@ -67,6 +68,23 @@ fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_
     for condition in &selection.levels {
         push_text(builder, level_column, condition);
     }
+}
+
+/// A read whose streams hold fewer than one in this many of the rows it passes over is split
+/// ([`SqliteReader::sparse`]).
+const SPARSE_SHARE: i64 = 10;
+
+/// The tenant (the statement ends in `tenant = `) and the rollup minutes that count the rows of
+/// `selection`'s range: from the minute that counts a row stamped `from` (a row on a minute's
+/// boundary is counted by the minute before it) to the last that starts before `to`.
+fn push_rollup_range(builder: &mut Statement, tenant: &str, selection: &Selection) {
+    builder.push_bind(tenant);
+    builder
+        .push(" AND minute >= ")
+        .push_bind(minute_of(selection.from));
+    builder
+        .push(" AND minute < ")
+        .push_bind(seconds_ceil(selection.to));
 }
 
 /// `at` in whole seconds since the epoch, rounded up: every rollup minute (kept in seconds) that
@@ -150,17 +168,68 @@ impl SqliteReader {
         limit: Option<usize>,
         sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
     ) -> Result<(), StoreError> {
-        let mut builder = Statement::new(COLUMNS);
-        push_selection(&mut builder, tenant, selection);
-        match order {
-            Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
-            Order::Oldest => builder.push(" ORDER BY ts, id"),
-            Order::Any => &mut builder,
+        let statement = |part: &Selection| {
+            let mut builder = Statement::new(COLUMNS);
+            push_selection(&mut builder, tenant, part);
+            match order {
+                Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
+                Order::Oldest => builder.push(" ORDER BY ts, id"),
+                Order::Any => &mut builder,
+            };
+            if let Some(limit) = limit {
+                builder.push(" LIMIT ").push_bind(limit as i64);
+            }
+            builder
         };
-        if let Some(limit) = limit {
-            builder.push(" LIMIT ").push_bind(limit as i64);
+        let mut conn = self.acquire().await?;
+        // A long read in no order of a few streams among many is stepped by two threads, a half
+        // of the range each, when the pool has a second connection.
+        let mut halves = row_batches::split(selection, order, limit);
+        if halves.is_some() && !Self::sparse(&mut conn, tenant, selection).await? {
+            halves = None;
         }
-        each_row(self.acquire().await?, builder, sink).await
+        let second = match halves {
+            Some(_) => self.spare().await,
+            None => None,
+        };
+        let parts = match (halves, second) {
+            (Some((early, late)), Some(second)) => {
+                vec![(conn, statement(&early)), (second, statement(&late))]
+            }
+            _ => vec![(conn, statement(selection))],
+        };
+        each_row(parts, sink).await
+    }
+
+    /// Whether `selection`'s streams hold few of the rows the read passes over: by the volume
+    /// rollup, fewer than one in [`SPARSE_SHARE`] of the tenant's rows in its range. The read
+    /// walks the index over all of those, and an entry passed over costs about a tenth of a row
+    /// the engine takes; a read of the few is the index walk, which two threads halve, and a
+    /// read of many is the engine's, which a second thread only slows by taking its core.
+    async fn sparse(
+        conn: &mut ReadConnection,
+        tenant: &str,
+        selection: &Selection,
+    ) -> Result<bool, StoreError> {
+        let mut builder = Statement::new("SELECT ");
+        for (n, streams) in [true, false].into_iter().enumerate() {
+            if n > 0 {
+                builder.push(", ");
+            }
+            builder.push("(SELECT coalesce(sum(records), 0) FROM log_volume WHERE tenant = ");
+            push_rollup_range(&mut builder, tenant, selection);
+            if streams {
+                push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
+            }
+            builder.push(")");
+        }
+        let (selected, all): (i64, i64) = builder
+            .query()
+            .try_map(|row: sqlx::sqlite::SqliteRow| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .fetch_one(&mut **conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(selected.saturating_mul(SPARSE_SHARE) < all)
     }
 
     /// Streams the rows of `selection` counted per window of `counting` and label columns to
@@ -248,15 +317,7 @@ impl SqliteReader {
         let mut builder = Statement::new("SELECT ");
         for direction in ["", " DESC"] {
             builder.push("(SELECT minute FROM log_volume WHERE tenant = ");
-            builder.push_bind(tenant);
-            // The minute that counts a row stamped `from` and every later one: a row on a
-            // minute's boundary is counted by the minute before it.
-            builder
-                .push(" AND minute >= ")
-                .push_bind(minute_of(selection.from));
-            builder
-                .push(" AND minute < ")
-                .push_bind(seconds_ceil(selection.to));
+            push_rollup_range(&mut builder, tenant, selection);
             push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
             builder
                 .push(" ORDER BY minute")
