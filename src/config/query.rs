@@ -9,6 +9,8 @@ use super::{ByteSize, HumanDuration};
 #[derive(Clone, Debug, Args, Serialize, Deserialize)]
 pub struct QueryOptions {
     /// Connections for Query and Tail, separate from the writers so reads never wait behind ingest.
+    /// On SQLite a metric query's scan of a few streams among many takes a second one while
+    /// another stays free.
     #[arg(long, env = "LOGHAUL_READ_MAX_CONNECTIONS", default_value_t = 4)]
     pub read_max_connections: u32,
 

@@ -314,7 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn statements_side_by_side_give_every_row_once_each_in_its_order() {
-        let (_dir, reader) = reader_of(2).await;
+        let (_dir, reader) = reader_of(3).await;
         let first = reader.acquire().await.unwrap();
         let second = reader
             .spare()
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(odd, (0..2000).map(|n| 2 * n + 1).collect::<Vec<_>>());
         assert_eq!(even, (1..=2000).map(|n| 2 * n).collect::<Vec<_>>());
 
-        // A sink that has enough stops both; with both connections taken, none is spared.
+        // A sink that has enough stops both, and frees their connections.
         let parts = vec![
             (reader.acquire().await.unwrap(), endless("i % 2 = 1")),
             (reader.spare().await.unwrap(), endless("i % 2 = 0")),
@@ -352,8 +352,20 @@ mod tests {
             .await
             .expect("the second connection is free within 4 s")
             .unwrap();
+        // One connection left: it stays for another read, not a second reader.
         assert!(reader.spare().await.is_none());
-        drop((held, other));
+        drop(other);
+        // A dropped connection goes back to the pool by a task of its own.
+        let spared = tokio::time::timeout(Duration::from_secs(4), async {
+            loop {
+                if let Some(conn) = reader.spare().await {
+                    return conn;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        assert!(spared.await.is_ok(), "two free: one is spared");
+        drop(held);
     }
 
     #[tokio::test]

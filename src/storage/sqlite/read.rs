@@ -163,11 +163,12 @@ impl SqliteReader {
         Self::guarded(conn).await
     }
 
-    /// A connection for a read's second reader, which the read can do without: one when the
-    /// pool has one idle or room for a new one, and none when other reads hold them all.
+    /// A connection for a read's second reader, which the read can do without: one only while
+    /// another stays free (idle, or room for a new one), so that a read of another tenant
+    /// never waits for a second reader.
     pub(super) async fn spare(&self) -> Option<ReadConnection> {
-        let room = self.pool.size() < self.pool.options().get_max_connections();
-        if self.pool.num_idle() == 0 && !room {
+        let room = self.pool.options().get_max_connections() - self.pool.size();
+        if room as usize + self.pool.num_idle() < 2 {
             return None;
         }
         let conn = tokio::time::timeout(row_batches::SPARE_WAIT, self.pool.acquire())
