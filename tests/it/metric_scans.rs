@@ -5,7 +5,7 @@
 use serde_json::{json, Value as Json};
 
 use crate::common::{config, wait_until, TestDb, TestServer, DEADLINE};
-use crate::loki_query::{base_minute, ok, push_json, INSTANT, KEYS, NANOS};
+use crate::loki_query::{base_minute, ok, push_json, INSTANT, KEYS, NANOS, RANGE};
 
 /// Lines of the few: one on every whole second of five minutes.
 const RARE_SECONDS: i64 = 300;
@@ -75,6 +75,34 @@ async fn a_scan_of_a_few_streams_among_many_counts_each_line_once(db: &TestDb) {
     counted.sort();
     let expected: Vec<(i64, String)> = (0..RARE_SECONDS).map(|n| (n, "1".into())).collect();
     assert_eq!(counted, expected, "each line counted once");
+
+    // With a line filter and no parser the database counts the lines itself (the rollup does
+    // not know the lines' text), in windows of the step; the halves may share a window, each
+    // counting its part of it.
+    let start = ((first - 60) * NANOS).to_string();
+    let end = ((first + 1800) * NANOS).to_string();
+    let answer: Json = ok(
+        addr,
+        RANGE,
+        &[
+            (
+                "query",
+                r#"sum(count_over_time({service_name="rare"} |= "n" [1m]))"#,
+            ),
+            ("start", &start),
+            ("end", &end),
+            ("step", "60"),
+        ],
+        &key,
+    )
+    .await;
+    let points = answer["data"]["result"][0]["values"].as_array().unwrap();
+    let per_minute: Vec<i64> = points
+        .iter()
+        .map(|point| point[1].as_str().unwrap().parse().unwrap())
+        .collect();
+    // Ranges `(t − 1m, t]`: the first line alone at the step on it, then a minute each.
+    assert_eq!(per_minute, [1, 60, 60, 60, 60, 59], "{answer}");
 }
 
 on_both_backends!(

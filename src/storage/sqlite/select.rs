@@ -4,7 +4,7 @@
 //! volume rollup per minute.
 
 use chrono::{DateTime, Utc};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use sqlx::Row;
 
 use super::batched_rows::each_row;
@@ -157,6 +157,59 @@ fn push_holds_any<T: Into<Bind>>(
     }
 }
 
+/// The count of `part`'s rows per window of `counting` and its label columns, with their bytes.
+fn count_statement(tenant: &str, part: &Selection, counting: &Counting) -> Statement {
+    let (origin, width) = (counting.origin_micros, counting.width_micros);
+    // Every row is after the origin, so the integer division rounds the window up.
+    let mut builder = Statement::new("SELECT ((ts - ");
+    builder.push_bind(origin).push(" + ").push_bind(width - 1);
+    builder
+        .push(") / ")
+        .push_bind(width)
+        .push(") AS slot, service, labels, ");
+    builder.push(if counting.severity { "severity" } else { "0" });
+    match &counting.attributes {
+        CountedAttributes::None => {
+            builder.push(", '{}'");
+        }
+        CountedAttributes::Only(keys) => {
+            // A substring test passes over the rows without any of the keys before their
+            // JSON is read; `json_patch` leaves out the keys a row lacks.
+            builder.push(", CASE WHEN ");
+            let quoted = keys
+                .iter()
+                .map(|key| format!("{}:", serde_json::Value::from(key.as_str())));
+            push_holds_any(&mut builder, "attributes", quoted);
+            builder.push(" THEN json_patch('{}', json_object(");
+            for (n, key) in keys.iter().enumerate() {
+                if n > 0 {
+                    builder.push(", ");
+                }
+                builder
+                    .push_bind(key.as_str())
+                    .push(", attributes -> ")
+                    .push_bind(format!("$.\"{key}\""));
+            }
+            builder.push(")) ELSE '{}' END");
+        }
+        CountedAttributes::All => {
+            builder.push(", attributes");
+        }
+    }
+    builder.push(if counting.trace {
+        ", trace_id, span_id"
+    } else {
+        ", NULL, NULL"
+    });
+    // The cast reads the text's bytes, as the engine counts them, not its characters.
+    builder.push(
+        ", count(*) AS lines, sum(length(CAST(message AS BLOB))) AS bytes FROM logs WHERE tenant = ",
+    );
+    push_selection(&mut builder, tenant, part);
+    builder.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
+    builder
+}
+
 impl SqliteReader {
     /// Streams the rows of `selection` in `order` to `sink` until it returns false; at most
     /// `limit` when every condition of the query is in the selection.
@@ -182,23 +235,37 @@ impl SqliteReader {
             builder
         };
         let mut conn = self.acquire().await?;
-        // A long read in no order of a few streams among many is stepped by two threads, a half
-        // of the range each, when the pool has a second connection.
-        let mut halves = row_batches::split(selection, order, limit);
-        if halves.is_some() && !Self::sparse(&mut conn, tenant, selection).await? {
-            halves = None;
-        }
-        let second = match halves {
-            Some(_) => self.spare().await,
-            None => None,
-        };
-        let parts = match (halves, second) {
-            (Some((early, late)), Some(second)) => {
+        // A long read in no order of a few streams among many is stepped by two threads.
+        let parts = match self
+            .split_read(&mut conn, tenant, selection, order, limit)
+            .await?
+        {
+            Some((early, late, second)) => {
                 vec![(conn, statement(&early)), (second, statement(&late))]
             }
-            _ => vec![(conn, statement(selection))],
+            None => vec![(conn, statement(selection))],
         };
         each_row(parts, sink).await
+    }
+
+    /// The halves of a read of `selection` ([`row_batches::split`]) and a connection to read the
+    /// second on, when the read is split: when its streams are few among the tenant's
+    /// ([`SqliteReader::sparse`]) and the pool can spare a connection.
+    async fn split_read(
+        &self,
+        conn: &mut ReadConnection,
+        tenant: &str,
+        selection: &Selection,
+        order: Order,
+        limit: Option<usize>,
+    ) -> Result<Option<(Selection, Selection, ReadConnection)>, StoreError> {
+        let Some((early, late)) = row_batches::split(selection, order, limit) else {
+            return Ok(None);
+        };
+        if !Self::sparse(conn, tenant, selection).await? {
+            return Ok(None);
+        }
+        Ok(self.spare().await.map(|second| (early, late, second)))
     }
 
     /// Whether `selection`'s streams hold few of the rows the read passes over: by the volume
@@ -246,60 +313,31 @@ impl SqliteReader {
             origin_micros: origin,
             ..
         } = counting;
-        // Every row is after the origin, so the integer division rounds the window up.
-        let mut builder = Statement::new("SELECT ((ts - ");
-        builder.push_bind(origin).push(" + ").push_bind(width - 1);
-        builder
-            .push(") / ")
-            .push_bind(width)
-            .push(") AS slot, service, labels, ");
-        builder.push(if counting.severity { "severity" } else { "0" });
-        match &counting.attributes {
-            CountedAttributes::None => {
-                builder.push(", '{}'");
-            }
-            CountedAttributes::Only(keys) => {
-                // A substring test passes over the rows without any of the keys before their
-                // JSON is read; `json_patch` leaves out the keys a row lacks.
-                builder.push(", CASE WHEN ");
-                let quoted = keys
-                    .iter()
-                    .map(|key| format!("{}:", serde_json::Value::from(key.as_str())));
-                push_holds_any(&mut builder, "attributes", quoted);
-                builder.push(" THEN json_patch('{}', json_object(");
-                for (n, key) in keys.iter().enumerate() {
-                    if n > 0 {
-                        builder.push(", ");
-                    }
-                    builder
-                        .push_bind(key.as_str())
-                        .push(", attributes -> ")
-                        .push_bind(format!("$.\"{key}\""));
-                }
-                builder.push(")) ELSE '{}' END");
-            }
-            CountedAttributes::All => {
-                builder.push(", attributes");
-            }
-        }
-        builder.push(if counting.trace {
-            ", trace_id, span_id"
-        } else {
-            ", NULL, NULL"
-        });
-        // The cast reads the text's bytes, as the engine counts them, not its characters.
-        builder.push(
-            ", count(*) AS lines, sum(length(CAST(message AS BLOB))) AS bytes FROM logs WHERE tenant = ",
-        );
-        push_selection(&mut builder, tenant, selection);
-        builder.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
+        let statement = |part: &Selection| count_statement(tenant, part, &counting);
         let mut conn = self.acquire().await?;
-        let mut rows = builder.query().fetch(&mut *conn);
+        // A count of a few streams among many is the index walk: two connections halve it, each
+        // counting half of the range (a window the halves share is counted by both, in part).
+        let split = self
+            .split_read(&mut conn, tenant, selection, Order::Any, None)
+            .await?;
+        let (statements, mut second) = match split {
+            Some((early, late, second)) => {
+                (vec![statement(&early), statement(&late)], Some(second))
+            }
+            None => (vec![statement(selection)], None),
+        };
+        let mut rows = match &mut second {
+            Some(second) => futures::stream::select(
+                statements[0].query().fetch(&mut *conn),
+                statements[1].query().fetch(&mut **second),
+            )
+            .boxed(),
+            None => statements[0].query().fetch(&mut *conn),
+        };
         while let Some(row) = rows.try_next().await.map_err(unavailable)? {
             let slot: i64 = row.try_get(0).map_err(unavailable)?;
             let end = from_micros(origin + slot * width);
-            let counted = decode_counted(&row, end).map_err(unavailable)?;
-            if !sink(counted) {
+            if !sink(decode_counted(&row, end).map_err(unavailable)?) {
                 break;
             }
         }
