@@ -103,13 +103,19 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
     builder
         .push(" AND ts < ")
         .push_bind(selection.to.timestamp_micros());
-    // With one service named, the read index already skips every other.
+    push_catalog_narrowing(builder, tenant, selection);
+    push_conditions(builder, selection, LOGS_LEVEL);
+}
+
+/// The services whose streams carry `selection`'s labels, by the stream catalog, when it names
+/// labels and not one service: with one service named, the read index already skips every
+/// other.
+fn push_catalog_narrowing(builder: &mut Statement, tenant: &str, selection: &Selection) {
     let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
     let by_labels = !(selection.labels.is_empty() && selection.label_patterns.is_empty());
     if by_labels && !one_service {
         push_cataloged_services(builder, tenant, selection);
     }
-    push_conditions(builder, selection, LOGS_LEVEL);
 }
 
 /// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
@@ -269,7 +275,8 @@ impl SqliteReader {
     }
 
     /// Whether `selection`'s streams hold few of the rows the read passes over: by the volume
-    /// rollup, fewer than one in [`SPARSE_SHARE`] of the tenant's rows in its range. The read
+    /// rollup (of the services the stream catalog names, for a selection by other labels),
+    /// fewer than one in [`SPARSE_SHARE`] of the tenant's rows in its range. The read
     /// walks the index over all of those, and an entry passed over costs about a tenth of a row
     /// the engine takes; a read of the few is the index walk, which two threads halve, and a
     /// read of many is the engine's, which a second thread only slows by taking its core.
@@ -286,6 +293,7 @@ impl SqliteReader {
             builder.push("(SELECT coalesce(sum(records), 0) FROM log_volume WHERE tenant = ");
             push_rollup_range(&mut builder, tenant, selection);
             if streams {
+                push_catalog_narrowing(&mut builder, tenant, selection);
                 push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
             }
             builder.push(")");
