@@ -8,13 +8,11 @@
 //! the next rows into its buffers: a row's texts are neither allocated on one thread nor freed
 //! on the other, which was about a fifth of a parsing query's profile on SQLite.
 //!
-//! A read in no order may be split between several readers (`channels`), each reusing its own
-//! spent batches, their rows handed to the one consumer as they come.
+//! A read may be split between several readers (`channels`), each reusing its own spent
+//! batches, their rows handed to the one consumer as they come.
 
-use chrono::TimeDelta;
 use tokio::sync::mpsc;
 
-use crate::model::selection::{Order, Selection};
 use crate::storage::stored::StoredRow;
 
 /// Rows per batch: enough that the handover costs nothing beside them, few enough that the first
@@ -33,29 +31,6 @@ const REUSED_ROW_BYTES: usize = 4096;
 
 /// A full batch and the reader it came from, to whom it goes back once spent.
 type Batch = (usize, Vec<StoredRow>);
-
-/// The shortest range a read is split for: below it the second statement costs more than the
-/// rows it takes off the first.
-const LEAST_SPLIT_RANGE: TimeDelta = TimeDelta::minutes(2);
-
-/// How long a split read waits for its second connection before it reads alone: opening one
-/// takes milliseconds, and a pool whose connections are all busy has none to spare anyway.
-pub(in crate::storage) const SPARE_WAIT: std::time::Duration =
-    std::time::Duration::from_millis(100);
-
-/// The halves a read of `selection` may be split into, read side by side on two connections: a
-/// read in no order and without a limit (a metric query's scan), of a range long enough. It
-/// pays only while the engine waits for rows: the store decides whether it does.
-pub(in crate::storage) fn split(
-    selection: &Selection,
-    order: Order,
-    limit: Option<usize>,
-) -> Option<(Selection, Selection)> {
-    match (order, limit) {
-        (Order::Any, None) => selection.halves(LEAST_SPLIT_RANGE),
-        _ => None,
-    }
-}
 
 /// The reading end.
 pub(in crate::storage) struct RowSender {

@@ -241,7 +241,7 @@ impl RangeAccumulator {
         let points = match self.series.entry(HashedLabels::new(labels)) {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => {
-                made = series_bytes(&new.key().labels, self.steps.count);
+                made = series_bytes(new.key().labels(), self.steps.count);
                 new.insert(vec![None; self.steps.count])
             }
         };
@@ -267,7 +267,7 @@ impl RangeAccumulator {
             .series
             .into_iter()
             .map(|(key, mut points)| {
-                let labels = key.labels;
+                let labels = key.into_labels();
                 if per_second {
                     for value in points.iter_mut().flatten() {
                         *value /= seconds;

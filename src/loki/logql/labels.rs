@@ -30,8 +30,7 @@ pub(crate) type SeriesMap<V> = HashMap<HashedLabels, V, foldhash::fast::RandomSt
 #[derive(Debug)]
 pub(crate) struct HashedLabels {
     hash: u64,
-    /// The label set.
-    pub labels: Labels,
+    labels: Labels,
 }
 
 impl HashedLabels {
@@ -40,6 +39,16 @@ impl HashedLabels {
         use std::hash::BuildHasher;
         let hash = foldhash::fast::FixedState::default().hash_one(&labels);
         HashedLabels { hash, labels }
+    }
+
+    /// The label set.
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// The label set, its hash dropped.
+    pub(crate) fn into_labels(self) -> Labels {
+        self.labels
     }
 }
 

@@ -203,7 +203,7 @@ impl SampleAccumulator {
         let cells = match self.series.entry(HashedLabels::new(labels)) {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(new) => {
-                made = series_bytes(&new.key().labels, self.steps.count);
+                made = series_bytes(new.key().labels(), self.steps.count);
                 let cells = if windowed {
                     Cells::Window(Vec::new())
                 } else {
@@ -251,7 +251,7 @@ impl SampleAccumulator {
             .series
             .into_iter()
             .map(|(key, cells)| {
-                let labels = key.labels;
+                let labels = key.into_labels();
                 let points = match cells {
                     Cells::Folds(folds) => folds
                         .into_iter()

@@ -45,14 +45,22 @@ pub(super) async fn each_row(
     sink: &mut (dyn FnMut(&StoredRow) -> bool + Send),
 ) -> Result<(), StoreError> {
     let (senders, mut batches) = row_batches::channels(parts.len());
-    let mut stops = Vec::with_capacity(parts.len());
+    let flags: Vec<Arc<AtomicBool>> = parts.iter().map(|(conn, _)| conn.stop_flag()).collect();
     let mut steppings = Vec::with_capacity(parts.len());
     for ((conn, statement), sender) in parts.into_iter().zip(senders) {
-        stops.push(StopOnDrop(conn.stop_flag()));
+        let others = flags.clone();
         steppings.push(tokio::task::spawn_blocking(move || {
-            step_rows(conn, &statement, sender)
+            let stepped = step_rows(conn, &statement, sender);
+            // A read with a part that failed fails: the other parts stop, not run to their end.
+            if stepped.is_err() {
+                for flag in &others {
+                    flag.store(true, Ordering::Relaxed);
+                }
+            }
+            stepped
         }));
     }
+    let stops: Vec<StopOnDrop> = flags.into_iter().map(StopOnDrop).collect();
     row_batches::deliver(&mut batches, sink).await;
     // The statements may still be stepping if the sink had enough.
     drop(stops);
@@ -366,6 +374,25 @@ mod tests {
         });
         assert!(spared.await.is_ok(), "two free: one is spared");
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_part_that_fails_stops_the_others() {
+        let (_dir, reader) = reader_of(3).await;
+        let parts = vec![
+            (reader.acquire().await.unwrap(), endless("i % 2 = 1")),
+            (
+                reader.spare().await.unwrap(),
+                Statement::new("SELECT * FROM no_such_table"),
+            ),
+        ];
+        let mut sink = |_: &StoredRow| true;
+        let read = each_row(parts, &mut sink);
+        let err = tokio::time::timeout(Duration::from_secs(4), read)
+            .await
+            .expect("the endless part stopped with the failed one")
+            .unwrap_err();
+        assert!(err.to_string().contains("no such table"), "{err}");
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ mod label_match;
 mod read;
 mod retention;
 mod select;
+mod split_read;
 mod statement;
 mod streams;
 mod tail;

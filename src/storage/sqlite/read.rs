@@ -26,8 +26,12 @@ use sqlx::{QueryBuilder, Row, Sqlite};
 use crate::model::cursor::Cursor;
 use crate::model::filter::Filter;
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::row_batches;
 use crate::storage::stored::{from_micros, Collector, Page, PageSize, StoredRow};
+
+/// How long a read waits for a second connection ([`SqliteReader::spare`]) before it reads
+/// alone: opening one takes milliseconds, and a pool whose connections are all busy has none to
+/// spare anyway.
+const SPARE_WAIT: Duration = Duration::from_millis(100);
 
 /// Virtual-machine steps between checks of the stop flag: a check is one atomic load, and this
 /// many steps take well under a millisecond.
@@ -167,11 +171,15 @@ impl SqliteReader {
     /// another stays free (idle, or room for a new one), so that a read of another tenant
     /// never waits for a second reader.
     pub(super) async fn spare(&self) -> Option<ReadConnection> {
-        let room = self.pool.options().get_max_connections() - self.pool.size();
+        let room = self
+            .pool
+            .options()
+            .get_max_connections()
+            .saturating_sub(self.pool.size());
         if room as usize + self.pool.num_idle() < 2 {
             return None;
         }
-        let conn = tokio::time::timeout(row_batches::SPARE_WAIT, self.pool.acquire())
+        let conn = tokio::time::timeout(SPARE_WAIT, self.pool.acquire())
             .await
             .ok()?
             .ok()?;

@@ -9,14 +9,13 @@ use sqlx::Row;
 
 use super::batched_rows::each_row;
 use super::label_match::push_label_matches;
-use super::read::{ReadConnection, SqliteReader, COLUMNS};
+use super::read::{SqliteReader, COLUMNS};
 use super::statement::{Bind, Statement};
 use super::streams::push_cataloged_services;
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
 use crate::storage::error::{unavailable, StoreError};
-use crate::storage::row_batches;
 use crate::storage::stored::{decode_counted, from_micros};
 use crate::storage::volume::{decode_volume, minute_of};
 use crate::storage::{CountedRow, StoredRow};
@@ -24,7 +23,7 @@ use crate::storage::{CountedRow, StoredRow};
 /// The stream's `level` label on `logs` (the empty text without one).
 const LOGS_LEVEL: &str = "coalesce(json_extract(labels, '$.level'), '')";
 /// The same on `log_volume`.
-const VOLUME_LEVEL: &str = "level";
+pub(super) const VOLUME_LEVEL: &str = "level";
 
 /// ` AND column …` for a condition on a text column (or expression).
 fn push_text(builder: &mut Statement, column: &str, condition: &TextCondition) {
@@ -61,7 +60,11 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
 
 /// The conditions of `selection` on what the volume rollup also has columns for: its services,
 /// and its levels in `level_column`.
-fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_column: &str) {
+pub(super) fn push_stream_conditions(
+    builder: &mut Statement,
+    selection: &Selection,
+    level_column: &str,
+) {
     for condition in &selection.services {
         push_text(builder, "service", condition);
     }
@@ -70,14 +73,10 @@ fn push_stream_conditions(builder: &mut Statement, selection: &Selection, level_
     }
 }
 
-/// A read whose streams hold fewer than one in this many of the rows it passes over is split
-/// ([`SqliteReader::sparse`]).
-const SPARSE_SHARE: i64 = 10;
-
 /// The tenant (the statement ends in `tenant = `) and the rollup minutes that count the rows of
 /// `selection`'s range: from the minute that counts a row stamped `from` (a row on a minute's
 /// boundary is counted by the minute before it) to the last that starts before `to`.
-fn push_rollup_range(builder: &mut Statement, tenant: &str, selection: &Selection) {
+pub(super) fn push_rollup_range(builder: &mut Statement, tenant: &str, selection: &Selection) {
     builder.push_bind(tenant);
     builder
         .push(" AND minute >= ")
@@ -110,7 +109,7 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
 /// The services whose streams carry `selection`'s labels, by the stream catalog, when it names
 /// labels and not one service: with one service named, the read index already skips every
 /// other.
-fn push_catalog_narrowing(builder: &mut Statement, tenant: &str, selection: &Selection) {
+pub(super) fn push_catalog_narrowing(builder: &mut Statement, tenant: &str, selection: &Selection) {
     let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
     let by_labels = !(selection.labels.is_empty() && selection.label_patterns.is_empty());
     if by_labels && !one_service {
@@ -252,59 +251,6 @@ impl SqliteReader {
             None => vec![(conn, statement(selection))],
         };
         each_row(parts, sink).await
-    }
-
-    /// The halves of a read of `selection` ([`row_batches::split`]) and a connection to read the
-    /// second on, when the read is split: when its streams are few among the tenant's
-    /// ([`SqliteReader::sparse`]) and the pool can spare a connection.
-    async fn split_read(
-        &self,
-        conn: &mut ReadConnection,
-        tenant: &str,
-        selection: &Selection,
-        order: Order,
-        limit: Option<usize>,
-    ) -> Result<Option<(Selection, Selection, ReadConnection)>, StoreError> {
-        let Some((early, late)) = row_batches::split(selection, order, limit) else {
-            return Ok(None);
-        };
-        if !Self::sparse(conn, tenant, selection).await? {
-            return Ok(None);
-        }
-        Ok(self.spare().await.map(|second| (early, late, second)))
-    }
-
-    /// Whether `selection`'s streams hold few of the rows the read passes over: by the volume
-    /// rollup (of the services the stream catalog names, for a selection by other labels),
-    /// fewer than one in [`SPARSE_SHARE`] of the tenant's rows in its range. The read
-    /// walks the index over all of those, and an entry passed over costs about a tenth of a row
-    /// the engine takes; a read of the few is the index walk, which two threads halve, and a
-    /// read of many is the engine's, which a second thread only slows by taking its core.
-    async fn sparse(
-        conn: &mut ReadConnection,
-        tenant: &str,
-        selection: &Selection,
-    ) -> Result<bool, StoreError> {
-        let mut builder = Statement::new("SELECT ");
-        for (n, streams) in [true, false].into_iter().enumerate() {
-            if n > 0 {
-                builder.push(", ");
-            }
-            builder.push("(SELECT coalesce(sum(records), 0) FROM log_volume WHERE tenant = ");
-            push_rollup_range(&mut builder, tenant, selection);
-            if streams {
-                push_catalog_narrowing(&mut builder, tenant, selection);
-                push_stream_conditions(&mut builder, selection, VOLUME_LEVEL);
-            }
-            builder.push(")");
-        }
-        let (selected, all): (i64, i64) = builder
-            .query()
-            .try_map(|row: sqlx::sqlite::SqliteRow| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .fetch_one(&mut **conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(selected.saturating_mul(SPARSE_SHARE) < all)
     }
 
     /// Streams the rows of `selection` counted per window of `counting` and label columns to
