@@ -67,6 +67,9 @@ fn push_conditions(
             .push_bind(serde_json::json!({ key: value }).to_string())
             .push("::jsonb");
     }
+    for (key, pattern) in &selection.label_patterns {
+        push_label_regex(builder, key, pattern);
+    }
     for condition in &selection.lines {
         match condition {
             LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
@@ -118,6 +121,20 @@ fn push_regex(
         .push(column)
         .push(" || '')")
         .push(operator)
+        .push_bind(pg.expression.clone());
+}
+
+/// ` AND (labels ->> key) ~ pattern` (or `~*`), when PostgreSQL reads the pattern as the engine
+/// does: a stream without the label has NULL there, which no pattern matches, as none of a
+/// selection's label patterns matches the empty value. Without it a selector of label patterns
+/// alone read, and grouped, every row of the tenant's range.
+fn push_label_regex(builder: &mut QueryBuilder<'_, Postgres>, key: &str, pattern: &Pattern) {
+    let Some(pg) = &pattern.postgres else { return };
+    builder
+        .push(" AND (labels ->> ")
+        .push_bind(key.to_owned())
+        .push("::text)")
+        .push(if pg.case_insensitive { " ~* " } else { " ~ " })
         .push_bind(pg.expression.clone());
 }
 
