@@ -983,14 +983,24 @@ fn logfmt_stage(
 ) {
     let mut decoder = Decoder::new(line);
     let mut error = None;
+    // Most pairs of a line are read and dropped (a metric query extracts the labels it uses):
+    // their names are made in one buffer, and only a pair that is kept is copied.
+    let mut name = String::new();
     while !decoder.at_end() {
         match decoder.next_pair() {
             Scan::Pair(key, value) => {
-                let name = labels::label_name(key);
-                let value = value.map(|value| value.replace('\u{fffd}', " "));
+                name.clear();
+                labels::push_label_name(&mut name, key);
                 let kept = value.as_deref().is_some_and(|v| !v.is_empty()) || keep_empty;
                 if kept && hints::extracts(hints, &name) {
-                    extracted(labels, taken, name, value.unwrap_or_default());
+                    let value = value.map_or_else(String::new, |value| {
+                        if value.contains('\u{fffd}') {
+                            value.replace('\u{fffd}', " ")
+                        } else {
+                            value.into_owned()
+                        }
+                    });
+                    extracted(labels, taken, name.clone(), value);
                 }
             }
             Scan::Skipped(why) => {
@@ -1027,14 +1037,17 @@ fn logfmt_fields_stage(
     }
     let mut decoder = Decoder::new(line);
     let mut error = None;
+    let mut name = String::new();
     while !decoder.at_end() {
         match decoder.next_pair() {
             Scan::Pair(key, value) => {
-                let key = labels::label_name(key);
+                name.clear();
+                labels::push_label_name(&mut name, key);
+                let key = name.as_str();
                 // A key that is no label's name is read only where no stage set a label of its
                 // name, as Loki's parser hints have it.
                 let named = fields.iter().any(|field| field.label == key);
-                if !named && own.set_by_stage(labels, &key) {
+                if !named && own.set_by_stage(labels, key) {
                     continue;
                 }
                 let Some(field) = fields
@@ -1643,6 +1656,25 @@ mod tests {
         // Without parameters, a `null` gives no label.
         let found = kept(r#"{service_name="api"} | json"#, &[lines[0]]);
         assert_eq!(found[0].1, labels_of(&[("a_b", "x")]));
+    }
+
+    /// A key that is not a label name is made one; a character the decoder could not read is a
+    /// space in the value, as Loki writes it.
+    #[test]
+    fn logfmt_names_keys_and_spaces_unreadable_characters() {
+        let got = kept(
+            r#"{service_name="api"} | logfmt"#,
+            &[r#"http.status=200 _ok=1 msg="a\ud800b" 2xx=yes"#],
+        );
+        assert_eq!(
+            got[0].1,
+            labels_of(&[
+                ("http_status", "200"),
+                ("_ok", "1"),
+                ("msg", "a b"),
+                ("_2xx", "yes")
+            ])
+        );
     }
 
     /// Loki 3.7.6's labels for `| logfmt` with flags and keys.
