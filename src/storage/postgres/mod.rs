@@ -23,6 +23,7 @@ use sqlx::Connection;
 // name.
 pub use citus::Flavor;
 pub use hour_index::{index_leaf, INDEX_AFTER};
+pub use read::READ_SETTINGS;
 pub use retention::{
     create_partitions, hour_partition_name, partition_day, partition_name, RETENTION_LOCK_KEY,
 };
