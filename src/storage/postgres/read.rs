@@ -256,9 +256,9 @@ pub const READ_SETTINGS: [(&str, &str); 2] = [
     // A sealed hour skips the chunk groups whose minimum and maximum rule out a condition, but by
     // default only for columns the statistics call correlated with its order. Sorted by tenant,
     // then service, the service's correlation falls under that bar once an hour holds two
-    // tenants, and a read of one service decompressed the tenant's whole hour (47 ms where the
-    // heap's index took 1 ms). Testing a group's bounds costs nothing beside reading it: test
-    // them all. A server without the extension keeps the setting as a placeholder.
+    // tenants, and a read of one service would decompress every chunk group of its tenant's
+    // hour. Testing a group's bounds costs nothing beside reading it: test them all. A server
+    // without the extension keeps the setting as a placeholder.
     ("columnar.qual_pushdown_correlation_threshold", "0"),
 ];
 

@@ -127,7 +127,7 @@ fn push_regex(
 /// ` AND (labels ->> key) ~ pattern` (or `~*`), when PostgreSQL reads the pattern as the engine
 /// does: a stream without the label has NULL there, which no pattern matches, as none of a
 /// selection's label patterns matches the empty value. Without it a selector of label patterns
-/// alone read, and grouped, every row of the tenant's range.
+/// alone would send every row of the tenant's range to the engine.
 fn push_label_regex(builder: &mut QueryBuilder<'_, Postgres>, key: &str, pattern: &Pattern) {
     let Some(pg) = &pattern.postgres else { return };
     builder
