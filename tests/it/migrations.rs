@@ -383,3 +383,60 @@ async fn sqlite_catalogs_the_streams_stored_before_the_upgrade() {
     assert_eq!(streams, expected);
     conn.close().await.unwrap();
 }
+
+/// The last version of PostgreSQL's schema without the stream catalog.
+const BEFORE_POSTGRES_STREAM_CATALOG: i64 = 7;
+
+/// On PostgreSQL, the upgrade to the stream catalog lists every label set a service of a tenant
+/// had, once for each hour it had rows in.
+#[tokio::test]
+async fn postgres_catalogs_the_streams_stored_before_the_upgrade() {
+    let Some(db) = TestDb::create(Backend::Postgres, "catalog_upgrade_pg").await else {
+        return;
+    };
+    let old = migrations_up_to(Backend::Postgres, BEFORE_POSTGRES_STREAM_CATALOG).await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    old.run(&mut conn).await.unwrap();
+    for (tenant, ts, labels) in [
+        ("a", "2026-01-02 05:00:00+00", r#"{"job":"cron"}"#),
+        ("a", "2026-01-02 05:59:59.999999+00", r#"{"job":"cron"}"#),
+        ("a", "2026-01-02 09:00:00+00", r#"{"job":"cron"}"#),
+        (
+            "a",
+            "2026-01-02 02:30:00+00",
+            r#"{"env":"prod","job":"cron"}"#,
+        ),
+        ("b", "2026-01-02 03:00:00+00", r#"{"job":"cron"}"#),
+    ] {
+        sqlx::query(
+            "INSERT INTO logs (tenant, ts, received_at, severity, service, message, labels) \
+             VALUES ($1, $2::timestamptz, $2::timestamptz, 9, 'cron', 'old line', $3::jsonb)",
+        )
+        .bind(tenant)
+        .bind(ts)
+        .bind(labels)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+
+    crate::common::migrated(&db).await.close().await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let streams: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT tenant, to_char(hour AT TIME ZONE 'UTC', 'HH24'), service, labels::text \
+         FROM streams ORDER BY tenant, hour, labels",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let expected = [
+        ("a", "02", r#"{"env": "prod", "job": "cron"}"#),
+        ("a", "05", r#"{"job": "cron"}"#),
+        ("a", "09", r#"{"job": "cron"}"#),
+        ("b", "03", r#"{"job": "cron"}"#),
+    ]
+    .map(|(tenant, hour, labels)| (tenant.into(), hour.into(), "cron".into(), labels.into()));
+    assert_eq!(streams, expected);
+    conn.close().await.unwrap();
+}

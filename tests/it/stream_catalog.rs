@@ -1,9 +1,8 @@
 //! Stream selectors on labels other than the service, by value or by pattern: each finds the lines
 //! of every service whose streams carry the label, in the asking tenant only, late lines among
-//! them. On SQLite such a selector reads the stream catalog first, on PostgreSQL it tests each
-//! row's label in SQL where it can (a pattern PostgreSQL reads as the engine does); retention
-//! forgets the streams it has emptied, and an upgrade fills the catalog from the rows already
-//! stored.
+//! them. Such a selector reads the stream catalog first (on PostgreSQL, an hour at a time);
+//! retention forgets the streams it has emptied, and an upgrade fills the catalog from the rows
+//! already stored.
 
 use chrono::{TimeDelta, Utc};
 use serde_json::{json, Value as Json};
@@ -206,5 +205,92 @@ async fn sqlite_retention_forgets_the_streams_it_emptied() {
         0
     );
     assert_eq!(db.query_scalar("SELECT count(*) FROM streams").await, 2);
+    store.close().await;
+}
+
+/// On PostgreSQL the catalog lists each stream once for every hour it has lines in, late lines'
+/// hours among them, in the pushing tenant only; retention keeping two days forgets the hours
+/// before its horizon's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_catalogs_each_stream_an_hour_and_retention_forgets_old_hours() {
+    let Some(db) = TestDb::create(crate::common::Backend::Postgres, "catalog_hours").await else {
+        return;
+    };
+    let mut settings = config(&db);
+    settings.auth.api_keys = Some(KEYS.parse().unwrap());
+    let server = TestServer::start(settings).await;
+    let now = Utc::now();
+    let at = |age: TimeDelta| ((now - age).timestamp() * NANOS).to_string();
+    let (recent, late) = (at(TimeDelta::zero()), at(TimeDelta::hours(3)));
+    push_json(
+        server.http_ingest,
+        &[("x-api-key", "key-a")],
+        json!({"streams": [
+            {"stream": {"job": "cron"}, "values": [[recent, "1"], [late, "2"], [recent, "3"]]},
+            {"stream": {"job": "cron", "env": "prod"}, "values": [[late, "4"]]},
+        ]}),
+    )
+    .await;
+    push_json(
+        server.http_ingest,
+        &[("x-api-key", "key-b")],
+        json!({"streams": [{"stream": {"job": "cron"}, "values": [[recent, "5"]]}]}),
+    )
+    .await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await == 5
+    })
+    .await;
+    server.stop().await;
+    let hour = |age: TimeDelta| (now - age).timestamp().div_euclid(3600) * 3600;
+    let listed = |tenant: &str, labels: &str, age: TimeDelta| {
+        format!(
+            "SELECT count(*) FROM streams WHERE tenant = '{tenant}' AND service = 'cron' \
+             AND labels = '{labels}'::jsonb AND hour = to_timestamp({})",
+            hour(age)
+        )
+    };
+    let cron = r#"{"job":"cron"}"#;
+    for (tenant, labels, age) in [
+        ("team-a", cron, TimeDelta::zero()),
+        ("team-a", cron, TimeDelta::hours(3)),
+        (
+            "team-a",
+            r#"{"job":"cron","env":"prod"}"#,
+            TimeDelta::hours(3),
+        ),
+        ("team-b", cron, TimeDelta::zero()),
+    ] {
+        assert_eq!(
+            db.query_scalar(&listed(tenant, labels, age)).await,
+            1,
+            "{tenant} {labels} {age}"
+        );
+    }
+    assert_eq!(db.query_scalar("SELECT count(*) FROM streams").await, 4);
+
+    // An hour three days old, and one within the two days kept.
+    for age in [TimeDelta::days(3), TimeDelta::hours(47)] {
+        db.execute(&format!(
+            "INSERT INTO streams (tenant, hour, service, labels) \
+             VALUES ('team-a', to_timestamp({}), 'old', '{{}}')",
+            hour(age)
+        ))
+        .await;
+    }
+    let store = migrated(&db).await;
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: std::time::Duration::from_secs(60),
+        dedup_window: std::time::Duration::from_secs(86400),
+    };
+    assert!(run_once(&store, &config).await.unwrap().ran);
+    assert_eq!(
+        db.query_scalar("SELECT count(*) FROM streams WHERE service = 'old'")
+            .await,
+        1,
+        "the hour before the horizon's is forgotten, the one after kept"
+    );
+    assert_eq!(db.query_scalar("SELECT count(*) FROM streams").await, 5);
     store.close().await;
 }

@@ -30,10 +30,11 @@ const DISTRIBUTE_LOCK_KEY: i64 = 0x6c6f_6768_6175_6c43;
 
 /// The distributed tables, in the order they are distributed: each after the one it is
 /// colocated with.
-const DISTRIBUTED: [(&str, Option<&str>); 3] = [
+const DISTRIBUTED: [(&str, Option<&str>); 4] = [
     ("producer_chunks", None),
     ("logs", Some("producer_chunks")),
     ("log_volume", Some("producer_chunks")),
+    ("streams", Some("producer_chunks")),
 ];
 
 /// What went wrong making the schema distributed.

@@ -11,6 +11,7 @@ mod read;
 mod retention;
 mod seal;
 mod select;
+mod streams;
 mod tail;
 mod write;
 

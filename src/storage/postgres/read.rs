@@ -249,10 +249,14 @@ impl DerefMut for ReadConnection {
 }
 
 /// The settings of every read session, beside its statement timeout.
-pub const READ_SETTINGS: [(&str, &str); 2] = [
+pub const READ_SETTINGS: [(&str, &str); 3] = [
     // Reads are small, index-pruned scans: compiling them (JIT) costs more than it saves, and the
     // planner's estimates over unsummarized BRIN ranges would switch it on.
     ("jit", "off"),
+    // Each read planned for its own values, not by the plan a prepared statement falls back to
+    // after five runs: that plan knows neither the time range nor the services, takes the read
+    // for one over every partition, and starts parallel workers that cost more than the read.
+    ("plan_cache_mode", "force_custom_plan"),
     // A sealed hour skips the chunk groups whose minimum and maximum rule out a condition, but by
     // default only for columns the statistics call correlated with its order. Sorted by tenant,
     // then service, the service's correlation falls under that bar once an hour holds two

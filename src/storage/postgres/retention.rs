@@ -12,6 +12,7 @@
 use chrono::{DateTime, Days, NaiveDate, Utc};
 use sqlx::{Connection, PgConnection};
 
+use super::streams::hour_start;
 use super::{citus, Flavor, PostgresStore};
 use crate::storage::chunked_delete::{CHUNK_PAUSE, DELETE_CHUNK};
 use crate::storage::error::{unavailable, StoreError};
@@ -223,17 +224,21 @@ impl PgRetention {
     }
 
     /// Deletes the rows of the default partition older than `horizon`, in chunks; returns how
-    /// many. Rows of a day with a partition go with their partition.
+    /// many. Rows of a day with a partition go with their partition. The stream catalog forgets
+    /// its hours before the horizon's.
     pub(in crate::storage) async fn delete_before(
         &mut self,
         horizon: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
+        // The stream catalog's hours before the horizon's: every row of theirs is gone with it.
+        let forget = hour_start(horizon);
         if self.flavor == Flavor::Citus {
-            return Ok(
-                citus::delete_per_shard(&mut self.conn, "logs_default", "ts", horizon).await?,
-            );
+            let deleted =
+                citus::delete_per_shard(&mut self.conn, "logs_default", "ts", horizon).await?;
+            citus::delete_per_shard(&mut self.conn, "streams", "hour", forget).await?;
+            return Ok(deleted);
         }
-        delete_in_rounds(&mut self.conn, || {
+        let deleted = delete_in_rounds(&mut self.conn, || {
             sqlx::query(
                 "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
                    SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
@@ -241,7 +246,17 @@ impl PgRetention {
             .bind(horizon)
             .bind(DELETE_CHUNK)
         })
-        .await
+        .await?;
+        delete_in_rounds(&mut self.conn, || {
+            sqlx::query(
+                "DELETE FROM streams WHERE ctid = ANY(ARRAY( \
+                   SELECT ctid FROM streams WHERE hour < $1 LIMIT $2))",
+            )
+            .bind(forget)
+            .bind(DELETE_CHUNK)
+        })
+        .await?;
+        Ok(deleted)
     }
 
     /// Deletes the rollup's minutes that ended before `horizon`: a tenant at a time through the

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use super::logql_row;
 use super::read::{IdColumns, PgReader, ReadConnection};
+use super::streams::{cataloged_streams, CatalogedStreams};
 use crate::model::selection::{
     CountedAttributes, Counting, LineCondition, Order, Pattern, Selection, TextCondition, VolumeRow,
 };
@@ -50,13 +51,45 @@ fn push_text(builder: &mut QueryBuilder<'_, Postgres>, column: &str, condition: 
 
 /// The conditions of `selection` other than its time range, on `logs` or `log_volume` (which
 /// share the service column, and keep the `level` label in `level_column`; a volume selection
-/// has no label or line condition).
+/// has no label or line condition). With `cataloged`, the streams the catalog found for its
+/// labels stand for its label conditions.
 fn push_conditions(
     builder: &mut QueryBuilder<'_, Postgres>,
     selection: &Selection,
     level_column: &str,
+    cataloged: Option<&CatalogedStreams>,
 ) {
     push_stream_conditions(builder, selection, level_column);
+    match cataloged {
+        // A row of one of those streams: its service, which a past hour's btree and a sealed
+        // hour's chunk groups find, and its label set, a comparison where a pattern would run a
+        // regular expression on each row.
+        Some(streams) => {
+            builder
+                .push(" AND service = ANY(")
+                .push_bind(streams.services.clone())
+                .push(") AND labels = ANY(")
+                .push_bind(streams.labels.clone())
+                .push("::jsonb[])");
+        }
+        None => push_label_conditions(builder, selection),
+    }
+    for condition in &selection.lines {
+        match condition {
+            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
+            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
+            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
+            LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
+            LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
+        }
+    }
+}
+
+/// The conditions of `selection` on the `labels` column, of `logs` or of the stream catalog.
+pub(super) fn push_label_conditions(
+    builder: &mut QueryBuilder<'_, Postgres>,
+    selection: &Selection,
+) {
     // As containment, which a past hour's GIN of stream labels answers; the same test as
     // `labels ->> key = value`, a label's value being always a string. The object is bound whole:
     // `jsonb_build_object` is not folded into a constant, and building it for every row scanned
@@ -69,15 +102,6 @@ fn push_conditions(
     }
     for (key, pattern) in &selection.label_patterns {
         push_label_regex(builder, key, pattern);
-    }
-    for condition in &selection.lines {
-        match condition {
-            LineCondition::Contains(text) => push_contains(builder, text, "> 0"),
-            LineCondition::NotContains(text) => push_contains(builder, text, "= 0"),
-            LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
-            LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
-            LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
-        }
     }
 }
 
@@ -208,6 +232,14 @@ impl PgReader {
         mut sender: RowSender,
     ) -> Result<(), StoreError> {
         let (tenant, selection) = (tenant.as_str(), &selection);
+        let cataloged = cataloged_streams(&mut conn, tenant, selection)
+            .await
+            .map_err(unavailable)?;
+        if cataloged.as_ref().is_some_and(CatalogedStreams::is_empty) {
+            conn.finish();
+            sender.finish().await;
+            return Ok(());
+        }
         let mut left = limit;
         let (mut low, mut high) = match order {
             Order::Newest => (
@@ -234,7 +266,7 @@ impl PgReader {
             builder.push_bind(tenant.to_owned());
             builder.push(" AND ts >= ").push_bind(low);
             builder.push(" AND ts < ").push_bind(high);
-            push_conditions(&mut builder, selection, LOGS_LEVEL);
+            push_conditions(&mut builder, selection, LOGS_LEVEL, cataloged.as_ref());
             match order {
                 Order::Newest => builder.push(" ORDER BY ts DESC, id DESC"),
                 Order::Oldest => builder.push(" ORDER BY ts, id"),
@@ -291,6 +323,14 @@ impl PgReader {
         counting: Counting,
         sink: &mut (dyn FnMut(CountedRow) -> bool + Send),
     ) -> Result<(), StoreError> {
+        let mut conn = self.acquire().await?;
+        let cataloged = cataloged_streams(&mut conn, tenant, selection)
+            .await
+            .map_err(unavailable)?;
+        if cataloged.as_ref().is_some_and(CatalogedStreams::is_empty) {
+            conn.finish();
+            return Ok(());
+        }
         let width = TimeDelta::microseconds(counting.width_micros);
         let origin = DateTime::from_timestamp_micros(counting.origin_micros)
             .unwrap_or(DateTime::<Utc>::MIN_UTC);
@@ -344,7 +384,7 @@ impl PgReader {
         builder.push_bind(tenant.to_owned());
         builder.push(" AND ts >= ").push_bind(selection.from);
         builder.push(" AND ts < ").push_bind(selection.to);
-        push_conditions(&mut builder, selection, LOGS_LEVEL);
+        push_conditions(&mut builder, selection, LOGS_LEVEL, cataloged.as_ref());
         // By the stored jsonb: each group's text is made once, not once per row.
         builder.push(" GROUP BY 1, service, logs.labels, 4");
         builder.push(match counting.attributes {
@@ -355,7 +395,6 @@ impl PgReader {
         if counting.trace {
             builder.push(", ").push(self.ids.group_by());
         }
-        let mut conn = self.acquire().await?;
         // An hour not analyzed yet (autovacuum looks once a minute, if it is on) has no
         // statistics, and the planner, taking its groups for a handful, sorts the rows to group
         // them, spilling to disk. The groups are always far fewer than the rows: a hash table
@@ -431,7 +470,7 @@ impl PgReader {
             .push(" AND minute >= ")
             .push_bind(minute_floor(selection.from));
         builder.push(" AND minute < ").push_bind(selection.to);
-        push_conditions(&mut builder, selection, VOLUME_LEVEL);
+        push_conditions(&mut builder, selection, VOLUME_LEVEL, None);
         builder
             .push(" GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4 LIMIT ")
             .push_bind(max_rows as i64);

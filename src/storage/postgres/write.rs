@@ -8,6 +8,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
+use super::streams::add_streams;
 use super::{citus, copy, Flavor, PostgresStore};
 use crate::storage::chunked_delete::{delete_in_chunks, DELETE_CHUNK};
 use crate::storage::error::{classify, unavailable, StoreError};
@@ -110,6 +111,7 @@ impl PostgresStore {
             .await
             .map_err(|err| self.copy_failed(err))?;
         add_volume(&mut tx, rows).await.map_err(fail)?;
+        add_streams(&mut tx, rows).await.map_err(fail)?;
         tx.commit().await.map_err(fail)
     }
 
@@ -149,6 +151,7 @@ impl PostgresStore {
                 .await
                 .map_err(|err| self.copy_failed(err))?;
             add_volume(&mut tx, &kept).await.map_err(fail)?;
+            add_streams(&mut tx, &kept).await.map_err(fail)?;
         }
         tx.commit().await.map_err(fail)?;
         Ok(claimed)
