@@ -40,6 +40,14 @@ impl Selection {
         }
     }
 
+    /// Whether a store's stream catalog narrows this selection: it names stream labels and not
+    /// one service (whose rows an index finds already).
+    pub fn wants_catalog(&self) -> bool {
+        let one_service = (self.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
+        let by_labels = !(self.labels.is_empty() && self.label_patterns.is_empty());
+        by_labels && !one_service
+    }
+
     /// The selection cut in two at a whole second near the middle of its range, for two reads
     /// side by side; `None` when the range is shorter than `least`. Rows of one instant fall in
     /// one half, so each half gives them in the order one read would.
@@ -177,6 +185,36 @@ mod tests {
 
     fn at(seconds: i64, nanos: u32) -> DateTime<Utc> {
         DateTime::from_timestamp(seconds, nanos).unwrap()
+    }
+
+    #[test]
+    fn a_selection_of_labels_without_one_service_wants_the_catalog() {
+        let pattern = Pattern {
+            rust: "^(?:cron)$".into(),
+            postgres: None,
+        };
+        let range = Selection::range(at(0, 0), at(60, 0));
+        let by_label = Selection {
+            labels: vec![("job".into(), "cron".into())],
+            ..range.clone()
+        };
+        let by_pattern = Selection {
+            label_patterns: vec![("job".into(), pattern.clone())],
+            ..range.clone()
+        };
+        assert!(by_label.wants_catalog());
+        assert!(by_pattern.wants_catalog());
+        assert!(!range.wants_catalog());
+        let one_service = Selection {
+            services: vec![TextCondition::Eq("cron".into())],
+            ..by_label.clone()
+        };
+        assert!(!one_service.wants_catalog());
+        let services = Selection {
+            services: vec![TextCondition::Matches(pattern)],
+            ..by_label
+        };
+        assert!(services.wants_catalog());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::select::push_label_conditions;
-use crate::model::selection::{Selection, TextCondition};
+use crate::model::selection::Selection;
 use crate::storage::row::Row;
 
 /// Adds a batch's streams, an hour each, where the catalog lacks them. `DO NOTHING` takes no lock
@@ -95,9 +95,7 @@ pub(super) async fn cataloged_streams(
     tenant: &str,
     selection: &Selection,
 ) -> Result<Option<CatalogedStreams>, sqlx::Error> {
-    let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
-    let by_labels = !(selection.labels.is_empty() && selection.label_patterns.is_empty());
-    if one_service || !by_labels {
+    if !selection.wants_catalog() {
         return Ok(None);
     }
     let mut builder: QueryBuilder<'_, Postgres> =

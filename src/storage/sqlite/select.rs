@@ -110,9 +110,7 @@ fn push_selection(builder: &mut Statement, tenant: &str, selection: &Selection) 
 /// labels and not one service: with one service named, the read index already skips every
 /// other.
 pub(super) fn push_catalog_narrowing(builder: &mut Statement, tenant: &str, selection: &Selection) {
-    let one_service = (selection.services.iter()).any(|c| matches!(c, TextCondition::Eq(_)));
-    let by_labels = !(selection.labels.is_empty() && selection.label_patterns.is_empty());
-    if by_labels && !one_service {
+    if selection.wants_catalog() {
         push_cataloged_services(builder, tenant, selection);
     }
 }
