@@ -6,6 +6,7 @@
 mod citus;
 mod copy;
 mod hour_index;
+mod label_match;
 mod logql_row;
 mod read;
 mod retention;

@@ -10,6 +10,7 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::Instrument;
 
+use super::label_match::push_label_conditions;
 use super::logql_row;
 use super::read::{IdColumns, PgReader, ReadConnection};
 use super::streams::{cataloged_streams, CatalogedStreams};
@@ -85,26 +86,6 @@ fn push_conditions(
     }
 }
 
-/// The conditions of `selection` on the `labels` column, of `logs` or of the stream catalog.
-pub(super) fn push_label_conditions(
-    builder: &mut QueryBuilder<'_, Postgres>,
-    selection: &Selection,
-) {
-    // As containment, which a past hour's GIN of stream labels answers; the same test as
-    // `labels ->> key = value`, a label's value being always a string. The object is bound whole:
-    // `jsonb_build_object` is not folded into a constant, and building it for every row scanned
-    // tripled the filter's time.
-    for (key, value) in &selection.labels {
-        builder
-            .push(" AND labels @> ")
-            .push_bind(serde_json::json!({ key: value }).to_string())
-            .push("::jsonb");
-    }
-    for (key, pattern) in &selection.label_patterns {
-        push_label_regex(builder, key, pattern);
-    }
-}
-
 /// The conditions of `selection` on what the volume rollup also has columns for: its services,
 /// and its levels in `level_column`.
 fn push_stream_conditions(
@@ -145,20 +126,6 @@ fn push_regex(
         .push(column)
         .push(" || '')")
         .push(operator)
-        .push_bind(pg.expression.clone());
-}
-
-/// ` AND (labels ->> key) ~ pattern` (or `~*`), when PostgreSQL reads the pattern as the engine
-/// does: a stream without the label has NULL there, which no pattern matches, as none of a
-/// selection's label patterns matches the empty value. Without it a selector of label patterns
-/// alone would send every row of the tenant's range to the engine.
-fn push_label_regex(builder: &mut QueryBuilder<'_, Postgres>, key: &str, pattern: &Pattern) {
-    let Some(pg) = &pattern.postgres else { return };
-    builder
-        .push(" AND (labels ->> ")
-        .push_bind(key.to_owned())
-        .push("::text)")
-        .push(if pg.case_insensitive { " ~* " } else { " ~ " })
         .push_bind(pg.expression.clone());
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
-use super::select::push_label_conditions;
+use super::label_match::push_label_conditions;
 use crate::model::selection::Selection;
 use crate::storage::row::Row;
 
