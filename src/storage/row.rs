@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::record::Record;
 
@@ -13,6 +14,19 @@ pub struct Row<'a> {
     pub tenant: &'a str,
     /// The record itself.
     pub record: &'a Record,
+}
+
+/// The runs of `rows` that belong to one stream (tenant, service and label set), in order. A
+/// stream's records come one after another and share their labels' allocation, so a store that
+/// keeps something per stream looks it up once a run, not once a record.
+pub(in crate::storage) fn stream_runs<'r, 'a>(
+    rows: &'r [Row<'a>],
+) -> impl Iterator<Item = &'r [Row<'a>]> {
+    rows.chunk_by(|a, b| {
+        Arc::ptr_eq(&a.record.labels, &b.record.labels)
+            && a.tenant == b.tenant
+            && a.record.service == b.record.service
+    })
 }
 
 /// Names a chunk for deduplication: stored at most once per tenant, producer and sequence.
@@ -135,5 +149,51 @@ mod tests {
         let claims = [claim("a", 1, 0..2), claim("a", 2, 3..5)];
         assert_eq!(kept_rows(&rows, &claims, &[false, true]).len(), 3);
         assert_eq!(kept_rows(&rows, &claims, &[true, true]).len(), 5);
+    }
+
+    #[test]
+    fn a_run_is_one_tenants_records_of_one_service_and_label_set() {
+        let labels: Arc<str> = r#"{"job":"cron"}"#.into();
+        let record = |service: &str, labels: &Arc<str>| Record {
+            ts: Utc::now(),
+            severity: 9,
+            service: service.into(),
+            message: "m".into(),
+            labels: labels.clone(),
+            attributes: "{}".into(),
+            trace_id: None,
+            span_id: None,
+        };
+        let same = record("cron", &labels);
+        let other_service = record("batch", &labels);
+        let other_labels = record("cron", &r#"{"job":"nightly"}"#.into());
+        let rows = [
+            Row {
+                tenant: "a",
+                record: &same,
+            },
+            Row {
+                tenant: "a",
+                record: &same,
+            },
+            Row {
+                tenant: "b",
+                record: &same,
+            },
+            Row {
+                tenant: "b",
+                record: &other_service,
+            },
+            Row {
+                tenant: "b",
+                record: &other_labels,
+            },
+            Row {
+                tenant: "b",
+                record: &other_labels,
+            },
+        ];
+        let lengths: Vec<usize> = stream_runs(&rows).map(<[Row]>::len).collect();
+        assert_eq!(lengths, [2, 1, 1, 2]);
     }
 }

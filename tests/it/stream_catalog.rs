@@ -193,12 +193,7 @@ async fn sqlite_retention_forgets_the_streams_it_emptied() {
         ))
         .await;
     }
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: std::time::Duration::from_secs(60),
-        dedup_window: std::time::Duration::from_secs(86400),
-    };
-    assert!(run_once(&store, &config).await.unwrap().ran);
+    keep_two_days(&store).await;
     assert_eq!(
         db.query_scalar("SELECT count(*) FROM streams WHERE service = 'gone'")
             .await,
@@ -279,12 +274,7 @@ async fn postgres_catalogs_each_stream_an_hour_and_retention_forgets_old_hours()
         .await;
     }
     let store = migrated(&db).await;
-    let config = RetentionConfig {
-        keep: Some(TimeDelta::days(2)),
-        interval: std::time::Duration::from_secs(60),
-        dedup_window: std::time::Duration::from_secs(86400),
-    };
-    assert!(run_once(&store, &config).await.unwrap().ran);
+    keep_two_days(&store).await;
     assert_eq!(
         db.query_scalar("SELECT count(*) FROM streams WHERE service = 'old'")
             .await,
@@ -293,4 +283,14 @@ async fn postgres_catalogs_each_stream_an_hour_and_retention_forgets_old_hours()
     );
     assert_eq!(db.query_scalar("SELECT count(*) FROM streams").await, 5);
     store.close().await;
+}
+
+/// One retention run that keeps two days.
+async fn keep_two_days(store: &loghaul::storage::Store) {
+    let config = RetentionConfig {
+        keep: Some(TimeDelta::days(2)),
+        interval: std::time::Duration::from_secs(60),
+        dedup_window: std::time::Duration::from_secs(86400),
+    };
+    assert!(run_once(store, &config).await.unwrap().ran);
 }

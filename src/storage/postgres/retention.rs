@@ -238,24 +238,8 @@ impl PgRetention {
             citus::delete_per_shard(&mut self.conn, "streams", "hour", forget).await?;
             return Ok(deleted);
         }
-        let deleted = delete_in_rounds(&mut self.conn, || {
-            sqlx::query(
-                "DELETE FROM logs_default WHERE ctid = ANY(ARRAY( \
-                   SELECT ctid FROM logs_default WHERE ts < $1 LIMIT $2))",
-            )
-            .bind(horizon)
-            .bind(DELETE_CHUNK)
-        })
-        .await?;
-        delete_in_rounds(&mut self.conn, || {
-            sqlx::query(
-                "DELETE FROM streams WHERE ctid = ANY(ARRAY( \
-                   SELECT ctid FROM streams WHERE hour < $1 LIMIT $2))",
-            )
-            .bind(forget)
-            .bind(DELETE_CHUNK)
-        })
-        .await?;
+        let deleted = delete_older(&mut self.conn, "logs_default", "ts", horizon).await?;
+        delete_older(&mut self.conn, "streams", "hour", forget).await?;
         Ok(deleted)
     }
 
@@ -418,6 +402,24 @@ async fn summarize_paced(
 /// comes back short, pausing [`CHUNK_PAUSE`] between rounds; returns the rows deleted. The
 /// session's own connection, which [`crate::storage::chunked_delete::delete_in_chunks`]'s
 /// closures cannot borrow from one round to the next.
+/// Deletes the rows of `table` whose `column` is before `before`, in chunks, as
+/// [`citus::delete_per_shard`] does shard by shard; returns how many.
+async fn delete_older(
+    conn: &mut PgConnection,
+    table: &str,
+    column: &str,
+    before: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let statement = format!(
+        "DELETE FROM {table} WHERE ctid = ANY(ARRAY( \
+           SELECT ctid FROM {table} WHERE {column} < $1 LIMIT $2))"
+    );
+    delete_in_rounds(conn, || {
+        sqlx::query(&statement).bind(before).bind(DELETE_CHUNK)
+    })
+    .await
+}
+
 async fn delete_in_rounds<'q>(
     conn: &mut PgConnection,
     statement: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,

@@ -4,14 +4,13 @@
 //! that a past heap hour's btree and a sealed hour's chunk groups skip every other service.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, QueryBuilder};
 
 use super::label_match::push_label_conditions;
 use crate::model::selection::Selection;
-use crate::storage::row::Row;
+use crate::storage::row::{stream_runs, Row};
 
 /// Adds a batch's streams, an hour each, where the catalog lacks them. `DO NOTHING` takes no lock
 /// on a row already there, so batches of one stream do not wait on each other; in key order, so
@@ -36,15 +35,9 @@ pub(super) async fn add_streams(
     conn: &mut PgConnection,
     rows: &[Row<'_>],
 ) -> Result<(), sqlx::Error> {
-    // A stream's records come one after another and share their labels' allocation: one
-    // lookup per run of them and hour, not per record.
-    let same_stream = |a: &Row<'_>, b: &Row<'_>| {
-        Arc::ptr_eq(&a.record.labels, &b.record.labels)
-            && a.tenant == b.tenant
-            && a.record.service == b.record.service
-    };
     let mut streams: HashSet<(&str, i64, &str, &str)> = HashSet::new();
-    for run in rows.chunk_by(same_stream) {
+    // One lookup per run of a stream's records and hour, not per record.
+    for run in stream_runs(rows) {
         let record = run[0].record;
         let mut last = None;
         for row in run {

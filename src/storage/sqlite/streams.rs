@@ -5,14 +5,13 @@
 //! every row of the tenant's range.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use sqlx::SqliteConnection;
 
 use super::label_match::push_label_matches;
 use super::statement::Statement;
 use crate::model::selection::Selection;
-use crate::storage::row::Row;
+use crate::storage::row::{stream_runs, Row};
 
 /// Microseconds in an hour: the catalog's unit of time.
 const HOUR_MICROS: i64 = 3_600_000_000;
@@ -38,15 +37,8 @@ pub(super) async fn add_streams(
     conn: &mut SqliteConnection,
     rows: &[Row<'_>],
 ) -> Result<(), sqlx::Error> {
-    // A stream's records come one after another and share their labels' allocation: one
-    // lookup per run of them, not per record.
-    let same_stream = |a: &Row<'_>, b: &Row<'_>| {
-        Arc::ptr_eq(&a.record.labels, &b.record.labels)
-            && a.tenant == b.tenant
-            && a.record.service == b.record.service
-    };
     let mut newest: HashMap<(&str, &str, &str), i64> = HashMap::new();
-    for run in rows.chunk_by(same_stream) {
+    for run in stream_runs(rows) {
         let record = run[0].record;
         let newest_ts = run.iter().map(|row| row.record.ts.timestamp_micros());
         let hour = hour_of(newest_ts.fold(i64::MIN, i64::max));
