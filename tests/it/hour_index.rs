@@ -2,7 +2,7 @@
 //! hour gets its btree by tenant, service and time and its GIN of stream labels, beside its
 //! writers and with no row changed; a build that was interrupted is done again; reads of one
 //! service, or of a stream by its labels, use them; and the serving process builds them on its
-//! own while sealing is off.
+//! own while sealing is off. Indexing an hour lists its streams in the stream catalog.
 
 use std::time::Duration;
 
@@ -115,9 +115,24 @@ async fn a_past_hour_gets_its_service_index_and_an_interrupted_build_is_done_aga
     assert!(!leaf.indexed, "an invalid index is no index: {leaf:?}");
     assert!(leaf.wants_index(now - INDEX_AFTER));
 
+    // The rows went in without the stream catalog, as a writer of the version before it writes.
+    let cataloged = async |conn: &mut PgConnection| -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM streams WHERE hour = $1")
+            .bind(hour)
+            .fetch_one(conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!(cataloged(&mut conn).await, 0);
     index_leaf(&mut conn, &leaf).await.unwrap();
     let leaf = leaf_of(&mut conn, hour).await;
     assert!(leaf.indexed, "{leaf:?}");
+    // 3 tenants, 50 services and 40 jobs, by the remainders of one number: 600 streams.
+    assert_eq!(
+        cataloged(&mut conn).await,
+        600,
+        "the hour's streams are listed"
+    );
     assert!(!leaf.wants_index(now - INDEX_AFTER), "once is enough");
     let statistics: i64 =
         sqlx::query_scalar("SELECT count(*) FROM pg_statistic WHERE starelid = $1::regclass")

@@ -6,7 +6,8 @@
 //! rows, so the GIN is a few hundred KiB an hour), each built once, beside the writers (`CREATE
 //! INDEX CONCURRENTLY` takes no lock that blocks them). The few late rows pay for them; a sealed
 //! hour drops them with its heap, and keeps a minimum and maximum of every column per chunk group
-//! instead, ordered by tenant, service, severity and time.
+//! instead, ordered by tenant, service, severity and time. The same pass lists the hour's streams
+//! in the stream catalog, where a writer that does not keep it left some out.
 
 use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::PgConnection;
@@ -19,6 +20,17 @@ use crate::storage::error::{unavailable, StoreError};
 /// How long after its hour ends a heap leaf gets its indexes: long enough for a shipper's
 /// buffered lines of the hour's last seconds to land first.
 pub const INDEX_AFTER: TimeDelta = TimeDelta::minutes(5);
+
+/// Lists the streams of the leaf `table` in the stream catalog, in key order as the writers add
+/// theirs, so that the two never deadlock.
+fn catalog_statement(table: &str) -> String {
+    format!(
+        "INSERT INTO streams (tenant, hour, service, labels) \
+         SELECT DISTINCT tenant, date_bin('1 hour', ts, TIMESTAMPTZ '2000-01-01 00:00:00+00'), \
+                service, labels \
+         FROM {table} ORDER BY 1, 2, 3, 4 ON CONFLICT DO NOTHING"
+    )
+}
 
 impl Leaf {
     /// Whether the next run should give it its indexes, given the newest range end that may be
@@ -59,6 +71,14 @@ pub async fn index_leaf(conn: &mut PgConnection, leaf: &Leaf) -> Result<(), sqlx
                 .await?;
         }
     }
+    // Every stream of the hour in the stream catalog, those that a writer not keeping it (a pod
+    // of the version before it, during a rolling upgrade) left out among them: a selector of
+    // labels other than the service reads only the streams the catalog names. The hour is read
+    // once, as each index build above reads it.
+    sqlx::query(&catalog_statement(&leaf.name))
+        .persistent(false)
+        .execute(&mut *conn)
+        .await?;
     // The hour is complete now, and a planner without its statistics (autovacuum may be off,
     // or not have come by) takes the btree for a way to read the tenant's rows in time order,
     // and reads them all through it for a selector of other labels: several times a scan.
