@@ -109,6 +109,50 @@ pub struct Pattern {
     /// The same expression in PostgreSQL's syntax when it means exactly the same there;
     /// `None` when it might not, and PostgreSQL leaves the condition to the engine.
     pub postgres: Option<PostgresPattern>,
+    /// What a pattern of the whole value matches when SQL can say it without the expression,
+    /// which an index answers and costs less per row.
+    pub plain: Option<PlainValues>,
+}
+
+/// The values a pattern of the whole value matches, said plainly.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlainValues {
+    /// Exactly these texts (`checkout|cron`, as a dashboard's multi-value variable writes them).
+    Literals(Vec<String>),
+    /// Every text but the empty one (`.+`, a dashboard's "all"). The engine's `.` does not match
+    /// a line break, so this is wider than the pattern: the engine tests each row it keeps, and
+    /// a negated condition, which must keep exactly the rows the engine would, cannot use it.
+    NonEmpty,
+    /// Every text (`.*`), as widely.
+    Any,
+}
+
+/// The test of a column a store may run in place of a pattern of plain values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PlainTest<'a> {
+    /// No test: every row may match.
+    Everything,
+    /// The value is one of these.
+    OneOf(&'a [String]),
+    /// The value is none of these.
+    NoneOf(&'a [String]),
+    /// The value is not empty.
+    NotEmpty,
+}
+
+impl Pattern {
+    /// The plain test that stands for this pattern, or for its negation: exact for literal
+    /// alternatives, and wider than the pattern for `.+` and `.*`, which only a condition that
+    /// may keep more rows than it matches (not a negated one) can take.
+    pub fn plain_test(&self, negated: bool) -> Option<PlainTest<'_>> {
+        match (self.plain.as_ref()?, negated) {
+            (PlainValues::Literals(literals), false) => Some(PlainTest::OneOf(literals)),
+            (PlainValues::Literals(literals), true) => Some(PlainTest::NoneOf(literals)),
+            (PlainValues::NonEmpty, false) => Some(PlainTest::NotEmpty),
+            (PlainValues::Any, false) => Some(PlainTest::Everything),
+            (PlainValues::NonEmpty | PlainValues::Any, true) => None,
+        }
+    }
 }
 
 /// A regular expression for PostgreSQL's `~` (or `~*`, case-insensitive).
@@ -192,6 +236,7 @@ mod tests {
         let pattern = Pattern {
             rust: "^(?:cron)$".into(),
             postgres: None,
+            plain: None,
         };
         let range = Selection::range(at(0, 0), at(60, 0));
         let by_label = Selection {
@@ -215,6 +260,30 @@ mod tests {
             ..by_label
         };
         assert!(services.wants_catalog());
+    }
+
+    #[test]
+    fn only_literal_alternatives_stand_for_a_negated_pattern() {
+        let of = |plain| Pattern {
+            rust: String::new(),
+            postgres: None,
+            plain: Some(plain),
+        };
+        let values = vec!["a".to_string(), "b".to_string()];
+        let literals = of(PlainValues::Literals(values.clone()));
+        assert_eq!(literals.plain_test(false), Some(PlainTest::OneOf(&values)));
+        assert_eq!(literals.plain_test(true), Some(PlainTest::NoneOf(&values)));
+        // `!~ ".+"` keeps a value with a line break, which `= ''` would not.
+        assert_eq!(
+            of(PlainValues::NonEmpty).plain_test(false),
+            Some(PlainTest::NotEmpty)
+        );
+        assert_eq!(of(PlainValues::NonEmpty).plain_test(true), None);
+        assert_eq!(
+            of(PlainValues::Any).plain_test(false),
+            Some(PlainTest::Everything)
+        );
+        assert_eq!(of(PlainValues::Any).plain_test(true), None);
     }
 
     #[test]

@@ -165,6 +165,29 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
     )
     .await;
     assert_eq!(counted["data"]["result"][0]["value"][1], "3", "{counted}");
+    // Patterns of plain values, which the stores compare as values: literal alternatives (one
+    // with an escaped `|`), negated, and the "all" of `.+` and `.*`.
+    for (query, expected) in [
+        (
+            r#"{service_name=~"billing|batch"}"#,
+            &["batch run", "billing cron", "billing plain"][..],
+        ),
+        (
+            r#"{service_name!~"billing|batch", job=~".+"}"#,
+            &["cron prod", "cron run", "mixed 2"],
+        ),
+        (
+            r#"{job=~"cron|batch", env=~".*"}"#,
+            &["batch run", "billing cron", "cron prod", "cron run"],
+        ),
+        (r#"{job=~"cron\\|batch|mixed"}"#, &["mixed 2"]),
+        (
+            r#"{service_name=~".+", job!~"cron|mixed"}"#,
+            &["batch run", "billing plain"],
+        ),
+    ] {
+        assert_eq!(lines(addr, "key-a", query, 1).await, expected, "{query}");
+    }
     server.stop().await;
 }
 on_both_backends!(

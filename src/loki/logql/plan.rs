@@ -9,7 +9,9 @@ use super::eval::Steps;
 use super::labels::{self, LEVEL_LABEL, SERVICE_LABEL};
 use super::pipeline::{ERROR_DETAILS_LABEL, ERROR_LABEL};
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
-use crate::model::selection::{LineCondition, Pattern, PostgresPattern, Selection, TextCondition};
+use crate::model::selection::{
+    LineCondition, Pattern, PlainValues, PostgresPattern, Selection, TextCondition,
+};
 
 /// The selection of `query` over `[from, to)`: its selector's conditions on the service, the
 /// `level` label and the stream labels whose names are their keys, and the line filters before
@@ -256,7 +258,47 @@ fn pattern(text: &str, whole: bool, negated: bool) -> Pattern {
     Pattern {
         rust,
         postgres: postgres_pattern(text, whole, negated),
+        plain: whole.then(|| plain_values(text)).flatten(),
     }
+}
+
+/// What `text` matches as a whole, when that is plain: `.+`, `.*`, or literal alternatives.
+fn plain_values(text: &str) -> Option<PlainValues> {
+    match text {
+        ".+" => Some(PlainValues::NonEmpty),
+        ".*" => Some(PlainValues::Any),
+        _ => literal_alternatives(text).map(PlainValues::Literals),
+    }
+}
+
+/// The texts `text` matches as a whole when it is literal alternatives alone (`a|b\.c`), in
+/// both Rust's syntax and Loki's; `None` for anything else. No alternative may be empty, so that
+/// a missing label, whose value is the empty text, is never one of them.
+fn literal_alternatives(text: &str) -> Option<Vec<String>> {
+    const META: &str = "\\.+*?()|[]{}^$";
+    let mut literals = vec![String::new()];
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        let current = literals.last_mut()?;
+        match c {
+            '|' if current.is_empty() => return None,
+            '|' => literals.push(String::new()),
+            // Only the escapes both syntaxes read as the character itself: Rust's `\<` is a
+            // word boundary, for one.
+            '\\' => match chars.next()? {
+                escaped if META.contains(escaped) => current.push(escaped),
+                _ => return None,
+            },
+            c if META.contains(c) => return None,
+            c => current.push(c),
+        }
+    }
+    if literals.last().is_none_or(String::is_empty) {
+        return None;
+    }
+    literals.sort_unstable();
+    literals.dedup();
+    Some(literals)
 }
 
 /// `text` in PostgreSQL's regular-expression syntax, when it is in the part of the syntax both
@@ -486,6 +528,57 @@ mod tests {
         ] {
             assert!(patterns(unnarrowed).is_empty(), "{unnarrowed}");
         }
+    }
+
+    #[test]
+    fn literal_alternatives_are_compared_as_values() {
+        let now = Utc::now();
+        let literals = |text: &str| {
+            let selection = selection(&log(text), now, now);
+            let TextCondition::Matches(pattern) = &selection.services[0] else {
+                panic!("{text}: {:?}", selection.services);
+            };
+            pattern.plain.clone()
+        };
+        let some = |values: &[&str]| {
+            Some(PlainValues::Literals(
+                values.iter().map(|v| v.to_string()).collect(),
+            ))
+        };
+        assert_eq!(
+            literals(r#"{service_name=~"cron|checkout|cron"}"#),
+            some(&["checkout", "cron"])
+        );
+        assert_eq!(literals(r#"{service_name=~"api"}"#), some(&["api"]));
+        assert_eq!(
+            literals(r#"{service_name=~"a\.b|c\|d|é x"}"#),
+            some(&["a.b", "c|d", "é x"])
+        );
+        for not_literal in [
+            "a.b", "a|", "|a", "a||b", "(?i)a", "a|b+", "(a|b)", "[ab]", "a\\<b", "a\\db", "^a$",
+            "",
+        ] {
+            assert_eq!(
+                pattern(not_literal, true, false).plain,
+                None,
+                "{not_literal}"
+            );
+        }
+        for (text, value) in [("a|b", "a"), ("a\\.b", "a.b"), ("x y|z", "x y")] {
+            let pattern = pattern(text, true, false);
+            let Some(PlainValues::Literals(literals)) = pattern.plain else {
+                panic!("{text}");
+            };
+            assert!(literals.contains(&value.to_string()));
+            assert!(regex::Regex::new(&pattern.rust).unwrap().is_match(value));
+        }
+        assert_eq!(pattern("a|b", false, false).plain, None, "a match anywhere");
+        assert_eq!(
+            literals(r#"{service_name=~".+"}"#),
+            Some(PlainValues::NonEmpty)
+        );
+        assert_eq!(pattern(".*", true, true).plain, Some(PlainValues::Any));
+        assert_eq!(pattern(".+", false, false).plain, None);
     }
 
     #[test]

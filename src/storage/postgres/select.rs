@@ -10,7 +10,7 @@ use futures::TryStreamExt;
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::Instrument;
 
-use super::label_match::push_label_conditions;
+use super::label_match::{push_label_conditions, push_plain_test};
 use super::logql_row;
 use super::read::{IdColumns, PgReader, ReadConnection};
 use super::streams::{cataloged_streams, CatalogedStreams};
@@ -101,8 +101,10 @@ fn push_stream_conditions(
     }
 }
 
-/// ` AND (column || '') ~ pattern` (`!~`, `~*`, `!~*`), when PostgreSQL reads the pattern as
-/// the engine does; else nothing, and the engine alone checks it.
+/// ` AND column = ANY(literals)` (`<> ALL`) for literal alternatives, which a past hour's index
+/// of services answers, and `<> ''` or nothing for `.+` and `.*`; else ` AND (column || '') ~
+/// pattern` (`!~`, `~*`, `!~*`), when PostgreSQL reads the pattern as the engine does; else
+/// nothing, and the engine alone checks it.
 ///
 /// PostgreSQL prices `~` as one operator, as it does `=`, and of conditions priced alike it checks
 /// the equalities it derives (`tenant = …`, `service = …`) last: a bare regex would run on every
@@ -114,6 +116,12 @@ fn push_regex(
     pattern: &Pattern,
     negated: bool,
 ) {
+    if let Some(test) = pattern.plain_test(negated) {
+        push_plain_test(builder, test, |builder| {
+            builder.push(column);
+        });
+        return;
+    }
     let Some(pg) = &pattern.postgres else { return };
     let operator = match (negated, pg.case_insensitive) {
         (false, false) => " ~ ",

@@ -2,6 +2,7 @@
 //! the stream catalog alike: both hold a label set as the service writes it.
 
 use super::statement::Statement;
+use crate::model::selection::PlainTest;
 
 /// ` AND …` for each label of `labels` the `labels` column (of `logs` or `streams`) must hold with
 /// its value. A label name in a selector is an identifier (the LogQL lexer's), so it needs no
@@ -18,6 +19,27 @@ pub(super) fn push_label_matches(builder: &mut Statement, labels: &[(String, Str
             .push_bind(format!("$.\"{key}\""))
             .push(") = ")
             .push_bind(value.as_str());
+    }
+}
+
+/// ` AND value IN (…)`, `NOT IN (…)` or `<> ''` for `test` (nothing for every value), where
+/// `value` pushes the value's expression.
+pub(super) fn push_plain_test(
+    builder: &mut Statement,
+    test: PlainTest<'_>,
+    value: impl FnOnce(&mut Statement),
+) {
+    let (operator, values) = match test {
+        PlainTest::Everything => return,
+        PlainTest::OneOf(values) => (" IN ", Some(values)),
+        PlainTest::NoneOf(values) => (" NOT IN ", Some(values)),
+        PlainTest::NotEmpty => (" <> ''", None),
+    };
+    builder.push(" AND ");
+    value(builder);
+    builder.push(operator);
+    if let Some(values) = values {
+        builder.push_list(values);
     }
 }
 

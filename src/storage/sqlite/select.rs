@@ -8,7 +8,7 @@ use futures::{StreamExt, TryStreamExt};
 use sqlx::Row;
 
 use super::batched_rows::each_row;
-use super::label_match::push_label_matches;
+use super::label_match::{push_label_matches, push_plain_test};
 use super::read::{SqliteReader, COLUMNS};
 use super::statement::{Bind, Statement};
 use super::streams::push_cataloged_services;
@@ -115,8 +115,16 @@ pub(super) fn push_catalog_narrowing(builder: &mut Statement, tenant: &str, sele
     }
 }
 
-/// ` AND column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
+/// ` AND column IN (literals)` (`NOT IN`) for literal alternatives, which the read index answers
+/// without calling the engine per row, and `<> ''` or nothing for `.+` and `.*`; else ` AND
+/// column REGEXP pattern` (or its negation), with Rust's engine: the query's own.
 fn push_regexp(builder: &mut Statement, column: &str, pattern: &Pattern, negated: bool) {
+    if let Some(test) = pattern.plain_test(negated) {
+        push_plain_test(builder, test, |builder| {
+            builder.push(column);
+        });
+        return;
+    }
     builder
         .push(if negated { " AND NOT (" } else { " AND (" })
         .push(column)

@@ -62,6 +62,19 @@ impl Statement {
         self
     }
 
+    /// Appends `(?, ?, …)`, a list for `IN`, bound to `values`.
+    pub(super) fn push_list(&mut self, values: &[String]) -> &mut Self {
+        self.sql.push('(');
+        for (index, value) in values.iter().enumerate() {
+            if index > 0 {
+                self.sql.push_str(", ");
+            }
+            self.push_bind(value.as_str());
+        }
+        self.sql.push(')');
+        self
+    }
+
     /// The statement as the driver runs it.
     pub(super) fn query(&self) -> sqlx::query::Query<'_, Sqlite, SqliteArguments<'_>> {
         let mut arguments = SqliteArguments::default();

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use sqlx::SqliteConnection;
 
-use super::label_match::push_label_matches;
+use super::label_match::{push_label_matches, push_plain_test};
 use super::statement::Statement;
 use crate::model::selection::Selection;
 use crate::storage::row::{stream_runs, Row};
@@ -72,11 +72,20 @@ pub(super) fn push_cataloged_services(
     // A stream without the label has NULL here, which no pattern matches, as none matches the
     // empty value either.
     for (key, pattern) in &selection.label_patterns {
-        builder
-            .push(" AND json_extract(labels, ")
-            .push_bind(format!("$.\"{key}\""))
-            .push(") REGEXP ")
-            .push_bind(pattern.rust.as_str());
+        let value = |builder: &mut Statement| {
+            builder
+                .push("json_extract(labels, ")
+                .push_bind(format!("$.\"{key}\""))
+                .push(")");
+        };
+        match pattern.plain_test(false) {
+            Some(test) => push_plain_test(builder, test, value),
+            None => {
+                builder.push(" AND ");
+                value(builder);
+                builder.push(" REGEXP ").push_bind(pattern.rust.as_str());
+            }
+        }
     }
     builder.push(")");
 }
