@@ -188,6 +188,28 @@ async fn a_label_selector_finds_every_service_that_carries_the_label(db: &TestDb
     ] {
         assert_eq!(lines(addr, "key-a", query, 1).await, expected, "{query}");
     }
+    // Literal alternatives are checked exactly in SQL, which then counts the limit itself: the
+    // two lines are both of the services named, not the newest lines of any service.
+    let now = Utc::now().timestamp();
+    let limited = ok(
+        addr,
+        RANGE,
+        &[
+            ("query", r#"{service_name=~"billing|batch"}"#),
+            ("limit", "2"),
+            ("start", &((now - 3600) * NANOS).to_string()),
+            ("end", &((now + 60) * NANOS).to_string()),
+        ],
+        &a,
+    )
+    .await;
+    let limited = crate::loki_query::lines(&limited);
+    assert_eq!(limited.len(), 2, "{limited:?}");
+    assert!(
+        (limited.iter())
+            .all(|line| ["batch run", "billing cron", "billing plain"].contains(&line.as_str())),
+        "{limited:?}"
+    );
     server.stop().await;
 }
 on_both_backends!(

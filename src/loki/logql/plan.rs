@@ -183,12 +183,16 @@ fn label_key_pattern(matcher: &Matcher) -> Option<Pattern> {
 
 /// True when the selection of `query` holds every condition of it, so the database can count a
 /// limit itself: no stage, and each matcher one SQL checks exactly (equality of the service or
-/// the level, and label keys).
+/// the level, or literal alternatives of either, and label keys).
 pub(crate) fn is_exact(query: &LogQuery) -> bool {
     query.pipeline.is_empty()
         && query.selector.iter().all(|m| {
             ((m.label == SERVICE_LABEL || m.label == LEVEL_LABEL)
-                && matches!(m.op, MatchOp::Eq | MatchOp::Ne))
+                && match m.op {
+                    MatchOp::Eq | MatchOp::Ne => true,
+                    // Compared as values, exactly; `.+` and `.*` are compared more widely.
+                    MatchOp::Re | MatchOp::NotRe => literal_alternatives(&m.value).is_some(),
+                })
                 || is_label_key(m)
         })
 }
@@ -579,6 +583,24 @@ mod tests {
         );
         assert_eq!(pattern(".*", true, true).plain, Some(PlainValues::Any));
         assert_eq!(pattern(".+", false, false).plain, None);
+    }
+
+    #[test]
+    fn a_selector_sql_checks_exactly_lets_the_database_count_the_limit() {
+        for exact in [
+            r#"{service_name="api", level!="debug", region="eu"}"#,
+            r#"{service_name=~"api|web", level!~"debug|info"}"#,
+        ] {
+            assert!(is_exact(&log(exact)), "{exact}");
+        }
+        for inexact in [
+            r#"{service_name=~"api.*"}"#,
+            r#"{service_name=~".+"}"#,
+            r#"{service_name=~"api|web", region=~"eu|us"}"#,
+            r#"{service_name="api"} |= "x""#,
+        ] {
+            assert!(!is_exact(&log(inexact)), "{inexact}");
+        }
     }
 
     #[test]
