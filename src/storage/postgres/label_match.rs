@@ -42,10 +42,9 @@ fn push_label_regex(builder: &mut QueryBuilder<'_, Postgres>, key: &str, pattern
         return;
     }
     let Some(pg) = &pattern.postgres else { return };
+    builder.push(" AND ");
+    value(builder);
     builder
-        .push(" AND (labels ->> ")
-        .push_bind(key.to_owned())
-        .push("::text)")
         .push(if pg.case_insensitive { " ~* " } else { " ~ " })
         .push_bind(pg.expression.clone());
 }
