@@ -280,12 +280,16 @@ fn plain_values(text: &str) -> Option<PlainValues> {
 /// a missing label, whose value is the empty text, is never one of them.
 fn literal_alternatives(text: &str) -> Option<Vec<String>> {
     const META: &str = "\\.+*?()|[]{}^$";
+    // Each is a bound parameter, and SQLite takes at most 32,766 in a statement: a longer list
+    // keeps its expression.
+    const MOST: usize = 1_000;
     let mut literals = vec![String::new()];
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
+        let count = literals.len();
         let current = literals.last_mut()?;
         match c {
-            '|' if current.is_empty() => return None,
+            '|' if current.is_empty() || count == MOST => return None,
             '|' => literals.push(String::new()),
             // Only the escapes both syntaxes read as the character itself: Rust's `\<` is a
             // word boundary, for one.
@@ -576,6 +580,18 @@ mod tests {
             assert!(literals.contains(&value.to_string()));
             assert!(regex::Regex::new(&pattern.rust).unwrap().is_match(value));
         }
+        let many = |n: usize| {
+            (0..n)
+                .map(|i| format!("s{i}"))
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        assert!(pattern(&many(1_000), true, false).plain.is_some());
+        assert_eq!(
+            pattern(&many(1_001), true, false).plain,
+            None,
+            "too many to bind"
+        );
         assert_eq!(pattern("a|b", false, false).plain, None, "a match anywhere");
         assert_eq!(
             literals(r#"{service_name=~".+"}"#),
