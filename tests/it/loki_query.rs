@@ -2081,6 +2081,48 @@ on_both_backends!(
     a_line_the_parser_failed_on_counts_nowhere_it_is_not_asked_for
 );
 
+/// A metric query over lines that still carry an error names the earliest such line, as Loki,
+/// which reads in time order, does; of lines at the same instant, the least series. The lines are
+/// stored latest first, so a store that returns them as stored meets the latest first.
+async fn a_pipeline_error_names_the_earliest_line(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let pushes = [
+        ("clean", base + 10, r#"{"status":200}"#),
+        ("late", base + 50, "late plain text"),
+        ("b", base + 20, "early plain text"),
+        ("a", base + 20, "early plain text"),
+    ];
+    for (n, (pod, at, line)) in pushes.into_iter().enumerate() {
+        let stream = json!({"stream": {"service_name": "order", "pod": pod},
+            "values": [[(at * NANOS).to_string(), line]]});
+        push_json(addr, &[], json!({ "streams": [stream] })).await;
+        wait_until("the line to be stored", DEADLINE, async || {
+            db.count().await > n as i64
+        })
+        .await;
+    }
+    let time = (base + 120).to_string();
+    for q in [
+        r#"sum by (pod) (count_over_time({service_name="order"} | json [5m]))"#,
+        r#"sum_over_time({service_name="order"} | regexp "^(?P<word>[a-z]+) " | unwrap word [5m])"#,
+    ] {
+        let answer = get(addr, INSTANT, &[("query", q), ("time", &time)], &[]).await;
+        assert_eq!(answer.status, 400, "{q}: {}", answer.text());
+        let text = answer.text();
+        assert!(
+            text.contains(r#"pod=\"a\""#) || text.contains(r#"pod="a""#),
+            "{q}: {text}"
+        );
+    }
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_earliest_pipeline_error,
+    a_pipeline_error_names_the_earliest_line
+);
+
 /// A line stamped exactly on a minute counts in the range that ends at that minute, `(t − 1m, t]`,
 /// as in Loki: from the rollup and from a scan alike, by a range query and an instant one.
 async fn a_line_on_a_minute_counts_at_that_minutes_step(db: &TestDb) {

@@ -4,7 +4,7 @@ use chrono::DateTime;
 
 use super::program::Read;
 use crate::error::HttpError;
-use crate::loki::logql::ast::{Grouping, RangeExpr, RangeFunction};
+use crate::loki::logql::ast::{Grouping, LogQuery, RangeExpr, RangeFunction};
 use crate::loki::logql::eval::{self, EvalError, RangeAccumulator, Series, Steps};
 use crate::loki::logql::hints;
 use crate::loki::logql::labels::{self, Labels};
@@ -132,12 +132,11 @@ impl Reads {
         // `sum(count_over_time({…} | json [5m]))` over such lines with their count). An unwrapped
         // value is always checked: Loki's parser reads the label it unwraps, whatever the sum.
         let checks_errors = target.unwraps() || !matches!(sum_by, Some(None));
+        let pipeline =
+            Pipeline::compile(&range.query)?.with_hints(hints::parser_hints(range, sum_by));
         let mut failed = None;
-        // The earliest line a pipeline error stops the query at, as Loki, which reads the lines
-        // in time order, names it; the rows come in any order, so the rest are still looked at.
-        // Of lines at the same instant, the least error text wins, so that the answer does not
-        // depend on the order the store returned them in (heap and sealed hours differ).
-        let mut first_error: Option<(i64, EvalError)> = None;
+        // When a line still carries an error, where it is: the query fails, so the scan stops.
+        let mut erred: Option<(i64, EvalError)> = None;
         {
             let charge = &mut *fetch.charge;
             let mut each = |row: &StoredRow, output: Output| {
@@ -149,20 +148,8 @@ impl Reads {
                     .get(ERROR_LABEL)
                     .filter(|kind| checks_errors && !kind.is_empty())
                 {
-                    let ts = nanos(row.ts);
-                    if first_error.as_ref().is_none_or(|(first, _)| ts <= *first) {
-                        let error = EvalError::pipeline(kind, &labels);
-                        if first_error
-                            .as_ref()
-                            .is_none_or(|(first, named)| ts < *first || error.0 < named.0)
-                        {
-                            first_error = Some((ts, error));
-                        }
-                    }
-                    return true;
-                }
-                if first_error.is_some() {
-                    return true;
+                    erred = Some((nanos(row.ts), EvalError::pipeline(kind, &labels)));
+                    return false;
                 }
                 let labels = series_labels(labels, range, sum_by);
                 let made = target
@@ -177,8 +164,6 @@ impl Reads {
                     }
                 }
             };
-            let pipeline =
-                Pipeline::compile(&range.query)?.with_hints(hints::parser_hints(range, sum_by));
             self.each_piped(
                 fetch.tenant,
                 &range.query,
@@ -196,10 +181,70 @@ impl Reads {
         if let Some(err) = failed {
             return Err(err);
         }
-        if let Some((_, err)) = first_error {
-            return Err(err.into());
+        if let Some((at, met)) = erred {
+            // Loki reads the lines in time order and names the first error it meets; the rows
+            // came in any order, so the lines up to the one that stopped the scan are read again
+            // for the earliest. A stored time is whole microseconds: the next one is 1 µs on.
+            let to = DateTime::from_timestamp_nanos(at.saturating_add(1_000)).min(span.to);
+            let span = TimeRange {
+                from: span.from,
+                to,
+            };
+            let earliest = self
+                .earliest_error(
+                    fetch.tenant,
+                    &range.query,
+                    &pipeline,
+                    &target,
+                    span,
+                    fetch.stats,
+                )
+                .await?;
+            return Err(earliest.unwrap_or(met).into());
         }
         finish(target, range, steps, fetch.charge)
+    }
+
+    /// The error of the earliest line over `span` that still carries one, as Loki names it. Of
+    /// lines at the same instant, the least error text wins, so that the answer does not depend
+    /// on the order the store returned them in (heap and sealed hours differ).
+    async fn earliest_error(
+        &self,
+        tenant: &str,
+        query: &LogQuery,
+        pipeline: &Pipeline,
+        target: &Target,
+        span: TimeRange,
+        stats: &mut Stats,
+    ) -> Result<Option<EvalError>, HttpError> {
+        let mut first: Option<(i64, EvalError)> = None;
+        let mut each = |row: &StoredRow, output: Output| {
+            let Some((labels, _)) = target.sample(output) else {
+                return true;
+            };
+            let Some(kind) = labels.get(ERROR_LABEL).filter(|kind| !kind.is_empty()) else {
+                return true;
+            };
+            let ts = nanos(row.ts);
+            if first.as_ref().is_none_or(|(at, _)| ts <= *at) {
+                let error = EvalError::pipeline(kind, &labels);
+                if first
+                    .as_ref()
+                    .is_none_or(|(at, named)| ts < *at || error.0 < named.0)
+                {
+                    first = Some((ts, error));
+                }
+            }
+            true
+        };
+        let scan = Scan {
+            range: span,
+            order: Order::Any,
+            limit: None,
+        };
+        self.each_piped(tenant, query, pipeline, scan, stats, &mut each)
+            .await?;
+        Ok(first.map(|(_, err)| err))
     }
 
     /// A volume plan's series from the rollup, at the minute's resolution.
