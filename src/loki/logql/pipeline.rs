@@ -18,6 +18,7 @@ use super::labels::{self, Labels};
 use super::lexer;
 use super::logfmt::{Decoder, Scan};
 use super::pattern::Pattern;
+use super::plan;
 use super::template::{Context, Template};
 use crate::storage::StoredRow;
 
@@ -29,6 +30,8 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 pub(crate) const ERROR_LABEL: &str = "__error__";
 /// The details of that error.
 pub(crate) const ERROR_DETAILS_LABEL: &str = "__error_details__";
+/// The error `| json` and `| unpack` give a line that is no JSON object.
+pub(crate) const JSON_ERROR: &str = "JSONParserErr";
 
 /// A label as Loki's stages look one up by name: the error and its details are kept beside the
 /// labels there, so a rename, a `line_format` of one label and a label filter on the details
@@ -327,6 +330,9 @@ pub(crate) struct Pipeline {
     /// Whether a parser follows a `drop`, a `keep` or a `label_format`, so that the labels they
     /// remove are noted ([`OwnNames::removed`]).
     reparses: bool,
+    /// Whether a line that is no JSON object is dropped whatever its labels: `| json` is the
+    /// first stage that is not a line filter, and the next such stage refuses its error.
+    drops_non_objects: bool,
 }
 
 /// A row that went through the pipeline: its line and labels as the stages left them. The line
@@ -367,12 +373,14 @@ impl Pipeline {
             .iter()
             .position(removes)
             .is_some_and(|at| steps[at..].iter().any(Step::parses));
+        let drops_non_objects = plan::drops_non_objects(&query.pipeline);
         Ok(Pipeline {
             matchers,
             steps,
             hints: None,
             parses,
             reparses,
+            drops_non_objects,
         })
     }
 
@@ -397,9 +405,19 @@ impl Pipeline {
         row: &'a StoredRow,
         streams: &mut labels::StreamLabelCache,
     ) -> Option<Output<'a>> {
+        if self.drops_unread(row) {
+            return None;
+        }
         // The selector sees the stream's labels; the stages see its structured metadata too.
         let (stream, hash) = streams.selected(row, |stream| self.selects(stream))?;
         self.run(row, labels::with_metadata(stream.clone(), row), hash)
+    }
+
+    /// True when the stages would drop the row whatever its labels: Grafana's `| json |
+    /// __error__=""` over a stream of mixed lines drops those the parser cannot read before their
+    /// labels are made.
+    fn drops_unread(&self, row: &StoredRow) -> bool {
+        self.drops_non_objects && !row.message.trim_start().starts_with('{')
     }
 
     /// [`Pipeline::process_in`] for one row alone.
@@ -420,6 +438,9 @@ impl Pipeline {
         &self,
         row: &'a StoredRow,
     ) -> Option<(Output<'a>, Vec<(String, String)>)> {
+        if self.drops_unread(row) {
+            return None;
+        }
         let stream = labels::row_stream_labels(row);
         if !self.selects(&stream) {
             return None;
@@ -480,7 +501,7 @@ impl Pipeline {
                         line = Cow::Owned(entry);
                     }
                     extract::Unpacked::Error(details) => {
-                        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+                        labels.insert(ERROR_LABEL.into(), JSON_ERROR.into());
                         labels.insert(ERROR_DETAILS_LABEL.into(), details.into());
                     }
                 },
@@ -872,7 +893,7 @@ fn parse_json(line: &str, hints: Option<&[String]>, taken: &OwnNames, labels: &m
         }
     });
     if let Err(err) = parsed {
-        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+        labels.insert(ERROR_LABEL.into(), JSON_ERROR.into());
         labels.insert(ERROR_DETAILS_LABEL.into(), json_error_details(line, &err));
     }
 }
@@ -951,7 +972,7 @@ fn json_fields_stage(
         return;
     }
     if !line.starts_with(['{', '[', '"']) {
-        labels.insert(ERROR_LABEL.into(), "JSONParserErr".into());
+        labels.insert(ERROR_LABEL.into(), JSON_ERROR.into());
         return;
     }
     let document = extract::json_document(line);
@@ -1210,6 +1231,90 @@ mod tests {
         match super::super::parse(query).unwrap() {
             Query::Log(log) => Pipeline::compile(&log).unwrap(),
             Query::Metric(_) => panic!("not a log query"),
+        }
+    }
+
+    #[test]
+    fn only_a_filter_that_refuses_the_json_error_drops_lines_before_the_stages() {
+        for (query, drops) in [
+            (r#"{service_name="api"} | json | __error__="""#, true),
+            (
+                r#"{service_name="api"} |= "a" | json |= "b" | __error__="""#,
+                true,
+            ),
+            (
+                r#"{service_name="api"} | json | __error__!="JSONParserErr""#,
+                true,
+            ),
+            (
+                r#"{service_name="api"} | json | __error__="" and user="u1""#,
+                true,
+            ),
+            (
+                r#"{service_name="api"} | json | user="u1", __error__="""#,
+                true,
+            ),
+            (
+                r#"{service_name="api"} | json | __error__="" or user="u1""#,
+                false,
+            ),
+            (
+                r#"{service_name="api"} | json | __error__=~"JSON.*""#,
+                false,
+            ),
+            (
+                r#"{service_name="api"} | json | user="u1" | __error__="""#,
+                false,
+            ),
+            (
+                r#"{service_name="api"} | json | status > 400, __error__="""#,
+                true,
+            ),
+            (r#"{service_name="api"} | json"#, false),
+            (r#"{service_name="api"} | logfmt | __error__="""#, false),
+            (
+                r#"{service_name="api"} | json user="u" | __error__="""#,
+                false,
+            ),
+            (
+                r#"{service_name="api"} | line_format "{{.x}}" | json | __error__="""#,
+                false,
+            ),
+        ] {
+            assert_eq!(pipeline(query).drops_non_objects, drops, "{query}");
+        }
+    }
+
+    #[test]
+    fn lines_dropped_before_the_stages_are_those_the_stages_drop() {
+        for query in [
+            r#"{service_name="api"} | json | __error__="""#,
+            r#"{service_name="api"} | json | __error__!="JSONParserErr" |= "u""#,
+        ] {
+            let fast = pipeline(query);
+            assert!(fast.drops_non_objects, "{query}");
+            let slow = Pipeline {
+                drops_non_objects: false,
+                ..fast.clone()
+            };
+            for line in [
+                r#"{"user":"u1"}"#,
+                r#"  {"user":"u2"} trailing"#,
+                "\u{2003}{\"user\":\"u3\"}",
+                r#"{"user":"#,
+                "[1, 2]",
+                "user=u4",
+                "",
+                "   ",
+                "\"u5\"",
+            ] {
+                let row = row("api", 9, line, "{}");
+                assert_eq!(
+                    fast.process(&row),
+                    slow.process(&row),
+                    "{query} on {line:?}"
+                );
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use super::ast::*;
 use super::eval::Steps;
 use super::labels::{self, LEVEL_LABEL, SERVICE_LABEL};
-use super::pipeline::{ERROR_DETAILS_LABEL, ERROR_LABEL};
+use super::pipeline::{ERROR_DETAILS_LABEL, ERROR_LABEL, JSON_ERROR};
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{
     LineCondition, Pattern, PlainValues, PostgresPattern, Selection, TextCondition,
@@ -47,7 +47,45 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
         selection.lines.extend(line_condition(stage));
         selection.lines.extend(pattern_literals(stage));
     }
+    if drops_non_objects(&query.pipeline) {
+        // A JSON object has a `{`: the database passes over the lines without one, which
+        // `| json` would fail on and the label filter after it drop.
+        selection.lines.push(LineCondition::Contains("{".into()));
+    }
     selection
+}
+
+/// True when `stages` drop every line that is no JSON object, whatever its labels: the first
+/// stage that is not a line filter is `| json`, and the next one a label filter that refuses
+/// `| json`'s error (Grafana's `| json | __error__=""`). A line filter passes the same lines
+/// before a label filter as after it.
+pub(crate) fn drops_non_objects(stages: &[Stage]) -> bool {
+    let mut stages = stages
+        .iter()
+        .filter(|stage| !matches!(stage, Stage::LineFilter { .. }));
+    matches!(
+        (stages.next(), stages.next()),
+        (Some(Stage::Parser(ParserKind::Json)), Some(Stage::LabelFilter(filter)))
+            if refuses_error(filter, JSON_ERROR)
+    )
+}
+
+/// True when `filter` cannot pass a line whose `__error__` is `kind`, whatever its other labels.
+fn refuses_error(filter: &LabelFilter, kind: &str) -> bool {
+    match filter {
+        LabelFilter::And(left, right) => refuses_error(left, kind) || refuses_error(right, kind),
+        LabelFilter::Or(left, right) => refuses_error(left, kind) && refuses_error(right, kind),
+        LabelFilter::Compare {
+            label,
+            op,
+            value: LabelValue::Text(text),
+        } if label == ERROR_LABEL => match op {
+            CompareOp::Eq => text != kind,
+            CompareOp::Ne => text == kind,
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// What a line that a `|>` filter keeps contains: each of its pattern's literals. The engine
@@ -632,6 +670,28 @@ mod tests {
         assert_eq!(expressions.rust, "(?:x+)|(?:(?i)y)");
         assert!(expressions.postgres.is_none(), "(?i) only in front");
         assert!(filters_lines_only(&query));
+    }
+
+    #[test]
+    fn lines_that_json_would_fail_on_and_a_filter_drop_are_left_to_the_database() {
+        let now = Utc::now();
+        let brace = || LineCondition::Contains("{".into());
+        for (text, narrowed) in [
+            (r#"{service_name="api"} | json | __error__="""#, true),
+            (
+                r#"{service_name="api"} |= "x" | json | __error__="" | a="1""#,
+                true,
+            ),
+            (r#"{service_name="api"} | json"#, false),
+            (
+                r#"{service_name="api"} | json | __error__="" or a="1""#,
+                false,
+            ),
+            (r#"{service_name="api"} | logfmt | __error__="""#, false),
+        ] {
+            let lines = selection(&log(text), now, now).lines;
+            assert_eq!(lines.contains(&brace()), narrowed, "{text}: {lines:?}");
+        }
     }
 
     #[test]
