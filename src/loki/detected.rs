@@ -275,6 +275,7 @@ impl Reads {
             range,
             order: Order::Newest,
             limit: Some(count),
+            needs: None,
         };
         self.each_output(tenant, query, scan, &mut Stats::default(), &mut each)
             .await?;

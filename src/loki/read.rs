@@ -117,7 +117,7 @@ impl Reads {
         &self,
         tenant: &str,
         query: &LogQuery,
-        scan: Scan,
+        scan: Scan<'_>,
         stats: &mut Stats,
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
     ) -> Result<(), HttpError> {
@@ -136,11 +136,15 @@ impl Reads {
             range,
             order,
             limit,
-        }: Scan,
+            needs,
+        }: Scan<'_>,
         stats: &mut Stats,
         each: &mut (dyn FnMut(&StoredRow, Output) -> bool + Send),
     ) -> Result<(), HttpError> {
-        let selection = plan::selection(query, range.from, range.to);
+        let mut selection = plan::selection(query, range.from, range.to);
+        if let Some(name) = needs {
+            selection.lines.extend(plan::giving_label(query, name));
+        }
         let Some(selection) = self.reader().narrow(tenant, &selection).await? else {
             return Ok(());
         };
@@ -267,6 +271,7 @@ impl Reads {
                     range,
                     order,
                     limit: Some(limit),
+                    needs: None,
                 },
                 &mut stats,
                 &mut each,
@@ -309,10 +314,13 @@ pub(super) struct RollupRead<'a> {
 /// Which rows of a query a read goes through, in what order, and how many it wants at most
 /// (passed to the database only when [`plan::is_exact`] says it can count them).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Scan {
+pub(super) struct Scan<'a> {
     pub range: TimeRange,
     pub order: Order,
     pub limit: Option<usize>,
+    /// A label every line the read keeps has (an `unwrap`'s), by which the database may pass
+    /// over rows that cannot have it ([`plan::giving_label`]).
+    pub needs: Option<&'a str>,
 }
 
 /// Where a rollup minute's rows count among `steps`: at the minute's end, the last instant of
@@ -606,6 +614,7 @@ impl Reads {
                 range,
                 order: Order::Newest,
                 limit: None,
+                needs: None,
             },
             &mut stats,
             &mut sink,

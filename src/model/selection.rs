@@ -98,6 +98,15 @@ pub enum LineCondition {
     Matches(Pattern),
     /// No match anywhere.
     NotMatches(Pattern),
+    /// A parser may make the label `name` of the line (which holds the name, or a `\` that a
+    /// JSON escape could write it with, and a `{` where the only parser is `| json`), or the
+    /// stream labels or the structured metadata have it.
+    MayGiveLabel {
+        /// The label.
+        name: String,
+        /// Whether `| json` is the only parser.
+        json_only: bool,
+    },
 }
 
 /// A regular expression in Rust's syntax (Loki's, RE2), already anchored where it must match the

@@ -227,7 +227,8 @@ impl Reader {
                 }
                 LineCondition::Contains(_)
                 | LineCondition::NotContains(_)
-                | LineCondition::ContainsAny(_) => true,
+                | LineCondition::ContainsAny(_)
+                | LineCondition::MayGiveLabel { .. } => true,
             }),
         }
     }

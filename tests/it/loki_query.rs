@@ -2123,6 +2123,40 @@ on_both_backends!(
     a_pipeline_error_names_the_earliest_line
 );
 
+/// An `unwrap` of a label a parser makes reads only the rows that can have it, and still every
+/// one: the label may come from a key written with JSON escapes, from the stream's labels or from
+/// the line's structured metadata as well as from the line's plain key.
+async fn an_unwrap_reads_every_line_that_can_have_its_label(db: &TestDb) {
+    let server = TestServer::start(config(db)).await;
+    let addr = server.http_ingest;
+    let base = base_minute();
+    let at = |n: i64| ((base + 10) * NANOS + n * NANOS).to_string();
+    let plain = json!({"stream": {"service_name": "unw"}, "values": [
+        [at(0), r#"{"bytes":3}"#],
+        [at(1), r#"{"by\u0074es":7}"#],
+        [at(2), r#"{"msg":"none"}"#],
+        [at(3), "no json here"],
+        [at(4), r#"{"msg":"from metadata"}"#, {"bytes": "9"}],
+    ]});
+    let labelled = json!({"stream": {"service_name": "unw", "bytes": "5"}, "values": [
+        [at(5), r#"{"msg":"from the stream"}"#],
+    ]});
+    push_json(addr, &[], json!({ "streams": [plain, labelled] })).await;
+    wait_until("the lines to be stored", DEADLINE, async || {
+        db.count().await >= 6
+    })
+    .await;
+    let time = (base + 120).to_string();
+    let q = r#"sum(sum_over_time({service_name="unw"} | json | unwrap bytes [5m]))"#;
+    let answer = ok(addr, INSTANT, &[("query", q), ("time", &time)], &[]).await;
+    assert_eq!(answer["data"]["result"][0]["value"][1], "24", "{answer}");
+    server.stop().await;
+}
+on_both_backends!(
+    loki_query_unwrap_reads_what_can_have_the_label,
+    an_unwrap_reads_every_line_that_can_have_its_label
+);
+
 /// A line stamped exactly on a minute counts in the range that ends at that minute, `(t − 1m, t]`,
 /// as in Loki: from the rollup and from a scan alike, by a range query and an instant one.
 async fn a_line_on_a_minute_counts_at_that_minutes_step(db: &TestDb) {

@@ -55,6 +55,30 @@ pub(crate) fn selection(query: &LogQuery, from: DateTime<Utc>, to: DateTime<Utc>
     selection
 }
 
+/// What a row needs to come out of `query`'s stages with the label `name`, when only a plain
+/// `| json` or `| logfmt`, its stream labels or its structured metadata can give it one: its
+/// stages are line filters, those parsers and label filters, and the name is letters and digits
+/// alone, which a parser makes only of a key of that very name (a JSON key may be written with
+/// escapes, and `| json` reads only a line with an object). An `unwrap` takes no line without
+/// its label.
+pub(crate) fn giving_label(query: &LogQuery, name: &str) -> Option<LineCondition> {
+    let plain = !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_alphanumeric());
+    let stages = query.pipeline.iter().all(|stage| {
+        matches!(
+            stage,
+            Stage::LineFilter { .. } | Stage::Parser(_) | Stage::LabelFilter(_)
+        )
+    });
+    let json_only = query
+        .pipeline
+        .iter()
+        .all(|stage| !matches!(stage, Stage::Parser(ParserKind::Logfmt)));
+    (plain && stages).then(|| LineCondition::MayGiveLabel {
+        name: name.to_owned(),
+        json_only,
+    })
+}
+
 /// True when `stages` drop every line that is no JSON object, whatever its labels: the first
 /// stage that is not a line filter is `| json`, and the next one a label filter that refuses
 /// `| json`'s error (Grafana's `| json | __error__=""`). A line filter passes the same lines
@@ -670,6 +694,33 @@ mod tests {
         assert_eq!(expressions.rust, "(?:x+)|(?:(?i)y)");
         assert!(expressions.postgres.is_none(), "(?i) only in front");
         assert!(filters_lines_only(&query));
+    }
+
+    #[test]
+    fn an_unwrap_narrows_the_rows_only_where_a_plain_parser_makes_its_label() {
+        let give = |text: &str, name: &str| giving_label(&log(text), name);
+        let mention = |json_only| {
+            Some(LineCondition::MayGiveLabel {
+                name: "bytes".into(),
+                json_only,
+            })
+        };
+        assert_eq!(give(r#"{a="b"} | json"#, "bytes"), mention(true));
+        assert_eq!(give(r#"{a="b"} | json | user="u""#, "bytes"), mention(true));
+        let logfmt = r#"{a="b"} |= "x" | logfmt | status >= 500"#;
+        assert_eq!(give(logfmt, "bytes"), mention(false));
+        assert_eq!(give(r#"{a="b"} | json | logfmt"#, "bytes"), mention(false));
+        for (text, name) in [
+            (r#"{a="b"} | json"#, "bytes_total"),
+            (r#"{a="b"} | json"#, "req.bytes"),
+            (r#"{a="b"} | regexp "(?P<bytes>\\d+)""#, "bytes"),
+            (r#"{a="b"} | json | label_format bytes=size"#, "bytes"),
+            (r#"{a="b"} | json bytes="size""#, "bytes"),
+            (r#"{a="b"} | unpack"#, "bytes"),
+            (r#"{a="b"} | line_format "{{.x}}" | json"#, "bytes"),
+        ] {
+            assert_eq!(give(text, name), None, "{text} unwrap {name}");
+        }
     }
 
     #[test]

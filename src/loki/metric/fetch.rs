@@ -134,6 +134,7 @@ impl Reads {
         let checks_errors = target.unwraps() || !matches!(sum_by, Some(None));
         let pipeline =
             Pipeline::compile(&range.query)?.with_hints(hints::parser_hints(range, sum_by));
+        let needs = target.needs();
         let mut failed = None;
         // When a line still carries an error, where it is: the query fails, so the scan stops.
         let mut erred: Option<(i64, EvalError)> = None;
@@ -172,6 +173,7 @@ impl Reads {
                     range: span,
                     order: Order::Any,
                     limit: None,
+                    needs: needs.as_deref(),
                 },
                 fetch.stats,
                 &mut each,
@@ -237,10 +239,12 @@ impl Reads {
             }
             true
         };
+        let needs = target.needs();
         let scan = Scan {
             range: span,
             order: Order::Any,
             limit: None,
+            needs: needs.as_deref(),
         };
         self.each_piped(tenant, query, pipeline, scan, stats, &mut each)
             .await?;
@@ -425,6 +429,14 @@ impl Target {
 
     fn unwraps(&self) -> bool {
         matches!(self, Target::Values(..))
+    }
+
+    /// The label every line that adds something has: the one unwrapped.
+    fn needs(&self) -> Option<String> {
+        match self {
+            Target::Lines { .. } => None,
+            Target::Values(unwrapper, _) => Some(unwrapper.label().to_owned()),
+        }
     }
 
     /// A line's labels and what it adds: its bytes, or its value; `None` when it adds nothing.

@@ -82,8 +82,31 @@ fn push_conditions(
             LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
             LineCondition::Matches(pattern) => push_regex(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regex(builder, "message", pattern, true),
+            LineCondition::MayGiveLabel { name, json_only } => {
+                push_may_give_label(builder, name, *json_only)
+            }
         }
     }
+}
+
+/// ` AND ((strpos(message, '{') > 0 AND) (strpos(message, name) > 0 OR strpos(message, '\') >
+/// 0) OR labels ? name OR attributes ? name)`: see [`LineCondition::MayGiveLabel`]. A label
+/// set's keys are its label names, and a metadata key without `_` is its label's name.
+fn push_may_give_label(builder: &mut QueryBuilder<'_, Postgres>, name: &str, json_only: bool) {
+    builder.push(" AND (");
+    if json_only {
+        builder.push("strpos(message, '{') > 0 AND ");
+    }
+    builder
+        .push("(strpos(message, ")
+        .push_bind(name.to_owned())
+        .push(") > 0 OR strpos(message, ")
+        .push_bind("\\")
+        .push(") > 0) OR jsonb_exists(labels, ")
+        .push_bind(name.to_owned())
+        .push(") OR jsonb_exists(attributes, ")
+        .push_bind(name.to_owned())
+        .push("))");
 }
 
 /// The conditions of `selection` on what the volume rollup also has columns for: its services,

@@ -54,6 +54,20 @@ fn push_conditions(builder: &mut Statement, selection: &Selection, level_column:
             LineCondition::ContainsAny(texts) => push_contains_any(builder, texts),
             LineCondition::Matches(pattern) => push_regexp(builder, "message", pattern, false),
             LineCondition::NotMatches(pattern) => push_regexp(builder, "message", pattern, true),
+            LineCondition::MayGiveLabel { name, json_only } => {
+                // See [`LineCondition::MayGiveLabel`]; labels and metadata are JSON text here.
+                builder.push(" AND (");
+                if *json_only {
+                    builder.push("instr(message, '{') > 0 AND ");
+                }
+                builder.push("(");
+                push_holds_any(builder, "message", [name.as_str(), "\\"]);
+                builder.push(") OR ");
+                push_holds_any(builder, "labels", [name.as_str()]);
+                builder.push(" OR ");
+                push_holds_any(builder, "attributes", [name.as_str()]);
+                builder.push(")");
+            }
         }
     }
 }
