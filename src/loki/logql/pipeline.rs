@@ -18,7 +18,6 @@ use super::labels::{self, Labels};
 use super::lexer;
 use super::logfmt::{Decoder, Scan};
 use super::pattern::Pattern;
-use super::plan;
 use super::template::{Context, Template};
 use crate::storage::StoredRow;
 
@@ -373,7 +372,7 @@ impl Pipeline {
             .iter()
             .position(removes)
             .is_some_and(|at| steps[at..].iter().any(Step::parses));
-        let drops_non_objects = plan::drops_non_objects(&query.pipeline);
+        let drops_non_objects = drops_non_objects(&query.pipeline);
         Ok(Pipeline {
             matchers,
             steps,
@@ -802,6 +801,39 @@ fn compile_condition(filter: &LabelFilter) -> Result<Condition, CompileError> {
             }
         }
     })
+}
+
+/// True when `stages` drop every line that is no JSON object, whatever its labels: the first
+/// stage that is not a line filter is `| json`, and the next one a label filter that refuses
+/// `| json`'s error (Grafana's `| json | __error__=""`). A line filter passes the same lines
+/// before a label filter as after it.
+pub(crate) fn drops_non_objects(stages: &[Stage]) -> bool {
+    let mut stages = stages
+        .iter()
+        .filter(|stage| !matches!(stage, Stage::LineFilter { .. }));
+    matches!(
+        (stages.next(), stages.next()),
+        (Some(Stage::Parser(ParserKind::Json)), Some(Stage::LabelFilter(filter)))
+            if refuses_error(filter, JSON_ERROR)
+    )
+}
+
+/// True when `filter` cannot pass a line whose `__error__` is `kind`, whatever its other labels.
+fn refuses_error(filter: &LabelFilter, kind: &str) -> bool {
+    match filter {
+        LabelFilter::And(left, right) => refuses_error(left, kind) || refuses_error(right, kind),
+        LabelFilter::Or(left, right) => refuses_error(left, kind) && refuses_error(right, kind),
+        LabelFilter::Compare {
+            label,
+            op,
+            value: LabelValue::Text(text),
+        } if label == ERROR_LABEL => match op {
+            CompareOp::Eq => text != kind,
+            CompareOp::Ne => text == kind,
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 impl Condition {

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use super::ast::*;
 use super::eval::Steps;
 use super::labels::{self, LEVEL_LABEL, SERVICE_LABEL};
-use super::pipeline::{ERROR_DETAILS_LABEL, ERROR_LABEL, JSON_ERROR};
+use super::pipeline::{drops_non_objects, ERROR_DETAILS_LABEL, ERROR_LABEL};
 use crate::model::filter::{Filter, MAX_CONTAINS_BYTES};
 use crate::model::selection::{
     LineCondition, Pattern, PlainValues, PostgresPattern, Selection, TextCondition,
@@ -77,39 +77,6 @@ pub(crate) fn giving_label(query: &LogQuery, name: &str) -> Option<LineCondition
         name: name.to_owned(),
         json_only,
     })
-}
-
-/// True when `stages` drop every line that is no JSON object, whatever its labels: the first
-/// stage that is not a line filter is `| json`, and the next one a label filter that refuses
-/// `| json`'s error (Grafana's `| json | __error__=""`). A line filter passes the same lines
-/// before a label filter as after it.
-pub(crate) fn drops_non_objects(stages: &[Stage]) -> bool {
-    let mut stages = stages
-        .iter()
-        .filter(|stage| !matches!(stage, Stage::LineFilter { .. }));
-    matches!(
-        (stages.next(), stages.next()),
-        (Some(Stage::Parser(ParserKind::Json)), Some(Stage::LabelFilter(filter)))
-            if refuses_error(filter, JSON_ERROR)
-    )
-}
-
-/// True when `filter` cannot pass a line whose `__error__` is `kind`, whatever its other labels.
-fn refuses_error(filter: &LabelFilter, kind: &str) -> bool {
-    match filter {
-        LabelFilter::And(left, right) => refuses_error(left, kind) || refuses_error(right, kind),
-        LabelFilter::Or(left, right) => refuses_error(left, kind) && refuses_error(right, kind),
-        LabelFilter::Compare {
-            label,
-            op,
-            value: LabelValue::Text(text),
-        } if label == ERROR_LABEL => match op {
-            CompareOp::Eq => text != kind,
-            CompareOp::Ne => text == kind,
-            _ => false,
-        },
-        _ => false,
-    }
 }
 
 /// What a line that a `|>` filter keeps contains: each of its pattern's literals. The engine
