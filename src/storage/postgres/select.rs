@@ -89,9 +89,10 @@ fn push_conditions(
     }
 }
 
-/// ` AND ((strpos(message, '{') > 0 AND) (strpos(message, name) > 0 OR strpos(message, '\') >
-/// 0) OR labels ? name OR attributes ? name)`: see [`LineCondition::MayGiveLabel`]. A label
-/// set's keys are its label names, and a metadata key without `_` is its label's name.
+/// ` AND (strpos(message, '{') > 0 AND (strpos(message, name) > 0 OR strpos(message, '\') > 0)
+/// OR labels ? name OR attributes ? name)`, the `{` only where `| json` is the only parser: see
+/// [`LineCondition::MayGiveLabel`]. A label set's keys are its label names, and a metadata key
+/// without `_` is its label's name.
 fn push_may_give_label(builder: &mut QueryBuilder<'_, Postgres>, name: &str, json_only: bool) {
     builder.push(" AND (");
     if json_only {
