@@ -217,20 +217,18 @@ impl Reader {
     }
 
     /// True when this store checks every line condition of `selection` itself; PostgreSQL leaves
-    /// out a regular expression its engine would read differently.
+    /// out a regular expression its engine would read differently, and neither decides whether
+    /// a parser gives a label ([`LineCondition::MayGiveLabel`] only passes over rows).
     pub(crate) fn checks_lines(&self, selection: &Selection) -> bool {
-        match self {
-            Self::Sqlite(_) => true,
-            Self::Postgres(_) => selection.lines.iter().all(|condition| match condition {
-                LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
-                    pattern.postgres.is_some()
-                }
-                LineCondition::Contains(_)
-                | LineCondition::NotContains(_)
-                | LineCondition::ContainsAny(_)
-                | LineCondition::MayGiveLabel { .. } => true,
-            }),
-        }
+        selection.lines.iter().all(|condition| match condition {
+            LineCondition::Matches(pattern) | LineCondition::NotMatches(pattern) => {
+                matches!(self, Self::Sqlite(_)) || pattern.postgres.is_some()
+            }
+            LineCondition::Contains(_)
+            | LineCondition::NotContains(_)
+            | LineCondition::ContainsAny(_) => true,
+            LineCondition::MayGiveLabel { .. } => false,
+        })
     }
 
     /// Streams the tenant's volume rollup over `selection` (its time range, services and

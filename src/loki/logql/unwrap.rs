@@ -19,11 +19,6 @@ pub(crate) struct Unwrapper {
 }
 
 impl Unwrapper {
-    /// The label unwrapped: a line without it adds nothing, not even an error.
-    pub(crate) fn label(&self) -> &str {
-        &self.label
-    }
-
     /// Compiles `unwrap`.
     pub(crate) fn compile(unwrap: &Unwrap) -> Result<Self, CompileError> {
         Ok(Unwrapper {

@@ -134,7 +134,8 @@ impl Reads {
         let checks_errors = target.unwraps() || !matches!(sum_by, Some(None));
         let pipeline =
             Pipeline::compile(&range.query)?.with_hints(hints::parser_hints(range, sum_by));
-        let needs = target.needs();
+        // A line without the label it unwraps adds nothing, not even an error.
+        let needs = range.unwrap.as_ref().map(|unwrap| unwrap.label.as_str());
         let mut failed = None;
         // When a line still carries an error, where it is: the query fails, so the scan stops.
         let mut erred: Option<(i64, EvalError)> = None;
@@ -173,7 +174,7 @@ impl Reads {
                     range: span,
                     order: Order::Any,
                     limit: None,
-                    needs: needs.as_deref(),
+                    needs,
                 },
                 fetch.stats,
                 &mut each,
@@ -188,9 +189,14 @@ impl Reads {
             // came in any order, so the lines up to the one that stopped the scan are read again
             // for the earliest. A stored time is whole microseconds: the next one is 1 µs on.
             let to = DateTime::from_timestamp_nanos(at.saturating_add(1_000)).min(span.to);
-            let span = TimeRange {
-                from: span.from,
-                to,
+            let scan = Scan {
+                range: TimeRange {
+                    from: span.from,
+                    to,
+                },
+                order: Order::Any,
+                limit: None,
+                needs,
             };
             let earliest = self
                 .earliest_error(
@@ -198,7 +204,7 @@ impl Reads {
                     &range.query,
                     &pipeline,
                     &target,
-                    span,
+                    scan,
                     fetch.stats,
                 )
                 .await?;
@@ -207,7 +213,7 @@ impl Reads {
         finish(target, range, steps, fetch.charge)
     }
 
-    /// The error of the earliest line over `span` that still carries one, as Loki names it. Of
+    /// The error of the earliest line `scan` reads that still carries one, as Loki names it. Of
     /// lines at the same instant, the least error text wins, so that the answer does not depend
     /// on the order the store returned them in (heap and sealed hours differ).
     async fn earliest_error(
@@ -216,7 +222,7 @@ impl Reads {
         query: &LogQuery,
         pipeline: &Pipeline,
         target: &Target,
-        span: TimeRange,
+        scan: Scan<'_>,
         stats: &mut Stats,
     ) -> Result<Option<EvalError>, HttpError> {
         let mut first: Option<(i64, EvalError)> = None;
@@ -238,13 +244,6 @@ impl Reads {
                 }
             }
             true
-        };
-        let needs = target.needs();
-        let scan = Scan {
-            range: span,
-            order: Order::Any,
-            limit: None,
-            needs: needs.as_deref(),
         };
         self.each_piped(tenant, query, pipeline, scan, stats, &mut each)
             .await?;
@@ -429,14 +428,6 @@ impl Target {
 
     fn unwraps(&self) -> bool {
         matches!(self, Target::Values(..))
-    }
-
-    /// The label every line that adds something has: the one unwrapped.
-    fn needs(&self) -> Option<String> {
-        match self {
-            Target::Lines { .. } => None,
-            Target::Values(unwrapper, _) => Some(unwrapper.label().to_owned()),
-        }
     }
 
     /// A line's labels and what it adds: its bytes, or its value; `None` when it adds nothing.
